@@ -1,0 +1,24 @@
+"""fastpe: exact positional encodings, fast.
+
+``import fastpe`` is cheap: numba and the compiled extension load on first use.
+"""
+
+from __future__ import annotations
+
+from ._api import forward, table
+from ._backends import available_backends
+from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
+from ._info import info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PosEncConfig",
+    "DEFAULT_MAX_LEN",
+    "DEFAULT_BASE",
+    "forward",
+    "table",
+    "available_backends",
+    "info",
+    "__version__",
+]

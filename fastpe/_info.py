@@ -1,0 +1,39 @@
+"""What this installation can do: what ``fastpe info`` prints."""
+
+from __future__ import annotations
+
+import os
+
+from . import _backends
+from ._registry import BACKENDS
+
+__all__ = ["info"]
+
+
+def info() -> dict:
+    """Version, backends (available or why not), the default choice and numba's threading.
+
+    Loads every backend to find out, so it imports numba when numba is installed.
+    """
+    from . import __version__
+
+    backends = {name: _backends.unavailable_reason(name) for name in BACKENDS}
+    default, _ = _backends.resolve(None)
+    result = {
+        "version": __version__,
+        "backends": {name: ("available" if why is None else why) for name, why in backends.items()},
+        "available": [name for name, why in backends.items() if why is None],
+        "default": default,
+        "env_backend": os.environ.get(_backends.ENV_VAR) or None,
+        "threading_layer": None,
+        "threading_note": None,
+        "threads": None,
+    }
+    if backends.get("numba") is None:
+        numba_backend = _backends.load("numba")
+        result["threading_layer"] = numba_backend.threading_layer()
+        result["threading_note"] = numba_backend.THREADING.note
+        result["threads"] = numba_backend.num_threads()
+    else:
+        result["threads"] = os.cpu_count()
+    return result

@@ -1,0 +1,121 @@
+"""Choosing numba's threading layer so fastpe is safe under threads *and* fork.
+
+Measured with numba 0.68.1 on Linux:
+
+* ``workqueue`` (numba's default when TBB is not found) aborts the whole process when two
+  Python threads enter a parallel kernel at once;
+* ``omp`` (GNU OpenMP) leaves a child made by ``fork()`` hanging or killed once OpenMP ran
+  in the parent -- also when it was torch that ran it;
+* ``tbb`` passed every case.
+
+TBB comes from the ``tbb`` wheel, which puts ``libtbb.so.12`` into ``<prefix>/lib``: a
+directory the dynamic loader does not search, so numba's ``tbbpool`` extension fails to load
+and numba silently falls back.  Loading the library first, by absolute path and with
+``RTLD_GLOBAL``, satisfies that dependency.
+
+When TBB cannot be had (or the host process already started numba's threads with another
+layer) fastpe keeps working: :mod:`fastpe._numba` then lets only one thread at a time run a
+parallel kernel and runs the others' calls serially -- same code, bit-identical results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+
+__all__ = ["configure", "ThreadingState"]
+
+
+class ThreadingState:
+    """What :func:`configure` found: the layer in use and whether callers may overlap."""
+
+    def __init__(self, layer: str, tbb_library: str | None, note: str):
+        self.layer = layer
+        self.tbb_library = tbb_library
+        self.note = note
+
+    @property
+    def thread_safe(self) -> bool:
+        # tbb and omp accept concurrent callers; workqueue aborts the process
+        return self.layer in ("tbb", "omp")
+
+    @property
+    def fork_safe(self) -> bool:
+        # GNU OpenMP hangs forked children; tbb and workqueue do not
+        return self.layer in ("tbb", "workqueue")
+
+
+def _tbb_candidates() -> list[str]:
+    found: list[str] = []
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            dist = distribution("tbb")
+            for f in dist.files or ():
+                name = os.path.basename(str(f))
+                if name.startswith("libtbb.so.12"):
+                    found.append(str(dist.locate_file(f)))
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover - importlib.metadata is stdlib on 3.8+
+        pass
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        found.extend(sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*"))))
+    # the shortest name is the soname link; prefer it over the fully versioned file
+    return sorted(dict.fromkeys(p for p in found if os.path.exists(p)), key=len)
+
+
+def _preload_tbb() -> str | None:
+    for path in _tbb_candidates():
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return path
+    try:  # a system-wide TBB the loader can find by itself
+        ctypes.CDLL("libtbb.so.12", mode=ctypes.RTLD_GLOBAL)
+        return "libtbb.so.12"
+    except OSError:
+        return None
+
+
+def _start_pool() -> str:
+    from numba.np.ufunc import parallel as _parallel
+
+    _parallel._launch_threads()
+    return _parallel._threading_layer
+
+
+def configure() -> ThreadingState:
+    """Select TBB and start numba's pool now, so the layer in use is known and reported.
+
+    Starting the pool eagerly costs a few milliseconds and turns a TBB that numba cannot use
+    into a clean fall-back here instead of an error inside the first parallel call.
+    """
+    import numba
+    from numba.np.ufunc import parallel as _parallel
+
+    if getattr(_parallel, "_is_initialized", False):
+        # The host process started numba's pool first; its layer is fixed for this process.
+        return ThreadingState(
+            _parallel._threading_layer,
+            None,
+            "numba's thread pool was started before fastpe loaded; layer left as found",
+        )
+    lib = _preload_tbb()
+    if lib is not None:
+        numba.config.THREADING_LAYER = "tbb"
+        try:
+            return ThreadingState(_start_pool(), lib, "TBB loaded from " + lib)
+        except (ValueError, ImportError, OSError) as exc:
+            reason = f"TBB at {lib} unusable by numba ({exc})"
+    else:
+        reason = "TBB not found (pip install tbb)"
+    numba.config.THREADING_LAYER = "workqueue"
+    layer = _start_pool()
+    return ThreadingState(
+        layer, None, reason + ": one caller at a time runs in parallel, others run serially"
+    )
