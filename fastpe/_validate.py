@@ -90,7 +90,7 @@ def check_positions(positions, name: str = "positions") -> np.ndarray:
         if not np.isfinite(arr).all():
             raise ValueError(f"{name} must be finite integers, got NaN or inf")
         if not (arr == np.floor(arr)).all():
-            bad = arr[arr != np.floor(arr)][0]
+            bad = float(arr[arr != np.floor(arr)][0])
             raise ValueError(f"{name} must be whole numbers, got {bad!r}")
         lo, hi = float(arr.min()), float(arr.max())
     elif kind == "O":

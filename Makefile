@@ -1,0 +1,45 @@
+# Everything runs in a local virtual environment made on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# optional peers for tests and benchmarks (never runtime dependencies); PEERS=0 skips them
+PEERS  ?= 1
+BACKENDS := numba cython python
+
+.PHONY: all setup run test test-fast check bench bench-compare clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml setup.py csrc/_ext.pyx csrc/fastpe_kernels.h
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# editable install: builds the Cython extension in place (fatal if FASTPE_REQUIRE_EXT=1)
+	$(PIP) install --quiet -e '.[test]'
+	if [ "$(PEERS)" = "1" ]; then \
+	  $(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"; \
+	fi
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(VENV)/bin/fastpe table --d-model 512 --max-len 2048
+
+# The whole suite once with each backend as the default; the install tests (marked slow)
+# build throwaway environments and need running only once.
+test: setup
+	FASTPE_BACKEND=numba $(PY) -m pytest -q
+	for b in cython python; do \
+	  FASTPE_BACKEND=$$b $(PY) -m pytest -q -m "not slow" || exit 1; \
+	done
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+check: setup
+	$(VENV)/bin/fastpe check
+
+clean:
+	rm -rf build dist *.egg-info fastpe/_ext*.so csrc/*.c .pytest_cache .benchmarks
+	find . -name __pycache__ -prune -exec rm -rf {} +

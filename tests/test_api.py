@@ -1,0 +1,219 @@
+"""The public API: argument handling, bad input, and the table/forward identity."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fastpe
+from fastpe import PosEncConfig
+
+
+def small(backend):
+    """Sizes the reference can afford."""
+    return (16, 12) if backend == "python" else (257, 130)
+
+
+# ---------------------------------------------------------------- PosEncConfig
+
+
+def test_config_defaults_follow_the_spec():
+    cfg = PosEncConfig(512)
+    assert (cfg.d_model, cfg.max_len, cfg.base) == (512, 2048, 10000.0)
+    assert fastpe.DEFAULT_MAX_LEN == 2048
+
+
+def test_config_is_frozen_and_normalised():
+    cfg = PosEncConfig(np.int64(8), np.uint16(4), np.float32(2.5))
+    assert type(cfg.d_model) is int and type(cfg.max_len) is int and type(cfg.base) is float
+    with pytest.raises(AttributeError):
+        cfg.d_model = 4  # type: ignore[misc]
+    assert cfg == PosEncConfig(8, 4, 2.5) and hash(cfg) == hash(PosEncConfig(8, 4, 2.5))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(d_model=0), ValueError, "d_model must be >= 1"),
+        (dict(d_model=-3), ValueError, "d_model must be >= 1"),
+        (dict(d_model=65537), ValueError, "d_model must be <= 65536"),
+        (dict(d_model=8.0), TypeError, "d_model must be an integer"),
+        (dict(d_model="8"), TypeError, "d_model must be an integer"),
+        (dict(d_model=True), TypeError, "d_model must be an integer"),
+        (dict(d_model=8, max_len=0), ValueError, "max_len must be >= 1"),
+        (dict(d_model=8, max_len=-1), ValueError, "max_len must be >= 1"),
+        (dict(d_model=8, max_len=2**32 + 1), ValueError, "max_len must be <= 4294967296"),
+        (dict(d_model=8, max_len=2.5), TypeError, "max_len must be an integer"),
+        (dict(d_model=8, base=0.0), ValueError, "base must be greater than 1"),
+        (dict(d_model=8, base=-10.0), ValueError, "base must be greater than 1"),
+        (dict(d_model=8, base=1.0), ValueError, "base must be greater than 1"),
+        (dict(d_model=8, base=0.5), ValueError, "base must be greater than 1"),
+        (dict(d_model=8, base=math.nan), ValueError, "base must be finite"),
+        (dict(d_model=8, base=math.inf), ValueError, "base must be finite"),
+        (dict(d_model=8, base="1e4"), TypeError, "base must be a real number"),
+        (dict(d_model=8, base=None), TypeError, "base must be a real number"),
+        (dict(d_model=8, base=False), TypeError, "base must be a real number"),
+    ],
+)
+def test_bad_config(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        PosEncConfig(**kwargs)
+    # table() validates the same way, before allocating anything
+    with pytest.raises(exc, match=match):
+        fastpe.table(**kwargs)
+
+
+# ---------------------------------------------------------------- forward: bad input
+
+CFG = PosEncConfig(6, 16)
+
+
+def _out(n, d=6, dtype=np.float32):
+    return np.zeros((n, d), dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "positions, exc, match",
+    [
+        ([-1, 2], ValueError, "positions must be >= 0, got -1"),
+        (np.array([0, 2**32], dtype=np.int64), ValueError, r"positions must be < 2\*\*32"),
+        ([0, 2**70], ValueError, r"positions must be < 2\*\*32"),
+        ([0.5, 1.0], ValueError, "positions must be whole numbers, got 0.5"),
+        ([1.0, math.nan], ValueError, "positions must be finite"),
+        ([1.0, math.inf], ValueError, "positions must be finite"),
+        (np.zeros((2, 2), dtype=np.int64), ValueError, r"positions must be 1-D, got an array of shape \(2, 2\)"),
+        (np.int64(3), ValueError, "positions must be 1-D"),
+        ("0123", TypeError, "positions must be an array of integers"),
+        (["a", "b"], TypeError, "positions must hold integers"),
+        ([True, False], TypeError, "positions must hold integers, got booleans"),
+        ([1 + 2j, 3], TypeError, "positions must hold integers"),
+        ([[1, 2], [3]], ValueError, "positions must be a 1-D array of integers"),
+        ([1, None], TypeError, "positions must hold integers"),
+    ],
+)
+def test_bad_positions(positions, exc, match, backend):
+    n = 2
+    out = _out(n)
+    with pytest.raises(exc, match=match):
+        fastpe.forward(positions, CFG, out, backend=backend)
+    assert not out.any(), "nothing may be written before validation passes"
+
+
+@pytest.mark.parametrize(
+    "make_out, exc, match",
+    [
+        (lambda: np.zeros((3, 7), np.float32), ValueError, r"out must have shape \(3, 6\), got \(3, 7\)"),
+        (lambda: np.zeros((4, 6), np.float32), ValueError, r"out must have shape \(3, 6\)"),
+        (lambda: np.zeros(18, np.float32), ValueError, "out must have shape"),
+        (lambda: np.zeros((3, 6), np.float64), TypeError, "out must have dtype float32, got float64"),
+        (lambda: np.zeros((3, 6), np.float16), TypeError, "out must have dtype float32"),
+        (lambda: np.zeros((6, 3), np.float32).T, ValueError, "out must be C-contiguous"),
+        (lambda: np.zeros((3, 12), np.float32)[:, ::2], ValueError, "out must be C-contiguous"),
+        (lambda: _readonly(np.zeros((3, 6), np.float32)), ValueError, "out is read-only"),
+        (lambda: np.zeros((3, 6), np.dtype(">f4")), (TypeError, ValueError), "out must"),
+        (lambda: [[0.0] * 6] * 3, TypeError, "out must be a numpy.ndarray, got list"),
+    ],
+)
+def test_bad_out(make_out, exc, match, backend):
+    with pytest.raises(exc, match=match):
+        fastpe.forward([1, 2, 3], CFG, make_out(), backend=backend)
+
+
+def _readonly(a):
+    a.setflags(write=False)
+    return a
+
+
+def test_bad_config_object():
+    with pytest.raises(TypeError, match="config must be a fastpe.PosEncConfig, got dict"):
+        fastpe.forward([1], {"d_model": 6}, _out(1))
+
+
+@pytest.mark.parametrize("name, exc", [("cuda", ValueError), ("", ValueError), (3, TypeError)])
+def test_bad_backend(name, exc):
+    out = _out(2)
+    with pytest.raises(exc, match="backend"):
+        fastpe.forward([1, 2], CFG, out, backend=name)
+    assert not out.any()
+
+
+def test_out_sharing_memory_with_positions_is_refused():
+    buf = np.zeros((2, 6), dtype=np.float32)
+    positions = buf.view(np.uint32)[0, :2]
+    with pytest.raises(ValueError, match="out must not share memory with positions"):
+        fastpe.forward(positions, CFG, buf)
+
+
+def test_bad_table_out(backend):
+    with pytest.raises(ValueError, match=r"out must have shape \(4, 6\)"):
+        fastpe.table(6, 4, out=np.zeros((4, 5), np.float32), backend=backend)
+    with pytest.raises(TypeError, match="out must have dtype float32"):
+        fastpe.table(6, 4, out=np.zeros((4, 6), np.float64), backend=backend)
+
+
+# ---------------------------------------------------------------- forward: accepted input
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        [0, 1, 2, 2**32 - 1],
+        np.array([0, 1, 2, 2**32 - 1], dtype=np.uint32),
+        np.array([0, 1, 2, 2**32 - 1], dtype=np.uint64),
+        np.array([0, 1, 2, 2**32 - 1], dtype=np.int64),
+        np.array([0.0, 1.0, 2.0, 2.0**32 - 1], dtype=np.float64),
+        (0, 1, 2, 2**32 - 1),
+        np.array([0, 1, 2, 2**32 - 1], dtype=np.uint64)[::-1][::-1],
+    ],
+    ids=["list", "u32", "u64", "i64", "whole-floats", "tuple", "strided"],
+)
+def test_accepted_position_forms_agree(positions, backend):
+    cfg = PosEncConfig(5)
+    want = fastpe.forward(np.array([0, 1, 2, 2**32 - 1], np.uint32), cfg, _out(4, 5), backend=backend)
+    got = fastpe.forward(positions, cfg, _out(4, 5), backend=backend)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.float32])
+def test_small_dtypes(dtype, backend):
+    positions = np.array([0, 3, 100], dtype=dtype)
+    got = fastpe.forward(positions, CFG, _out(3), backend=backend)
+    want = fastpe.forward([0, 3, 100], CFG, _out(3), backend=backend)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_empty_positions(backend):
+    out = np.empty((0, 6), np.float32)
+    assert fastpe.forward([], CFG, out, backend=backend) is out
+    assert fastpe.forward(np.array([], dtype=np.uint64), CFG, out, backend=backend) is out
+
+
+def test_forward_returns_out_and_leaves_inputs_untouched(backend):
+    positions = np.array([5, 2**31, 7], dtype=np.int64)
+    before = positions.copy()
+    out = _out(3)
+    assert fastpe.forward(positions, CFG, out, backend=backend) is out
+    np.testing.assert_array_equal(positions, before)
+    assert out.any()
+
+
+def test_table_is_forward_on_arange(backend):
+    n, d = small(backend)
+    for dm in (d, d + 1):
+        t = fastpe.table(dm, n, base=500.0, backend=backend)
+        assert t.dtype == np.float32 and t.shape == (n, dm) and t.flags.c_contiguous
+        f = fastpe.forward(np.arange(n), PosEncConfig(dm, n, 500.0), np.empty((n, dm), np.float32), backend=backend)
+        np.testing.assert_array_equal(t.view(np.uint32), f.view(np.uint32))
+
+
+def test_table_fills_given_out(backend):
+    out = np.full((3, 4), np.nan, np.float32)
+    assert fastpe.table(4, 3, out=out, backend=backend) is out
+    np.testing.assert_array_equal(out, fastpe.table(4, 3, backend=backend))
+
+
+def test_table_row_zero_is_exact(backend):
+    t = fastpe.table(9, 1, backend=backend)
+    np.testing.assert_array_equal(t[0], [0, 1, 0, 1, 0, 1, 0, 1, 0])

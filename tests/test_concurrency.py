@@ -1,0 +1,166 @@
+"""Safe under threads and fork: the conditions fastpe is imported under as a backend.
+
+Measured facts these guard: numba's ``workqueue`` layer aborts the process on concurrent
+callers; GNU OpenMP (numba's ``omp`` layer, or torch) leaves forked children hanging.  The
+fork cases run in a fresh interpreter so a hang or an abort fails one test, with a timeout,
+instead of taking the test run down.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import fastpe
+from fastpe import PosEncConfig
+from fastpe._ulp import ulp_distance
+
+N_THREADS = 16
+N_CALLS = 50
+
+
+def _shape(backend):
+    # large enough that the compiled backends take their parallel path (>= 2**15 values)
+    return (8, 10) if backend == "python" else (520, 126)
+
+
+def test_sixteen_threads_at_once(backend):
+    n, d = _shape(backend)
+    calls = N_CALLS if backend != "python" else 3
+    cfg = PosEncConfig(d)
+    rng = np.random.default_rng(7)
+    positions = [rng.integers(0, 2**32, size=n, dtype=np.uint64) for _ in range(N_THREADS)]
+    exact = [fastpe.forward(p, cfg, np.empty((n, d), np.float32), backend="python") for p in positions]
+    expected = [fastpe.forward(p, cfg, np.empty((n, d), np.float32), backend=backend) for p in positions]
+    for e, x in zip(expected, exact):
+        assert ulp_distance(e, x).max() <= 1
+    failures: list[str] = []
+    barrier = threading.Barrier(N_THREADS)
+
+    def worker(k: int) -> None:
+        try:
+            barrier.wait()
+            out = np.empty((n, d), np.float32)
+            for _ in range(calls):
+                out.fill(np.nan)
+                fastpe.forward(positions[k], cfg, out, backend=backend)
+                if not np.array_equal(out.view(np.uint32), expected[k].view(np.uint32)):
+                    failures.append(f"thread {k}: result differs")
+                    return
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(f"thread {k}: {exc!r}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(N_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not failures, failures
+
+
+def test_threads_calling_table_and_forward_mixed(fast_backend):
+    """Different kernels and sizes at once (small ones run serially, large ones in parallel)."""
+    want_big = fastpe.table(130, 600, backend=fast_backend)
+    want_small = fastpe.table(7, 5, backend=fast_backend)
+    errors: list[str] = []
+
+    def big():
+        for _ in range(20):
+            if not np.array_equal(fastpe.table(130, 600, backend=fast_backend), want_big):
+                errors.append("big")
+
+    def tiny():
+        for _ in range(200):
+            if not np.array_equal(fastpe.table(7, 5, backend=fast_backend), want_small):
+                errors.append("small")
+
+    threads = [threading.Thread(target=f) for f in (big, tiny, big, tiny, big)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors
+
+
+FORK_SCRIPT = r"""
+import os, sys, multiprocessing as mp
+import numpy as np
+import fastpe
+from fastpe import PosEncConfig
+from fastpe._ulp import ulp_distance
+
+BACKEND = sys.argv[1]
+WITH_TORCH = sys.argv[2] == "1"
+N, D = (6, 10) if BACKEND == "python" else (600, 128)
+CFG = PosEncConfig(D)
+POS = np.random.default_rng(3).integers(0, 2**32, size=N, dtype=np.uint64)
+EXACT = np.array(__import__("fastpe._reference", fromlist=["x"]).sinusoid(POS.tolist(), D, 1e4), np.float32)
+
+def run():
+    out = fastpe.forward(POS, CFG, np.empty((N, D), np.float32), backend=BACKEND)
+    return int(ulp_distance(out, EXACT).max())
+
+def pool_task(_):
+    return run()
+
+assert run() <= 1                       # the parent uses fastpe (parallel path) first
+if WITH_TORCH:
+    import torch
+    torch.set_num_threads(2)
+    x = torch.rand(2000, 2000)
+    (x @ x).sin().sum().item()          # torch's OpenMP pool is now running in the parent
+
+pid = os.fork()
+if pid == 0:                            # child: must complete, exactly
+    code = 0 if run() <= 1 else 3
+    os._exit(code)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"os.fork child: status {status}"
+
+ctx = mp.get_context("fork")
+with ctx.Pool(2) as pool:
+    worst = pool.map(pool_task, range(4))
+assert max(worst) <= 1, worst
+assert run() <= 1                       # and the parent still works afterwards
+print("fork-ok", BACKEND, WITH_TORCH)
+"""
+
+
+def _torch_available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_torch", [False, True], ids=["plain", "after-torch-openmp"])
+def test_fork_after_use(backend, with_torch, tmp_path):
+    if with_torch and not _torch_available():
+        pytest.skip("torch is not installed (an optional peer)")
+    script = tmp_path / "fork_case.py"
+    script.write_text(textwrap.dedent(FORK_SCRIPT))
+    env = dict(os.environ)
+    env.pop("FASTPE_BACKEND", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), backend, "1" if with_torch else "0"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+            cwd=tmp_path,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fork-ok" in proc.stdout
