@@ -33,3 +33,17 @@ def backend(request):
 def fast_backend(request):
     """Every compiled backend that loads here (the reference when there is none)."""
     return request.param
+
+
+def fastpe_env(**extra: str) -> dict[str, str]:
+    """Environment for a child interpreter that imports the same fastpe as this process.
+
+    ``FASTPE_BACKEND`` is dropped (children choose explicitly); ``PYTHONPATH`` points at the
+    fastpe under test, so an uninstalled source tree works as well as an installed one.
+    """
+    env = dict(os.environ)
+    env.pop("FASTPE_BACKEND", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env

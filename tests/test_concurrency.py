@@ -20,6 +20,7 @@ import pytest
 import fastpe
 from fastpe import PosEncConfig
 from fastpe._ulp import ulp_distance
+from conftest import fastpe_env
 
 N_THREADS = 16
 N_CALLS = 50
@@ -149,8 +150,7 @@ def test_fork_after_use(backend, with_torch, tmp_path):
         pytest.skip("torch is not installed (an optional peer)")
     script = tmp_path / "fork_case.py"
     script.write_text(textwrap.dedent(FORK_SCRIPT))
-    env = dict(os.environ)
-    env.pop("FASTPE_BACKEND", None)
+    env = fastpe_env()
     try:
         proc = subprocess.run(
             [sys.executable, str(script), backend, "1" if with_torch else "0"],

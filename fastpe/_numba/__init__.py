@@ -1,7 +1,7 @@
 """The ``numba`` backend: parallel kernels compiled on first use and cached on disk.
 
 Importing this module imports numba (~0.2 s) and fixes the threading layer (see
-:mod:`._threading`); it compiles nothing.  Small inputs run the serial twin of each kernel
+:mod:`fastpe._threading`); it compiles nothing.  Small inputs run the serial twin of each kernel
 (thread start-up costs more than they do); large ones run the parallel twin.  Where the
 threading layer is not safe for concurrent callers, only one thread at a time may enter a
 parallel kernel and the others run the serial twin instead of waiting: same code, same bits.
@@ -13,7 +13,7 @@ import threading
 
 import numba
 
-from ._threading import configure
+from .._threading import configure
 
 THREADING = configure()
 

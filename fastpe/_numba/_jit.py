@@ -16,6 +16,7 @@ Policy (every kernel goes through :func:`kernel`):
 from __future__ import annotations
 
 import threading
+import types
 import warnings
 
 import numba
@@ -79,6 +80,27 @@ class _LazyKernel:
             return self._dispatcher(*args)
 
 
+def _renamed(py_func, suffix: str):
+    """A copy of ``py_func`` under another name.
+
+    numba names cache files after the function's qualified name and line, and its index
+    does not record ``parallel``: two dispatchers of one function would load each other's
+    machine code from disk.  (That happened: the "serial" twin ran the parallel code and
+    crashed numba's workqueue layer.)  Distinct names give distinct cache entries.
+    """
+    clone = types.FunctionType(
+        py_func.__code__, py_func.__globals__, py_func.__name__ + suffix,
+        py_func.__defaults__, py_func.__closure__,
+    )
+    clone.__qualname__ = py_func.__qualname__ + suffix
+    clone.__doc__ = py_func.__doc__
+    clone.__module__ = py_func.__module__
+    return clone
+
+
 def kernel(py_func):
     """Return ``(parallel, serial)`` lazily compiled twins of ``py_func``."""
-    return _LazyKernel(py_func, parallel=True), _LazyKernel(py_func, parallel=False)
+    return (
+        _LazyKernel(_renamed(py_func, "_parallel"), parallel=True),
+        _LazyKernel(_renamed(py_func, "_serial"), parallel=False),
+    )
