@@ -9,6 +9,17 @@ stored as ``v1 + v2 + v3 + v4``: three 21-bit words and a full double.  With ``p
 *exact*; only ``p * v4`` (below ``2**-63 * v``) is rounded.  Taking the fractional part of an
 exact product is exact too, so the kernels lose nothing before the final, error-free sum.
 
+How kernels use them: the *exact path* (``sincos_turns`` in the kernels) turns one ``(p, v)``
+into double-precision ``sin``/``cos`` of ``2*pi*p*v`` with ~2**-49 absolute accuracy.  Every
+value fastpe writes is then defined by *anchored products*: with ``a = p - p % 64`` and
+``m = p % 64``, ``sin(pw) = sin(aw)cos(mw) + cos(aw)sin(mw)`` (cosine likewise) from exact-path
+doubles for the anchor ``a`` and the cached step ``m``, rounded once to float32; where that
+float32 is below ``2**-14`` in magnitude the product's absolute error (< 2**-46) could be a
+whole ULP, so such values come from the exact path at ``p`` directly.  That keeps every value
+within 1 ULP of the correctly rounded result (in practice correctly rounded, but for about
+two in a million), makes tables cost one complex product per value, and makes a table row
+bit-identical to ``forward`` of the same position whatever its neighbours.
+
 The words are cut from ``v`` known to ~60 significant digits, computed here with
 :mod:`decimal` (``w_i = r**i`` with ``r = base**(-2/d)``, one exact exponential then repeated
 multiplication, which keeps a d_model of 65,536 fast).  The reference backend uses a different

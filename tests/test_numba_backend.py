@@ -111,18 +111,19 @@ def test_without_tbb_concurrent_callers_are_safe(tmp_path):
 
 
 def test_serial_and_parallel_twins_agree_bit_for_bit():
-    from fastpe._numba import kernels
+    from fastpe._numba import _steps, kernels
     from fastpe._plan import sinusoid_turns
 
     turns = sinusoid_turns(131, 10000.0)
+    steps = _steps(131, 10000.0)
     pos = np.random.default_rng(1).integers(0, 2**32, size=999, dtype=np.uint64).astype(np.uint32)
     a = np.empty((999, 131), np.float32)
     b = np.empty_like(a)
-    kernels.sinusoid_forward_parallel(pos, turns, a)
-    kernels.sinusoid_forward_serial(pos, turns, b)
+    kernels.sinusoid_forward_parallel(pos, turns, steps, a)
+    kernels.sinusoid_forward_serial(pos, turns, steps, b)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-    kernels.sinusoid_range_parallel(2**32 - 999, turns, a)
-    kernels.sinusoid_range_serial(2**32 - 999, turns, b)
+    kernels.sinusoid_range_parallel(2**32 - 999, turns, steps, a)
+    kernels.sinusoid_range_serial(2**32 - 999, turns, steps, b)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 

@@ -9,9 +9,11 @@ parallel kernel and the others run the serial twin instead of waiting: same code
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numba
+import numpy as np
 
 from .._threading import configure
 
@@ -51,11 +53,25 @@ def _run(parallel, serial, work: int, *args) -> None:
         serial(*args)
 
 
+@functools.lru_cache(maxsize=16)
+def _steps(d_model: int, base: float) -> np.ndarray:
+    """The cached exact steps ``cos(m w_i), sin(m w_i)`` for ``m < STEPS``."""
+    turns = sinusoid_turns(d_model, base)
+    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
 def sinusoid_forward(positions, d_model, base, out) -> None:
     turns = sinusoid_turns(d_model, base)
-    _run(_k.sinusoid_forward_parallel, _k.sinusoid_forward_serial, out.size, positions, turns, out)
+    steps = _steps(d_model, base)
+    _run(_k.sinusoid_forward_parallel, _k.sinusoid_forward_serial, out.size * 4,
+         positions, turns, steps, out)
 
 
 def sinusoid_range(start, d_model, base, out) -> None:
     turns = sinusoid_turns(d_model, base)
-    _run(_k.sinusoid_range_parallel, _k.sinusoid_range_serial, out.size, int(start), turns, out)
+    steps = _steps(d_model, base)
+    _run(_k.sinusoid_range_parallel, _k.sinusoid_range_serial, out.size,
+         int(start), turns, steps, out)
