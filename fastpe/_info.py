@@ -13,18 +13,27 @@ __all__ = ["info"]
 def info() -> dict:
     """Version, backends (available or why not), the default choice and numba's threading.
 
+    A ``$FASTPE_BACKEND`` that names no usable backend is reported under ``env_error``
+    (and ``default`` is then the automatic choice) instead of raising.
+
     Loads every backend to find out, so it imports numba when numba is installed.
     """
     from . import __version__
 
     backends = {name: _backends.unavailable_reason(name) for name in BACKENDS}
-    default, _ = _backends.resolve(None)
+    env_error = None
+    try:
+        default, _ = _backends.resolve(None)
+    except (TypeError, ValueError) as exc:  # a bad $FASTPE_BACKEND: report it, don't fail
+        env_error = str(exc)
+        default = next(name for name, why in backends.items() if why is None)
     result = {
         "version": __version__,
         "backends": {name: ("available" if why is None else why) for name, why in backends.items()},
         "available": [name for name, why in backends.items() if why is None],
         "default": default,
         "env_backend": os.environ.get(_backends.ENV_VAR) or None,
+        "env_error": env_error,
         "threading_layer": None,
         "threading_note": None,
         "threads": None,

@@ -1,0 +1,105 @@
+"""The ``fastpe`` command line: one group, one module per command.
+
+Commands parse their options, call the library and format the result; they do no numerics.
+Heavy imports (numba, the kernels, the reference) happen inside the commands, so
+``fastpe --help`` and ``fastpe --version`` stay fast.
+
+Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up) or, for
+``check``, a value off by more than 1 ULP; 2 bad input (options, paths, ``$FASTPE_BACKEND``);
+130 interrupted.  Every error is a single ``Error: ...`` line on stderr (``-v`` adds the
+traceback of an unexpected failure).
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+import traceback
+
+import click
+
+from .. import __version__
+from .check import check
+from .info import info
+from .table import table
+
+__all__ = ["main"]
+
+#: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2)
+EXIT_INTERRUPTED = 130
+
+# click >= 8.2 signals a bare group invocation with this usage error, whose message is the
+# whole help text; older click prints the help and exits 0 by itself
+_NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class FastpeGroup(click.Group):
+    """A :class:`click.Group` whose errors are one line each.
+
+    Click prints a usage block above a usage error; here every error is a single line on
+    stderr, and any exception a command did not expect becomes one too (exit status 1)
+    instead of a traceback.
+    """
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # click's main handles a closed stdout quietly
+                raise
+            self._unexpected(ctx, exc, _one_line(exc))
+        except Exception as exc:
+            self._unexpected(ctx, exc, _one_line(f"{type(exc).__name__}: {exc}"))
+
+    @staticmethod
+    def _unexpected(ctx: click.Context, exc: Exception, message: str):
+        verbosity = (ctx.obj or {}).get("verbosity", 0)
+        if verbosity > 0:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        else:
+            message += " (fastpe -v ... shows the traceback)"
+        raise click.ClickException(message) from exc  # exit status 1
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except _NoArgsIsHelp as exc:  # bare `fastpe`: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"Error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+            click.echo("Aborted!", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        # a command returns None; --help, --version and ctx.exit(n) return an exit status
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+@click.group(cls=FastpeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More output (repeatable); tracebacks on failure.")
+@click.option("-q", "--quiet", count=True, help="Less output: only errors (and results asked for).")
+@click.version_option(__version__, "-V", "--version", prog_name="fastpe", message="%(prog)s %(version)s")
+@click.pass_context
+def main(ctx: click.Context, verbose: int, quiet: int) -> None:
+    """Exact sinusoidal positional encodings, fast.
+
+    Every value is within 1 ULP of the correctly rounded float32 of the true value (in
+    practice it is that value); `fastpe check` verifies this on this machine.  Backends:
+    numba (parallel), cython, python (the exact reference, slow).
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["verbosity"] = verbose - quiet
+
+
+main.add_command(table)
+main.add_command(info)
+main.add_command(check)

@@ -1,0 +1,219 @@
+"""Options shared by fastpe's commands, and their validating callbacks.
+
+The callbacks reuse the library's own checks (:mod:`fastpe._validate`), so the CLI accepts
+exactly what the API accepts; they only turn a ``ValueError``/``TypeError`` into a
+:class:`click.BadParameter` that names the option.  Bad input therefore stops the command
+before any work is done, with exit status 2 and a one-line message.
+
+--d-model     columns, 1 .. 65536 (required by ``table``)
+--max-len     rows, 1 .. 2**32 (default 2048)
+--base        frequency base, finite and > 1 (default 10000)
+--backend     numba | cython | python; default: $FASTPE_BACKEND, else the fastest available
+-o, --output  a ``.npy`` path in an existing, writable directory; replaced if it exists
+
+Only light modules are imported here: ``fastpe --help`` must not load numba.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+
+import click
+
+from .._config import DEFAULT_BASE, DEFAULT_MAX_LEN
+from .._registry import BACKENDS
+
+__all__ = [
+    "InputError",
+    "library_errors",
+    "check_output_path",
+    "d_model_handler",
+    "max_len_handler",
+    "base_handler",
+    "backend_handler",
+    "output_handler",
+    "d_model_opt",
+    "max_len_opt",
+    "base_opt",
+    "backend_opt",
+    "output_opt",
+]
+
+
+class InputError(click.ClickException):
+    """Bad input found by the library while a command ran: one line, exit status 2."""
+
+    exit_code = 2
+
+
+@contextlib.contextmanager
+def library_errors() -> Iterator[None]:
+    """Turn the library's ``ValueError``/``TypeError`` (bad input) into :class:`InputError`.
+
+    Wrap only calls into the library (which validates its input), so that a bug elsewhere
+    still surfaces as an unexpected failure (exit status 1) rather than as the user's fault.
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise InputError(str(exc)) from exc
+
+
+def _bad(exc: Exception, name: str) -> click.BadParameter:
+    # the library's message starts with the argument's name; click adds the option's own
+    message = str(exc)
+    if message.startswith(name + " "):
+        message = message[len(name) + 1 :]
+    return click.BadParameter(message)
+
+
+def d_model_handler(ctx, param, value):
+    """``--d-model``: an int in ``[1, 65536]`` (or a tuple of them, for ``multiple=True``)."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(d_model_handler(ctx, param, v) for v in value)
+    from .._validate import check_d_model
+
+    try:
+        return check_d_model(value)
+    except (TypeError, ValueError) as exc:
+        raise _bad(exc, "d_model") from None
+
+
+def max_len_handler(ctx, param, value):
+    """``--max-len``: an int in ``[1, 2**32]``."""
+    if value is None:
+        return None
+    from .._validate import check_max_len
+
+    try:
+        return check_max_len(value)
+    except (TypeError, ValueError) as exc:
+        raise _bad(exc, "max_len") from None
+
+
+def base_handler(ctx, param, value):
+    """``--base``: a finite float greater than 1 (click's FLOAT accepts ``nan`` and ``inf``)."""
+    if value is None:
+        return None
+    from .._validate import check_base
+
+    try:
+        return check_base(value)
+    except (TypeError, ValueError) as exc:
+        raise _bad(exc, "base") from None
+
+
+def backend_handler(ctx, param, value):
+    """``--backend``: a known backend (``click.Choice`` checks that) that loads here.
+
+    Finding out loads the backend (so imports numba for ``numba``); this runs only when a
+    command is invoked with ``--backend``, never for ``--help``.  ``None`` (the default)
+    passes through: the library then applies ``$FASTPE_BACKEND`` or its automatic choice.
+    Accepts a single name or, for ``multiple=True`` options, a tuple of names.
+    """
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(backend_handler(ctx, param, v) for v in value)
+    from .. import _backends
+
+    name = value.strip().lower()
+    if name not in BACKENDS:
+        raise click.BadParameter(f"{value!r} is not a fastpe backend; choose one of {', '.join(BACKENDS)}")
+    reason = _backends.unavailable_reason(name)
+    if reason is not None:
+        raise click.BadParameter(f"{name!r} is not available here: {reason}")
+    return name
+
+
+def check_output_path(path: str) -> str:
+    """Return ``path`` if fastpe can write a ``.npy`` there, else raise :class:`click.BadParameter`.
+
+    Refused: an empty path, a directory, a name not ending in ``.npy``, a parent directory
+    that does not exist or is not writable, and an existing file that is not a regular file
+    (a device or a pipe: replacing it would be surprising).  An existing regular file is
+    fine: it will be replaced, atomically.
+    """
+    if not path:
+        raise click.BadParameter("the output path is empty")
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise click.BadParameter(f"{path!r} names a directory; give a file name ending in .npy")
+    name = os.path.basename(path)
+    if not name.lower().endswith(".npy") or len(name) <= len(".npy"):
+        raise click.BadParameter(f"{path!r} does not end in .npy (fastpe writes .npy files)")
+    parent = os.path.dirname(path) or os.curdir
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"directory {parent!r} is not writable")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:  # e.g. a dangling symlink loop
+        raise click.BadParameter(f"{path!r} cannot be used: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise click.BadParameter(f"{path!r} exists and is not a regular file")
+    return path
+
+
+def output_handler(ctx, param, value):
+    """``-o/--output``: see :func:`check_output_path`; ``None`` (use the default) passes."""
+    if value is None:
+        return None
+    return check_output_path(value)
+
+
+d_model_opt = click.option(
+    "--d-model",
+    "d_model",
+    type=int,
+    required=True,
+    callback=d_model_handler,
+    metavar="N",
+    help="Number of columns (model width), 1 to 65536; odd is allowed.",
+)
+
+max_len_opt = click.option(
+    "--max-len",
+    "max_len",
+    type=int,
+    default=DEFAULT_MAX_LEN,
+    show_default=True,
+    callback=max_len_handler,
+    metavar="N",
+    help="Number of rows: positions 0 to N-1.",
+)
+
+base_opt = click.option(
+    "--base",
+    type=float,
+    default=DEFAULT_BASE,
+    show_default=True,
+    callback=base_handler,
+    metavar="B",
+    help="Frequency base, a finite number greater than 1.",
+)
+
+backend_opt = click.option(
+    "--backend",
+    type=click.Choice(BACKENDS, case_sensitive=False),
+    default=None,
+    callback=backend_handler,
+    help="Backend to compute with. Default: $FASTPE_BACKEND, else the fastest available.",
+)
+
+output_opt = click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    default=None,
+    callback=output_handler,
+    help="Output .npy file; its directory must exist. An existing file is replaced "
+    "atomically. Default: pe_<MAX_LEN>x<D_MODEL>.npy in the current directory.",
+)

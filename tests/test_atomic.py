@@ -1,0 +1,166 @@
+"""fastpe._atomic.atomic_write: all or nothing, whatever goes wrong."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fastpe
+from fastpe import _atomic
+from fastpe._atomic import atomic_write
+
+
+def listing(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def test_writes_the_data_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "out.bin"
+    with atomic_write(target) as f:
+        f.write(b"hello ")
+        f.write(b"world")
+    assert target.read_bytes() == b"hello world"
+    assert listing(tmp_path) == ["out.bin"]
+
+
+def test_accepts_str_and_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with atomic_write("rel.bin") as f:
+        f.write(b"x")
+    assert (tmp_path / "rel.bin").read_bytes() == b"x"
+    assert listing(tmp_path) == ["rel.bin"]
+
+
+def test_temp_file_lives_next_to_the_target(tmp_path):
+    target = tmp_path / "out.bin"
+    with atomic_write(target) as f:
+        f.write(b"partial")
+        (temp,) = [p for p in listing(tmp_path)]
+        assert temp.startswith(".out.bin.") and temp.endswith(".tmp")
+        assert not target.exists()  # nothing at the target until the very end
+    assert listing(tmp_path) == ["out.bin"]
+
+
+@pytest.mark.parametrize("exc_type", [OSError, RuntimeError, KeyboardInterrupt])
+def test_failure_mid_write_leaves_nothing(tmp_path, exc_type):
+    target = tmp_path / "out.bin"
+    with pytest.raises(exc_type):
+        with atomic_write(target) as f:
+            f.write(b"x" * 10_000)
+            f.flush()
+            raise exc_type("boom")
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("exc_type", [OSError, KeyboardInterrupt])
+def test_failure_keeps_an_existing_target(tmp_path, exc_type):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old contents")
+    target.chmod(0o640)
+    with pytest.raises(exc_type):
+        with atomic_write(target) as f:
+            f.write(b"new contents, half written")
+            raise exc_type("boom")
+    assert target.read_bytes() == b"old contents"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert listing(tmp_path) == ["out.bin"]
+
+
+@pytest.mark.parametrize("stage", ["fsync", "replace"])
+def test_failure_while_committing_leaves_nothing(tmp_path, monkeypatch, stage):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.EIO, f"simulated {stage} failure")
+
+    monkeypatch.setattr(_atomic.os, stage, fail)
+    with pytest.raises(OSError, match=f"simulated {stage}"):
+        with atomic_write(target) as f:
+            f.write(b"new")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert listing(tmp_path) == ["out.bin"]
+
+
+def test_replaces_an_existing_file_and_keeps_its_mode(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old contents, longer than the new ones")
+    target.chmod(0o604)
+    with atomic_write(target) as f:
+        f.write(b"new")
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o604
+    assert listing(tmp_path) == ["out.bin"]
+
+
+def test_new_file_gets_the_umask_mode_not_0600(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        with atomic_write(tmp_path / "out.bin") as f:
+            f.write(b"x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "out.bin").stat().st_mode) == 0o644
+
+
+def test_a_symlink_is_replaced_not_written_through(tmp_path):
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"real")
+    link = tmp_path / "link.bin"
+    link.symlink_to(real)
+    with atomic_write(link) as f:
+        f.write(b"new")
+    assert not link.is_symlink() and link.read_bytes() == b"new"
+    assert real.read_bytes() == b"real"
+
+
+def test_missing_directory_raises_and_creates_nothing(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        with atomic_write(tmp_path / "no" / "such" / "out.bin") as f:
+            f.write(b"x")  # pragma: no cover - never reached
+    assert listing(tmp_path) == []
+
+
+def test_exception_propagates_unchanged(tmp_path):
+    err = ValueError("the caller's own error")
+    with pytest.raises(ValueError) as info:
+        with atomic_write(tmp_path / "out.bin"):
+            raise err
+    assert info.value is err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs RLIMIT_FSIZE")
+def test_real_write_error_from_a_size_limit_leaves_nothing(tmp_path):
+    """A genuine write failure, not a simulated one: the file-size limit (Python ignores
+    SIGXFSZ, so exceeding it is an ``EFBIG`` OSError, much like a full disk)."""
+    (tmp_path / "keep.bin").write_bytes(b"old")
+    root = pathlib.Path(fastpe.__file__).resolve().parent.parent
+    code = textwrap.dedent(
+        f"""
+        import errno, resource, sys
+        sys.path.insert(0, {str(root)!r})
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        from fastpe._atomic import atomic_write
+        for name in ("new.bin", "keep.bin"):
+            try:
+                with atomic_write(name) as f:
+                    for _ in range(64):
+                        f.write(b"x" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.EFBIG, exc
+            else:
+                sys.exit("the write should have failed")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert listing(tmp_path) == ["keep.bin"]
+    assert (tmp_path / "keep.bin").read_bytes() == b"old"

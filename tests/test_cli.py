@@ -1,0 +1,561 @@
+"""The ``fastpe`` command line, through click's CliRunner and as a real process.
+
+Sizes stay small: the ``python`` backend (the reference) is slow, and the suite may run with
+``FASTPE_BACKEND`` set to any backend.  Files are compared with ``fastpe.table`` on the same
+backend, bit for bit.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fastpe
+from fastpe import _backends, _check
+from fastpe._registry import BACKENDS
+from fastpe.cli import main
+from conftest import fastpe_env
+
+#: the backend a command uses when none is named ($FASTPE_BACKEND or the automatic choice)
+DEFAULT = _backends.resolve(None)[0]
+AVAILABLE = fastpe.available_backends()
+FAST = [b for b in AVAILABLE if b != "python"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
+
+SUMMARY = re.compile(
+    r"wrote (?P<path>\S+): float32 \((?P<rows>\d+), (?P<cols>\d+)\), [\d.]+ (B|KiB|MiB|GiB), "
+    r"backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
+)
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def listing(directory=".") -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def assert_one_line_error(result_or_stderr, code=None):
+    stderr = result_or_stderr if isinstance(result_or_stderr, str) else result_or_stderr.stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def make_unavailable(monkeypatch, name):
+    """Make ``name`` fail to load in this process, as when its import fails."""
+    monkeypatch.delitem(_backends._modules, name, raising=False)
+    monkeypatch.setitem(_backends._failures, name, "ImportError: simulated for a test")
+
+
+# ======================================================================== table (CliRunner)
+
+
+def test_table_writes_the_default_file_and_one_summary_line(in_tmp):
+    result = run("table", "--d-model", "6", "--max-len", "5")
+    assert result.exit_code == 0, result.output
+    assert listing() == ["pe_5x6.npy"]
+    assert same_bits(np.load("pe_5x6.npy"), fastpe.table(6, 5, backend=DEFAULT))
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and result.stderr == ""
+    match = SUMMARY.fullmatch(lines[0])
+    assert match, lines[0]
+    assert match["path"] == "pe_5x6.npy" and (match["rows"], match["cols"]) == ("5", "6")
+    assert match["backend"] == DEFAULT
+
+
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_table_with_every_option(in_tmp, backend):
+    (in_tmp / "sub").mkdir()
+    result = run("table", "--d-model", "7", "--max-len", "9", "--base", "500.5", "--backend", backend,
+                 "-o", "sub/out.npy")
+    assert result.exit_code == 0, result.output
+    assert listing("sub") == ["out.npy"] and listing() == ["sub"]
+    loaded = np.load("sub/out.npy")
+    assert same_bits(loaded, fastpe.table(7, 9, base=500.5, backend=backend))
+    assert SUMMARY.fullmatch(result.stdout.strip())["backend"] == backend
+
+
+def test_table_backend_name_is_case_insensitive(in_tmp):
+    result = run("table", "--d-model", "4", "--max-len", "3", "--backend", DEFAULT.upper(), "-o", "a.npy")
+    assert result.exit_code == 0, result.output
+    assert f"backend {DEFAULT}," in result.stdout
+
+
+def test_table_quiet_prints_nothing(in_tmp):
+    result = run("-q", "table", "--d-model", "4", "--max-len", "3")
+    assert result.exit_code == 0 and result.output == ""
+    assert listing() == ["pe_3x4.npy"]
+
+
+def test_table_replaces_an_existing_file(in_tmp):
+    (in_tmp / "pe.npy").write_bytes(b"old")
+    (in_tmp / "pe.npy").chmod(0o640)
+    result = run("table", "--d-model", "4", "--max-len", "3", "-o", "pe.npy")
+    assert result.exit_code == 0, result.output
+    assert same_bits(np.load("pe.npy"), fastpe.table(4, 3, backend=DEFAULT))
+    assert (in_tmp / "pe.npy").stat().st_mode & 0o777 == 0o640
+    assert listing() == ["pe.npy"]
+
+
+BAD_TABLE_ARGS = [
+    pytest.param([], "Missing option '--d-model'", id="no-d-model"),
+    pytest.param(["--d-model", "0"], "--d-model", id="d-model-0"),
+    pytest.param(["--d-model", "-4"], "--d-model", id="d-model-negative"),
+    pytest.param(["--d-model", "1.5"], "not a valid integer", id="d-model-float"),
+    pytest.param(["--d-model", "abc"], "not a valid integer", id="d-model-text"),
+    pytest.param(["--d-model", "65537"], "must be <= 65536", id="d-model-too-big"),
+    pytest.param(["--d-model", "8", "--max-len", "0"], "--max-len", id="max-len-0"),
+    pytest.param(["--d-model", "8", "--max-len", "-3"], "--max-len", id="max-len-negative"),
+    pytest.param(["--d-model", "8", "--max-len", "2.5"], "--max-len", id="max-len-float"),
+    pytest.param(["--d-model", "8", "--base", "1"], "greater than 1", id="base-1"),
+    pytest.param(["--d-model", "8", "--base", "0.5"], "greater than 1", id="base-below-1"),
+    pytest.param(["--d-model", "8", "--base", "-2"], "greater than 1", id="base-negative"),
+    pytest.param(["--d-model", "8", "--base", "nan"], "finite", id="base-nan"),
+    pytest.param(["--d-model", "8", "--base", "inf"], "finite", id="base-inf"),
+    pytest.param(["--d-model", "8", "--base", "-inf"], "finite", id="base-minus-inf"),
+    pytest.param(["--d-model", "8", "--base", "ten"], "--base", id="base-text"),
+    pytest.param(["--d-model", "8", "--backend", "gpu"], "--backend", id="backend-unknown"),
+    pytest.param(["--d-model", "8", "-o", "missing/pe.npy"], "does not exist", id="out-no-dir"),
+    pytest.param(["--d-model", "8", "-o", "adir"], "names a directory", id="out-is-dir"),
+    pytest.param(["--d-model", "8", "-o", "adir/"], "names a directory", id="out-trailing-slash"),
+    pytest.param(["--d-model", "8", "-o", "pe.txt"], "does not end in .npy", id="out-not-npy"),
+    pytest.param(["--d-model", "8", "-o", ""], "empty", id="out-empty"),
+    pytest.param(["--d-model", "8", "--bogus"], "No such option", id="unknown-option"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_TABLE_ARGS)
+def test_table_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, message):
+    (in_tmp / "adir").mkdir()
+    result = run("table", *args)
+    assert result.exit_code == 2, result.output
+    assert message in assert_one_line_error(result)
+    assert result.stdout == ""
+    assert listing() == ["adir"] and listing("adir") == []
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_table_unavailable_backend_exits_2(in_tmp, monkeypatch, name):
+    make_unavailable(monkeypatch, name)
+    result = run("table", "--d-model", "8", "--backend", name)
+    assert result.exit_code == 2
+    assert "not available here: ImportError: simulated" in assert_one_line_error(result)
+    assert listing() == []
+
+
+@pytest.mark.parametrize("value, message", [("bogus", "not a fastpe backend"), ("UNAVAILABLE", "not available")])
+def test_table_bad_env_backend_exits_2(in_tmp, monkeypatch, value, message):
+    if value == "UNAVAILABLE":
+        value = DEFAULT
+        make_unavailable(monkeypatch, value)
+    result = run("table", "--d-model", "8", "--max-len", "2", env={"FASTPE_BACKEND": value})
+    assert result.exit_code == 2
+    line = assert_one_line_error(result)
+    assert "FASTPE_BACKEND" in line and message in line
+    assert listing() == []
+
+
+@pytest.mark.parametrize("exc", [ValueError("base must be finite, got nan"), TypeError("d_model must be an integer")])
+def test_table_library_value_and_type_errors_exit_2(in_tmp, monkeypatch, exc):
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(fastpe, "table", fail)
+    result = run("table", "--d-model", "8", "--max-len", "2")
+    assert result.exit_code == 2
+    assert assert_one_line_error(result) == f"Error: {exc}"
+    assert listing() == []
+
+
+def test_table_in_a_vanished_directory_fails_in_one_line(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    result = run("table", "--d-model", "8", "--max-len", "2")
+    assert result.exit_code == 1
+    line = assert_one_line_error(result)
+    assert line.startswith("Error: could not write pe_2x8.npy: ") and "No such file or directory" in line
+    assert listing(tmp_path) == []
+
+
+# ------------------------------------------------------------- failures while writing
+
+
+def save_then(exc: BaseException):
+    """A stand-in for numpy.save that writes part of the file, then fails with ``exc``."""
+
+    def save(file, arr, *args, **kwargs):
+        file.write(b"\x93NUMPY" + b"\0" * 4096)
+        file.flush()
+        raise exc
+
+    return save
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, existing):
+    if existing:
+        (in_tmp / "pe.npy").write_bytes(b"precious")
+    monkeypatch.setattr(np, "save", save_then(OSError(errno.ENOSPC, "No space left on device")))
+    result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
+    assert result.exit_code == 1
+    line = assert_one_line_error(result)
+    assert line.startswith("Error: could not write pe.npy: ") and "No space left on device" in line
+    assert result.stdout == ""
+    if existing:
+        assert listing() == ["pe.npy"] and (in_tmp / "pe.npy").read_bytes() == b"precious"
+    else:
+        assert listing() == []
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+def test_table_interrupted_exits_130_leaving_no_partial_file(in_tmp, monkeypatch, existing):
+    if existing:
+        (in_tmp / "pe.npy").write_bytes(b"precious")
+    monkeypatch.setattr(np, "save", save_then(KeyboardInterrupt()))
+    result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "Aborted!"
+    if existing:
+        assert listing() == ["pe.npy"] and (in_tmp / "pe.npy").read_bytes() == b"precious"
+    else:
+        assert listing() == []
+
+
+def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(fastpe, "table", fail)
+    result = run("table", "--d-model", "8", "--max-len", "2")
+    assert result.exit_code == 1
+    line = assert_one_line_error(result)
+    assert "RuntimeError: something broke" in line and "-v" in line
+    verbose = run("-v", "table", "--d-model", "8", "--max-len", "2")
+    assert verbose.exit_code == 1
+    assert "Traceback" in verbose.stderr and verbose.stderr.rstrip().splitlines()[-1].startswith("Error: RuntimeError")
+    assert listing() == []
+
+
+def test_table_too_big_to_allocate_exits_1(in_tmp):
+    result = run("table", "--d-model", "65536", "--max-len", str(2**32), "--backend", DEFAULT)
+    assert result.exit_code == 1
+    assert "MemoryError" in assert_one_line_error(result)
+    assert listing() == []
+
+
+# ======================================================================== info
+
+
+def test_info_lists_version_backends_default_and_threads(monkeypatch):
+    result = run("info")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    expected = fastpe.info()
+    assert lines[0] == f"fastpe {fastpe.__version__}"
+    for name in BACKENDS:
+        (line,) = [x for x in lines if x.startswith(f"  {name} ")]
+        status = expected["backends"][name]
+        assert line.endswith("available") if status == "available" else f"unavailable: {status}" in line
+    assert f"default backend: {DEFAULT} " in result.stdout
+    assert any(x.startswith("numba threading layer: ") for x in lines)
+    assert f"threads: {expected['threads']}" in result.stdout
+
+
+def test_info_says_why_a_backend_is_unavailable(monkeypatch):
+    make_unavailable(monkeypatch, next(b for b in BACKENDS if b != DEFAULT))
+    result = run("info")
+    assert result.exit_code == 0
+    assert "unavailable: ImportError: simulated for a test" in result.stdout
+
+
+def test_info_json_is_the_info_dict():
+    result = run("info", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == fastpe.info()
+
+
+def test_info_with_a_bad_env_backend_reports_it():
+    """info is the diagnostic command: a bad $FASTPE_BACKEND is shown, not fatal."""
+    result = run("info", env={"FASTPE_BACKEND": "bogus"})
+    assert result.exit_code == 0, result.output
+    line = next(l for l in result.stdout.splitlines() if l.startswith("default backend:"))
+    assert "$FASTPE_BACKEND ignored" in line and "'bogus' is not a fastpe backend" in line
+
+
+# ======================================================================== check
+
+
+def test_check_runs_the_real_comparison():
+    result = run("check", "--d-model", "8", "--d-model", "5", "--per-octave", "1")
+    assert result.exit_code == 0, result.output
+    if not FAST:
+        assert "nothing to check" in result.stdout
+        return
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:4] == ["backend", "d_model", "values", "worst"]
+    rows = [line.split() for line in lines[1:-1]]
+    assert sorted((r[0], r[1]) for r in rows) == sorted((b, d) for b in FAST for d in ("8", "5"))
+    assert all(int(r[3]) <= 1 for r in rows)
+    assert lines[-1].startswith("ok: all ")
+
+
+def test_check_passes_its_options_to_run_check(monkeypatch):
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        return [_check.CheckResult("numba", 16, 1000, 1, 999)]
+
+    monkeypatch.setattr(_check, "run_check", fake)
+    result = run("check", "--d-model", "16", "--per-octave", "3", "--seed", "7", "--base", "20")
+    assert result.exit_code == 0, result.output
+    assert seen == dict(d_models=(16,), n_per_octave=3, base=20.0, seed=7, backends=None)
+    assert "99.900% (999)" in result.stdout
+
+
+def test_check_reports_more_than_1_ulp_and_exits_1(monkeypatch):
+    results = [_check.CheckResult("numba", 8, 100, 0, 100), _check.CheckResult("numba", 63, 100, 3, 90)]
+    monkeypatch.setattr(_check, "run_check", lambda **kwargs: results)
+    result = run("check")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"numba\s+8\s+100\s+0\s+100% \(100\)", lines[1])
+    assert re.fullmatch(r"numba\s+63\s+100\s+3\s+90\.000% \(90\)", lines[2])
+    assert lines[-1].startswith("FAIL: 1 of 2 checks exceed 1 ULP (worst: numba, d_model 63, 3 ULP)")
+    quiet = run("-q", "check")  # only the failing row and the verdict
+    assert quiet.exit_code == 1 and len(quiet.stdout.splitlines()) == 3
+
+
+def test_check_quiet_success_prints_nothing(monkeypatch):
+    monkeypatch.setattr(_check, "run_check", lambda **kwargs: [_check.CheckResult("numba", 8, 10, 0, 10)])
+    result = run("-q", "check")
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_check_python_alone_has_nothing_to_compare():
+    result = run("check", "--backend", "python", "--d-model", "4", "--per-octave", "1")
+    assert result.exit_code == 0, result.output
+    assert "nothing to check" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args", [["--d-model", "0"], ["--per-octave", "0"], ["--seed", "-1"], ["--base", "nan"], ["--backend", "gpu"]]
+)
+def test_check_bad_input_exits_2(args):
+    result = run("check", *args)
+    assert result.exit_code == 2
+    assert_one_line_error(result)
+
+
+# ======================================================================== group
+
+
+def test_version():
+    for flag in ("--version", "-V"):
+        result = run(flag)
+        assert result.exit_code == 0 and result.stdout == f"fastpe {fastpe.__version__}\n"
+
+
+def test_help_lists_the_commands():
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("table", "info", "check"):
+        assert re.search(rf"^\s+{command}\s", result.stdout, re.M)
+    assert run("-h").stdout == result.stdout
+
+
+def test_bare_fastpe_shows_the_help():
+    result = run()
+    assert result.exit_code in (0, 2)  # click < 8.2 exits 0, later versions 2
+    assert "Commands:" in result.output and "Error" not in result.output
+
+
+def test_unknown_command_exits_2_with_one_line():
+    result = run("tabel")
+    assert result.exit_code == 2
+    assert "No such command" in assert_one_line_error(result)
+
+
+# ======================================================================== real processes
+
+
+def child_env(**extra) -> dict[str, str]:
+    """The environment of this process (backend choice included), fastpe importable."""
+    env = fastpe_env(**extra)
+    if "FASTPE_BACKEND" in os.environ:
+        env["FASTPE_BACKEND"] = os.environ["FASTPE_BACKEND"]
+    return env
+
+
+def fastpe_process(*args, cwd, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "fastpe", *args], cwd=cwd, env=child_env(), capture_output=True, text=True,
+        timeout=120, **kwargs,
+    )
+
+
+def test_help_and_version_do_not_import_numba(tmp_path):
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from fastpe.cli import main
+        seen = {}
+        for args in (["--help"], ["--version"], ["table", "--help"], ["info", "--help"], ["check", "--help"]):
+            try:
+                main(args, prog_name="fastpe")
+            except SystemExit as exc:
+                assert exc.code == 0, (args, exc.code)
+            seen[" ".join(args)] = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "llvmlite"))
+        sys.stderr.write(json.dumps(seen))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stderr) == dict.fromkeys(json.loads(proc.stderr), [])
+
+
+@pytest.mark.slow
+def test_python_m_fastpe_help_is_fast(tmp_path):
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        proc = fastpe_process("--help", cwd=tmp_path)
+        times.append(time.perf_counter() - start)
+        assert proc.returncode == 0 and "Commands:" in proc.stdout
+    # numpy's import is most of it (~0.2 s); numba's would add ~0.5 s more
+    assert min(times) < 1.5, times
+
+
+@pytest.mark.slow
+def test_process_table_writes_the_file(tmp_path):
+    proc = fastpe_process("table", "--d-model", "16", "--max-len", "8", "--backend", DEFAULT, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    match = SUMMARY.fullmatch(proc.stdout.rstrip("\n"))
+    assert match and match["path"] == "pe_8x16.npy" and match["backend"] == DEFAULT
+    assert listing(tmp_path) == ["pe_8x16.npy"]
+    assert same_bits(np.load(tmp_path / "pe_8x16.npy"), fastpe.table(16, 8, backend=DEFAULT))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--d-model", "0"],
+        ["--d-model", "x"],
+        ["--d-model", "8", "--max-len", "0"],
+        ["--d-model", "8", "--base", "nan"],
+        ["--d-model", "8", "--backend", "gpu"],
+        ["--d-model", "8", "-o", "missing/pe.npy"],
+        ["--d-model", "8", "-o", "pe.txt"],
+        ["--d-model", "8", "-o", "."],
+    ],
+)
+def test_process_bad_input_exits_2_with_one_line(tmp_path, args):
+    proc = fastpe_process("table", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr)
+    assert proc.stdout == "" and listing(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="needs RLIMIT_FSIZE")
+def test_process_real_write_failure_exits_1_leaving_nothing(tmp_path):
+    """A genuine write error: a file-size limit below the table's size (Python ignores
+    SIGXFSZ, so the write fails with EFBIG, as it would with ENOSPC on a full disk)."""
+    (tmp_path / "pe.npy").write_bytes(b"precious")
+    backend, (d_model, max_len) = (FAST[0], (512, 2048)) if FAST else ("python", (16, 64))
+    limit = d_model * max_len  # a quarter of the table
+    code = textwrap.dedent(
+        f"""
+        import resource, runpy, sys
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+        sys.argv[0] = "fastpe"
+        runpy.run_module("fastpe", run_name="__main__", alter_sys=True)
+        """
+    )
+    for target in ("new.npy", "pe.npy"):
+        args = ["table", "--d-model", str(d_model), "--max-len", str(max_len), "--backend", backend, "-o", target]
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        line = assert_one_line_error(proc.stderr)  # numpy reports a short write, without errno
+        assert line.startswith(f"Error: could not write {target}: ")
+        assert listing(tmp_path) == ["pe.npy"]
+        assert (tmp_path / "pe.npy").read_bytes() == b"precious"
+
+
+@pytest.mark.slow
+def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
+    """A real SIGINT arriving while the file is half written."""
+    (tmp_path / "pe.npy").write_bytes(b"precious")
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        import numpy as np
+        from fastpe.cli import main
+
+        def slow_save(file, arr, *args, **kwargs):
+            file.write(b"\\x93NUMPY" + bytes(4096))
+            file.flush()
+            print("writing", flush=True)
+            for _ in range(600):
+                time.sleep(0.1)
+
+        np.save = slow_save
+        main(["table", "--d-model", "8", "--max-len", "4", "--backend", {DEFAULT!r}, "-o", sys.argv[1]],
+             prog_name="fastpe")
+        """
+    )
+    for target in ("new.npy", "pe.npy"):
+        child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=child_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline() == "writing\n"
+            assert len(listing(tmp_path)) == 2  # the target (or not yet) plus the temporary file
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
+            child.wait()
+        assert child.returncode == 130, err
+        assert err.strip() == "Aborted!"
+        assert listing(tmp_path) == ["pe.npy"]
+        assert (tmp_path / "pe.npy").read_bytes() == b"precious"
+
+
+@pytest.mark.slow
+def test_process_info_and_version(tmp_path):
+    proc = fastpe_process("info", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"fastpe {fastpe.__version__}\nbackends:\n")
+    assert "default backend: " in proc.stdout
+    version = fastpe_process("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout == f"fastpe {fastpe.__version__}\n"
