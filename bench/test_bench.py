@@ -1,0 +1,267 @@
+"""fastpe against its peers and this machine's write limit, in one pytest-benchmark run.
+
+One group per workload; in each, every fastpe backend, the peers and the yardstick are timed
+in the same process, one after the other (see ``peers.py`` for what each row computes).
+Two more groups hold the CLI goal (whole-process time) and the peak-memory goal.
+
+The machine this runs on may be small and shared, so: every implementation is warmed up
+(JIT compiled or loaded from cache, thread pools started, allocator primed) before timing;
+each is then timed for a fixed budget of rounds of one call each, and the report uses
+medians.  ``python -m pytest bench/ --benchmark-json=RUN.json`` takes a few minutes;
+``python bench/report.py RUN.json`` turns the result into the README's table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import fastpe
+from peers import CASES, IMPLEMENTATIONS, REFERENCE_ROWS, WORKLOADS, Implementation, Unavailable, Workload
+
+#: $FASTPE_BENCH_SCALE multiplies the timing budgets (bench/compare.py re-measures with 2)
+SCALE = float(os.environ.get("FASTPE_BENCH_SCALE", "1") or 1)
+#: seconds of timed rounds per implementation and workload (after warm-up): fastpe's own
+#: rows get more, since bench-compare gates on their medians
+BUDGET_S = {"fastpe": 3.0 * SCALE, "yardstick": 1.5 * SCALE, "peer": 1.5 * SCALE}
+#: warm-up: one uncounted call, then timed calls until WARM_S has passed (at least one, at most MAX_WARM)
+WARM_S, MAX_WARM = 0.3, 20
+#: rounds: medians need enough of them; the slow peers on the large table get the minimum
+MIN_ROUNDS = {"fastpe": 10, "yardstick": 5, "peer": 3, "reference": 3}
+MAX_ROUNDS = int(300 * SCALE)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
+MiB = 1 << 20
+
+
+def child_env() -> dict[str, str]:
+    """Environment for child interpreters: the fastpe under test, the automatic backend."""
+    env = dict(os.environ)
+    env.pop("FASTPE_BACKEND", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def warm_up(fn) -> float:
+    """Call ``fn`` until warm; return the fastest warm call's time in seconds."""
+    fn()  # the first call compiles or loads the JIT cache: never counted
+    best = math.inf
+    start = time.perf_counter()
+    for _ in range(MAX_WARM):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() - start >= WARM_S:
+            break
+    return best
+
+
+def rounds_for(im: Implementation, seconds_per_call: float) -> int:
+    if im.role == "reference":
+        return MIN_ROUNDS["reference"]
+    wanted = math.ceil(BUDGET_S[im.role] / max(seconds_per_call, 1e-9))
+    return int(min(MAX_ROUNDS, max(MIN_ROUNDS[im.role], wanted)))
+
+
+def info(w: Workload, im: Implementation, **more) -> dict:
+    rows = REFERENCE_ROWS if im.role == "reference" else w.rows
+    return {
+        "workload": w.key,
+        "workload_title": w.title,
+        "kind": w.kind,
+        "implementation": im.key,
+        "label": im.label,
+        "role": im.role,
+        "backend": im.backend,
+        "rows": w.rows,
+        "rows_measured": rows,
+        "d_model": w.d_model,
+        "bytes_written": rows * w.d_model * 4,
+        "output": "fresh array per call" if w.kind == "table" else "preallocated once",
+        "note": im.note,
+        **more,
+    }
+
+
+#: the workload on which every fastpe backend and peer is first checked against fastpe
+CHECKED = "table-2048x512"
+
+
+def check_agrees(result, w: Workload) -> None:
+    """The row computes the same table (layout included), to float32-formula accuracy.
+
+    Guards the peers' code: a row that timed a different table would compare nothing.  The
+    tutorial formula in float32 is off by up to ~n * 2**-24 radians at position n.
+    """
+    got = np.asarray(result).reshape(w.rows, w.d_model)
+    want = fastpe.table(w.d_model, w.rows)
+    err = float(np.max(np.abs(got.astype(np.float64) - want)))
+    assert err < 4 * w.rows * 2.0**-24, f"differs from fastpe.table by up to {err:.3g}"
+
+
+@pytest.mark.parametrize(
+    "workload_key, impl_key", [(w.key, im.key) for w, im in CASES], ids=[f"{w.key}-{im.key}" for w, im in CASES]
+)
+def test_speed(benchmark, workload_key: str, impl_key: str):
+    workload, impl = WORKLOADS[workload_key], IMPLEMENTATIONS[impl_key]
+    benchmark.group = workload.title
+    try:
+        fn = impl.make(workload)
+    except Unavailable as exc:
+        pytest.skip(f"{impl.label}: {exc}")
+    if workload.key == CHECKED and impl.role in ("fastpe", "peer"):
+        check_agrees(fn(), workload)
+    per_call = warm_up(fn)
+    rounds = rounds_for(impl, per_call)
+    benchmark.extra_info.update(info(workload, impl, rounds_planned=rounds))
+    benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
+
+
+# ------------------------------------------------------------------------- the CLI goal
+
+CLI_GROUP = "cli: one process writes a 2048x512 float32 table to .npy"
+CLI_SHAPE = (2048, 512)
+
+
+def _cli_commands(path: str) -> dict[str, list[str]]:
+    rows, cols = CLI_SHAPE
+    return {
+        "fastpe-cli": [
+            sys.executable, "-m", "fastpe", "table",
+            "--d-model", str(cols), "--max-len", str(rows), "-o", path,
+        ],
+        "numpy-save": [
+            sys.executable, "-c",
+            f"import numpy as np; np.save({path!r}, np.zeros(({rows}, {cols}), dtype=np.float32))",
+        ],
+    }
+
+
+CLI_LABELS = {
+    "fastpe-cli": f"python -m fastpe table --d-model {CLI_SHAPE[1]} --max-len {CLI_SHAPE[0]} -o tmp.npy",
+    "numpy-save": "python -c \"import numpy as np; np.save('tmp.npy', np.zeros((2048, 512), np.float32))\"",
+}
+
+
+@pytest.mark.parametrize("impl", ["fastpe-cli", "numpy-save"])
+def test_cli_process(benchmark, tmp_path, impl):
+    benchmark.group = CLI_GROUP
+    path = str(tmp_path / "tmp.npy")
+    cmd = _cli_commands(path)[impl]
+    env = child_env()
+
+    def run():
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            pytest.fail(f"{' '.join(cmd)} failed (exit status {done.returncode}):\n{done.stderr}")
+
+    run()  # numba's on-disk cache is filled by now: later processes only load it
+    benchmark.extra_info.update(
+        {
+            "workload": "cli-2048x512",
+            "workload_title": CLI_GROUP,
+            "kind": "process",
+            "implementation": impl,
+            "label": CLI_LABELS[impl],
+            "role": "fastpe" if impl == "fastpe-cli" else "peer",
+            "rows": CLI_SHAPE[0],
+            "d_model": CLI_SHAPE[1],
+            "bytes_written": CLI_SHAPE[0] * CLI_SHAPE[1] * 4,
+            "note": "whole process: interpreter start, imports, compute, write",
+        }
+    )
+    benchmark.pedantic(run, rounds=7, iterations=1, warmup_rounds=1)
+    saved = np.load(path)
+    assert saved.shape == CLI_SHAPE and saved.dtype == np.float32
+
+
+# ---------------------------------------------------------------------- the memory goal
+
+MEM_GROUP = "peak memory: fastpe.table(1024, 131072) in a fresh process"
+MEM_SLACK = 64 * MiB
+
+_MEM_PROBE = textwrap.dedent(
+    """
+    import json, os, resource, sys
+
+    # A process started by exec() inherits the exec-ing process's peak RSS in ru_maxrss
+    # (Linux keeps the larger of the two across exec): started from pytest, that would be
+    # pytest's peak.  A child forked now, while this interpreter is small, starts afresh.
+    pid = os.fork()
+    if pid:
+        sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+    import fastpe
+    from fastpe import _backends
+
+    def status(field):
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+
+    def maxrss():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # warm-up: load the backend, its cached kernels (serial and parallel), the thread pool
+    fastpe.table(1024, 8)
+    fastpe.table(1024, 64)
+    baseline = status("VmRSS")
+    peak_before = maxrss()
+    out = fastpe.table(1024, 131072)
+    print(json.dumps({
+        "backend": _backends.resolve(None)[0], "baseline_rss": baseline,
+        "peak_rss_before_call": peak_before, "peak_rss": maxrss(), "vm_hwm": status("VmHWM"),
+        "output_bytes": int(out.nbytes),
+    }))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_peak_memory(benchmark):
+    """Peak RSS of one large table call, above the warmed-up process's RSS (one process)."""
+    benchmark.group = MEM_GROUP
+    env = child_env()
+    found = {}
+
+    def probe():
+        done = subprocess.run([sys.executable, "-c", _MEM_PROBE], env=env, capture_output=True, text=True)
+        if done.returncode:
+            pytest.fail(f"memory probe failed (exit status {done.returncode}):\n{done.stderr}")
+        found.update(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    # timed only so the figures land in the saved run; the time is of no interest
+    benchmark.pedantic(probe, rounds=1, iterations=1, warmup_rounds=1)
+    extra = found["peak_rss"] - found["baseline_rss"]
+    limit = found["output_bytes"] + MEM_SLACK
+    benchmark.extra_info.update(
+        {
+            "workload": "memory-131072x1024",
+            "workload_title": MEM_GROUP,
+            "kind": "memory",
+            "implementation": f"fastpe {found['backend']}",
+            "label": f"fastpe.table(1024, 131072), backend {found['backend']}",
+            "role": "memory",
+            "rows": 131072,
+            "d_model": 1024,
+            "bytes_written": found["output_bytes"],
+            "peak_extra_bytes": extra,
+            "limit_bytes": limit,
+            "note": "peak RSS (getrusage ru_maxrss) minus VmRSS after imports and warm-up",
+            **found,
+        }
+    )
+    assert found["peak_rss"] > found["peak_rss_before_call"], "the call did not raise the peak: no measurement"
+    assert extra <= limit, (
+        f"peak RSS rose {extra / MiB:.1f} MiB for a {found['output_bytes'] / MiB:.0f} MiB table "
+        f"(limit: output + {MEM_SLACK // MiB} MiB)"
+    )
