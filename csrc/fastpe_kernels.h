@@ -1,0 +1,345 @@
+/*
+ * fastpe_kernels.h -- the C twin of fastpe/_numba/kernels.py.
+ *
+ * Same algorithm, same operation sequence, same constants.  Compiled without floating-point
+ * contraction (-ffp-contract=off) and without -ffast-math, every output is bit-identical to
+ * the numba backend's, whatever instruction set runs it.  The algorithm is explained in
+ * fastpe/_plan.py (each frequency split into words v1..v4 so that p*v1, p*v2, p*v3 are
+ * exact) and fastpe/_poly.py (the polynomials).  Kernels assume validated input: positions
+ * below 2**32 and the plan of fastpe._plan.sinusoid_turns.  They never fail.
+ *
+ * The column loops have no libm call and no data-dependent branch, so compilers vectorise
+ * them.  On x86-64 built for the baseline ISA (SSE2, what a portable wheel targets), the array
+ * kernels exist twice -- baseline and AVX2 -- and the CPU picks at run time; the AVX2 copy is
+ * faster and gives the same bits (no FMA: AVX2 alone does not include it, and contraction is
+ * off anyway).
+ */
+#ifndef FASTPE_KERNELS_H
+#define FASTPE_KERNELS_H
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every double operation must round to double: no x87 extended precision (32-bit x86). */
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "fastpe kernels need FLT_EVAL_METHOD == 0 (SSE2 arithmetic on x86)"
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FASTPE_RESTRICT __restrict__
+#define FASTPE_ALWAYS_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define FASTPE_RESTRICT __restrict
+#define FASTPE_ALWAYS_INLINE __forceinline
+#else
+#define FASTPE_RESTRICT
+#define FASTPE_ALWAYS_INLINE inline
+#endif
+
+/* floor() compiles to one vector instruction (SSE4.1 roundpd, AArch64 frintm)? */
+#if defined(__SSE4_1__) || defined(__aarch64__) || defined(_M_ARM64)
+#define FASTPE_HW_FLOOR 1
+#else
+#define FASTPE_HW_FLOOR 0
+#endif
+
+/* a baseline x86-64 build with GCC or clang also carries an AVX2 copy of the array kernels */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) \
+    && !defined(FASTPE_NO_DISPATCH)
+#define FASTPE_X86_DISPATCH 1
+#else
+#define FASTPE_X86_DISPATCH 0
+#endif
+
+/*
+ * Taylor coefficients of sin(2*pi*r) and cos(2*pi*r), r in turns: written exactly as the hex
+ * strings of fastpe/_poly.py (a test compares fastpe._ext.coefficients() with them).
+ */
+#define FASTPE_S0 (0x1.921fb54442d18p+2)
+#define FASTPE_S1 (-0x1.4abbce625be53p+5)
+#define FASTPE_S2 (0x1.466bc6775aae2p+6)
+#define FASTPE_S3 (-0x1.32d2cce62bd86p+6)
+#define FASTPE_S4 (0x1.50783487ee782p+5)
+#define FASTPE_S5 (-0x1.e3074fde8871fp+3)
+#define FASTPE_S6 (0x1.e8f434d018d63p+1)
+#define FASTPE_S7 (-0x1.6fadb9f155744p-1)
+
+#define FASTPE_C0 (0x1.0000000000000p+0)
+#define FASTPE_C1 (-0x1.3bd3cc9be45dep+4)
+#define FASTPE_C2 (0x1.03c1f081b5ac4p+6)
+#define FASTPE_C3 (-0x1.55d3c7e3cbffap+6)
+#define FASTPE_C4 (0x1.e1f506891babbp+5)
+#define FASTPE_C5 (-0x1.a6d1f2a204a8cp+4)
+#define FASTPE_C6 (0x1.f9d38a3763cc3p+2)
+#define FASTPE_C7 (-0x1.b6e24f44b128fp+0)
+
+static const double fastpe_sin_coeffs[8] = {
+    FASTPE_S0, FASTPE_S1, FASTPE_S2, FASTPE_S3, FASTPE_S4, FASTPE_S5, FASTPE_S6, FASTPE_S7,
+};
+static const double fastpe_cos_coeffs[8] = {
+    FASTPE_C0, FASTPE_C1, FASTPE_C2, FASTPE_C3, FASTPE_C4, FASTPE_C5, FASTPE_C6, FASTPE_C7,
+};
+
+/*
+ * floor(x) for 0 <= x < 2**52, which covers every argument below (all are < 2**32).
+ *
+ * floor is exact, so any correct implementation gives numba's bits.  With hw set (a
+ * compile-time constant after inlining) it is floor(), one rounding instruction where the
+ * target has it.  On baseline x86-64 (SSE2) floor() cannot be vectorised, so otherwise it is
+ * built from (x + 2**52) - 2**52 (x rounded to an integer, exact below 2**52) and a compare;
+ * correct under any rounding mode.  The select vectorises once the compiler may evaluate
+ * both of its sides (-fno-trapping-math).
+ */
+static FASTPE_ALWAYS_INLINE double fastpe_floor_(double x, const int hw)
+{
+    if (hw)
+        return floor(x);
+    const double big = 0x1p52;
+    double t = (x + big) - big;
+    return t > x ? t - 1.0 : t;
+}
+
+static FASTPE_ALWAYS_INLINE void fastpe_sincos_turns_(double p, double v1, double v2, double v3,
+                                                      double v4, double *s_out, double *c_out,
+                                                      const int hw)
+{
+    double a = p * v1;
+    a = a - fastpe_floor_(a, hw);
+    double b = p * v2;
+    b = b - fastpe_floor_(b, hw);
+    double c = p * v3;
+    c = c - fastpe_floor_(c, hw);
+    double d = p * v4;
+    /* (s, e1) = two_sum(a, b) */
+    double s = a + b;
+    double bb = s - a;
+    double e1 = (a - (s - bb)) + (b - bb);
+    /* (t, e2) = two_sum(s, c) */
+    double t = s + c;
+    double cc = t - s;
+    double e2 = (s - (t - cc)) + (c - cc);
+    t = t - fastpe_floor_(t, hw);                       /* exact */
+    double n = fastpe_floor_(4.0 * t + 0.5, hw);        /* nearest quarter turn, 0..4 */
+    double r = (t - 0.25 * n) + ((e1 + e2) + d);        /* t - n/4 is exact (Sterbenz) */
+    double q = n - 4.0 * fastpe_floor_(0.25 * n, hw);   /* quadrant 0..3 */
+    double r2 = r * r;
+    double sp = r * (FASTPE_S0 + r2 * (FASTPE_S1 + r2 * (FASTPE_S2 + r2 * (FASTPE_S3
+                + r2 * (FASTPE_S4 + r2 * (FASTPE_S5 + r2 * (FASTPE_S6 + r2 * FASTPE_S7)))))));
+    double cp = FASTPE_C0 + r2 * (FASTPE_C1 + r2 * (FASTPE_C2 + r2 * (FASTPE_C3
+                + r2 * (FASTPE_C4 + r2 * (FASTPE_C5 + r2 * (FASTPE_C6 + r2 * FASTPE_C7))))));
+    int odd = (q == 1.0) | (q == 3.0);
+    double sv = odd ? cp : sp;
+    double cv = odd ? sp : cp;
+    double ssign = q >= 2.0 ? -1.0 : 1.0;
+    double csign = ((q == 1.0) | (q == 2.0)) ? -1.0 : 1.0;
+    *s_out = ssign * sv;
+    *c_out = csign * cv;
+}
+
+/*
+ * (sin, cos) of 2*pi*p*(v1+v2+v3+v4) in double precision, for an integer p < 2**32.
+ *
+ * Operation for operation the numba sincos_turns: p*v1 .. p*v3 are exact (21-bit words times
+ * a 32-bit integer) and so are their fractional parts; two error-free two-sums keep the
+ * reduced argument to ~2**-85 turns however close p*v comes to a quarter turn.
+ */
+static inline void fastpe_sincos_turns(double p, double v1, double v2, double v3, double v4,
+                                       double *s, double *c)
+{
+    fastpe_sincos_turns_(p, v1, v2, v3, v4, s, c, FASTPE_HW_FLOOR);
+}
+
+/*
+ * Rows.  Every value is defined the same way whichever kernel writes it (fastpe/_plan.py,
+ * "anchored products"): with a = p - p % FASTPE_STEPS and m = p % FASTPE_STEPS,
+ *     sin(p w) = sin(a w) cos(m w) + cos(a w) sin(m w),  cos likewise,
+ * from the exact-path doubles of the anchor and of the cached step, rounded to float32 --
+ * unless that float32 is below 2**-14 in magnitude, where the product's absolute error
+ * (< 2**-46) would be too large a relative error: then the pair comes from the exact path at
+ * p directly.  One definition for forward and for tables, as in the numba kernels.
+ */
+#define FASTPE_STEPS 64
+#define FASTPE_TINY (0x1p-14f)
+
+/* sa[i], ca[i] = exact-path sin, cos at position a, for every frequency */
+static FASTPE_ALWAYS_INLINE void fastpe_anchor_(double a, const double *FASTPE_RESTRICT turns,
+                                                ptrdiff_t n_freq, double *FASTPE_RESTRICT sa,
+                                                double *FASTPE_RESTRICT ca, const int hw)
+{
+    const double *FASTPE_RESTRICT v1 = turns;
+    const double *FASTPE_RESTRICT v2 = turns + n_freq;
+    const double *FASTPE_RESTRICT v3 = turns + 2 * n_freq;
+    const double *FASTPE_RESTRICT v4 = turns + 3 * n_freq;
+    for (ptrdiff_t i = 0; i < n_freq; i++) {
+        double s, c;
+        fastpe_sincos_turns_(a, v1[i], v2[i], v3[i], v4[i], &s, &c, hw);
+        sa[i] = s;
+        ca[i] = c;
+    }
+}
+
+/* one row (d_model float32) by anchored products; a lone sine last when d_model is odd */
+static FASTPE_ALWAYS_INLINE void fastpe_product_row_(const double *FASTPE_RESTRICT sa,
+                                                     const double *FASTPE_RESTRICT ca,
+                                                     const double *FASTPE_RESTRICT cm,
+                                                     const double *FASTPE_RESTRICT sm,
+                                                     ptrdiff_t d_model, float *FASTPE_RESTRICT o)
+{
+    ptrdiff_t n_pairs = d_model / 2;
+    for (ptrdiff_t i = 0; i < n_pairs; i++) {
+        o[2 * i] = (float)(sa[i] * cm[i] + ca[i] * sm[i]);
+        o[2 * i + 1] = (float)(ca[i] * cm[i] - sa[i] * sm[i]);
+    }
+    if (d_model & 1)
+        o[d_model - 1] = (float)(sa[n_pairs] * cm[n_pairs] + ca[n_pairs] * sm[n_pairs]);
+}
+
+/* recompute by the exact path at p the pairs of row o holding a value below 2**-14 (rare) */
+static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE_RESTRICT turns,
+                                                  ptrdiff_t n_freq, ptrdiff_t d_model,
+                                                  float *FASTPE_RESTRICT o, const int hw)
+{
+    int any = 0;
+    for (ptrdiff_t j = 0; j < d_model; j++) /* a branch-free scan: vectorises */
+        any |= fabsf(o[j]) < FASTPE_TINY;
+    if (!any)
+        return;
+    for (ptrdiff_t i = 0; i < n_freq; i++) {
+        ptrdiff_t j = 2 * i;
+        int has_cos = j + 1 < d_model;
+        if (fabsf(o[j]) < FASTPE_TINY || (has_cos && fabsf(o[j + 1]) < FASTPE_TINY)) {
+            double s, c;
+            fastpe_sincos_turns_(p, turns[i], turns[n_freq + i], turns[2 * n_freq + i],
+                                 turns[3 * n_freq + i], &s, &c, hw);
+            o[j] = (float)s;
+            if (has_cos)
+                o[j + 1] = (float)c;
+        }
+    }
+}
+
+/*
+ * The array kernels, rows [row_begin, row_end) of out (rows, d_model):
+ *   fastpe_sinusoid_forward: position positions[row];  fastpe_sinusoid_range: start + row.
+ * turns: the (4, n_freq) plan; steps: the (FASTPE_STEPS, 2, n_freq) table of exact
+ * (cos, sin) of m w (fastpe_sincos_steps); scratch: room for 2 * n_freq doubles.  An anchor
+ * is recomputed only when it changes from one row to the next.
+ * Defined once per instruction set by this macro (SUFFIX names the copy, ATTR targets it).
+ */
+#define FASTPE_DEFINE_ARRAY_KERNELS(SUFFIX, ATTR, HW)                                            \
+    ATTR static void fastpe_sinusoid_forward##SUFFIX(                                            \
+        const uint32_t *FASTPE_RESTRICT positions, const double *FASTPE_RESTRICT turns,          \
+        ptrdiff_t n_freq, const double *FASTPE_RESTRICT steps, float *FASTPE_RESTRICT out,       \
+        ptrdiff_t d_model, ptrdiff_t row_begin, ptrdiff_t row_end,                               \
+        double *FASTPE_RESTRICT scratch)                                                         \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = -1;                                                                     \
+        for (ptrdiff_t row = row_begin; row < row_end; row++) {                                  \
+            int64_t p = (int64_t)positions[row];                                                 \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            float *o = out + row * d_model;                                                      \
+            const double *cm = steps + 2 * m * n_freq;                                           \
+            fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);                            \
+            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, HW);                          \
+        }                                                                                        \
+    }                                                                                            \
+    ATTR static void fastpe_sinusoid_range##SUFFIX(                                              \
+        uint64_t start, const double *FASTPE_RESTRICT turns, ptrdiff_t n_freq,                   \
+        const double *FASTPE_RESTRICT steps, float *FASTPE_RESTRICT out, ptrdiff_t d_model,      \
+        ptrdiff_t row_begin, ptrdiff_t row_end, double *FASTPE_RESTRICT scratch)                 \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = -1;                                                                     \
+        for (ptrdiff_t row = row_begin; row < row_end; row++) {                                  \
+            int64_t p = (int64_t)(start + (uint64_t)row);                                        \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            float *o = out + row * d_model;                                                      \
+            const double *cm = steps + 2 * m * n_freq;                                           \
+            fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);                            \
+            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, HW);                          \
+        }                                                                                        \
+    }
+
+FASTPE_DEFINE_ARRAY_KERNELS(_baseline, , FASTPE_HW_FLOOR)
+
+#if FASTPE_X86_DISPATCH
+FASTPE_DEFINE_ARRAY_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
+
+/* the CPU and the OS (saved YMM state) support AVX2: libgcc / compiler-rt check both */
+static int fastpe_cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+}
+#endif
+
+/* which copy the entry points below run: "avx2" or "baseline" (the compiler's target) */
+static const char *fastpe_kernel_variant(int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2())
+        return "avx2";
+#endif
+    (void)wide;
+    return "baseline";
+}
+
+/* steps[m][0][i], steps[m][1][i] = exact-path cos(m w_i), sin(m w_i) for m < FASTPE_STEPS */
+static void fastpe_sincos_steps(const double *turns, ptrdiff_t n_freq, double *steps)
+{
+    for (ptrdiff_t m = 0; m < FASTPE_STEPS; m++) {
+        double *cm = steps + 2 * m * n_freq;
+        fastpe_anchor_((double)m, turns, n_freq, cm + n_freq, cm, FASTPE_HW_FLOOR);
+    }
+}
+
+/*
+ * Entry points: wide != 0 lets the CPU pick its best copy (the normal case); wide == 0 runs
+ * the baseline copy (tests use it to check that every copy gives the same bits).
+ */
+static void fastpe_sinusoid_forward(const uint32_t *positions, const double *turns,
+                                    ptrdiff_t n_freq, const double *steps, float *out,
+                                    ptrdiff_t d_model, ptrdiff_t row_begin, ptrdiff_t row_end,
+                                    double *scratch, int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_sinusoid_forward_avx2(positions, turns, n_freq, steps, out, d_model, row_begin,
+                                     row_end, scratch);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_sinusoid_forward_baseline(positions, turns, n_freq, steps, out, d_model, row_begin,
+                                     row_end, scratch);
+}
+
+static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t n_freq,
+                                  const double *steps, float *out, ptrdiff_t d_model,
+                                  ptrdiff_t row_begin, ptrdiff_t row_end, double *scratch,
+                                  int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_sinusoid_range_avx2(start, turns, n_freq, steps, out, d_model, row_begin, row_end,
+                                   scratch);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_sinusoid_range_baseline(start, turns, n_freq, steps, out, d_model, row_begin, row_end,
+                                   scratch);
+}
+
+#endif /* FASTPE_KERNELS_H */

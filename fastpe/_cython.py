@@ -1,0 +1,122 @@
+"""The ``cython`` backend: the C kernels of ``csrc/`` through the compiled ``fastpe._ext``.
+
+Importing this module raises :class:`ImportError` when the optional extension was not built;
+fastpe then falls back to its other backends.  The C kernels are the twin of the numba ones:
+the same exact path and the same anchored products (see :mod:`fastpe._plan`), so the same
+bits (``tests/test_cython.py`` checks it).
+
+Parallelism uses plain Python threads, each filling a block of rows with the GIL released.
+Not OpenMP: a GNU OpenMP runtime that has run in a process hangs its ``fork()`` children.
+The threads are started per call and joined before it returns, so there is no pool to
+share between concurrent callers or to repair after ``fork()``; starting one costs ~0.1 ms,
+which is why outputs below :data:`PARALLEL_FROM` elements run in the calling thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+
+import numpy as np
+
+from . import _ext
+from ._plan import sinusoid_turns
+from ._poly import COS_COEFFS, SIN_COEFFS
+
+if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
+    # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
+    raise ImportError("fastpe._ext was built from other polynomial constants; rebuild it")
+
+__all__ = ["build_info", "sinusoid_forward", "sinusoid_range", "threads"]
+
+#: work is counted in table values (one complex product each); a value of ``forward`` costs
+#: about FORWARD_COST of them, as its row also needs an exact anchor
+FORWARD_COST = 4
+#: outputs with less work than this run in the calling thread: ~1 ms of work, against ~0.1 ms
+#: to start and join a thread
+PARALLEL_FROM = 1 << 21
+#: each thread gets at least this much work
+MIN_BLOCK = 1 << 20
+
+
+def threads() -> int:
+    """Threads a large output is split across: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_info() -> dict:
+    """The extension's build: instruction set targeted and kernel copy in use."""
+    return _ext.build_info()
+
+
+@functools.lru_cache(maxsize=16)
+def _steps(d_model: int, base: float) -> np.ndarray:
+    """The cached exact steps ``cos(m w_i), sin(m w_i)`` for ``m < STEPS``; read-only."""
+    turns = sinusoid_turns(d_model, base)
+    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _ext.sincos_steps(turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
+def _blocks(n_rows: int, d_model: int, n_threads: int, cost: int = 1) -> list[tuple[int, int]]:
+    """Split ``range(n_rows)`` into at most ``n_threads`` contiguous, near-equal blocks."""
+    work = n_rows * d_model * cost
+    n = 1 if work < PARALLEL_FROM else min(n_threads, work // MIN_BLOCK, n_rows)
+    n = max(n, 1)
+    edges = [n_rows * k // n for k in range(n + 1)]
+    return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
+
+
+def _fill(kernel, first_arg, turns, steps, out, n_threads: int | None = None, cost: int = 1):
+    """Run ``kernel(first_arg, turns, steps, out, row_begin, row_end)`` over row blocks.
+
+    The calling thread takes the first block; extra threads take the rest.  Blocks are
+    disjoint, so the result does not depend on the split.
+    """
+    n_rows, d_model = out.shape
+    blocks = _blocks(n_rows, d_model, threads() if n_threads is None else n_threads, cost)
+    if len(blocks) <= 1:
+        kernel(first_arg, turns, steps, out)
+        return
+    errors: list[BaseException] = []
+
+    def work(lo: int, hi: int) -> None:
+        try:
+            kernel(first_arg, turns, steps, out, lo, hi)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, re-raised there
+            errors.append(exc)
+
+    helpers = []
+    mine = [blocks[0]]
+    for block in blocks[1:]:
+        thread = threading.Thread(target=work, args=block, name="fastpe-cython", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads (interpreter shutting down, thread limit)
+            mine.append(block)
+        else:
+            helpers.append(thread)
+    try:
+        for block in mine:
+            work(*block)
+    finally:
+        for thread in helpers:
+            thread.join()
+    if errors:
+        raise errors[0]
+
+
+def sinusoid_forward(positions, d_model, base, out) -> None:
+    turns = sinusoid_turns(d_model, base)
+    _fill(_ext.sinusoid_forward, positions, turns, _steps(d_model, base), out, cost=FORWARD_COST)
+
+
+def sinusoid_range(start, d_model, base, out) -> None:
+    turns = sinusoid_turns(d_model, base)
+    _fill(_ext.sinusoid_range, int(start), turns, _steps(d_model, base), out)

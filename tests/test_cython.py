@@ -1,0 +1,257 @@
+"""The ``cython`` backend: bit-identical to the numba backend, safe under threads and fork.
+
+Skipped when the compiled extension is not built -- unless ``FASTPE_REQUIRE_EXT`` is set,
+in which case its absence fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from inputs import BASES, D_MODELS, POSITION_LIMIT, edge_positions, hard_positions, octave_positions
+
+from fastpe import _backends, _poly
+from fastpe._plan import sinusoid_turns
+
+REQUIRE_EXT = os.environ.get("FASTPE_REQUIRE_EXT", "").strip() == "1"
+
+try:
+    from fastpe import _cython, _ext
+except ImportError as exc:
+    MISSING = f"{type(exc).__name__}: {exc}"
+else:
+    MISSING = None
+if MISSING is not None:
+    if REQUIRE_EXT:
+        pytest.fail(
+            f"FASTPE_REQUIRE_EXT is set but the extension does not load: {MISSING}", pytrace=False
+        )
+    pytest.skip(f"compiled extension fastpe._ext not built ({MISSING})", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def numba_backend():
+    why = _backends.unavailable_reason("numba")
+    if why is not None:
+        pytest.skip(f"numba backend not available: {why}")
+    return _backends.load("numba")
+
+
+def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    if diff.size:
+        r, c = np.unravel_index(diff[0], got.shape)
+        raise AssertionError(
+            f"{diff.size} of {got.size} values differ; first at row {r}, column {c}: "
+            f"{float(got[r, c])!r} vs {float(want[r, c])!r}"
+        )
+
+
+def positions_for(d_model: int, base: float) -> np.ndarray:
+    hard = [p for p, _ in hard_positions(d_model, base)] if d_model <= 4096 else []
+    pos = sorted(set(edge_positions()) | set(octave_positions(4, seed=d_model)) | set(hard))
+    return np.array(pos, dtype=np.uint32)
+
+
+def forward(module, positions, d_model, base):
+    out = np.empty((positions.shape[0], d_model), dtype=np.float32)
+    module.sinusoid_forward(positions, d_model, base, out)
+    return out
+
+
+def test_coefficients_are_the_python_ones_bit_for_bit():
+    sin, cos = _ext.coefficients()
+    assert [c.hex() for c in sin] == [c.hex() for c in _poly.SIN_COEFFS]
+    assert [c.hex() for c in cos] == [c.hex() for c in _poly.COS_COEFFS]
+
+
+def test_build_info():
+    info = _cython.build_info()
+    assert info["kernels"] in ("avx2", info["target"])
+    assert _cython.threads() >= 1
+
+
+def test_definition_constants_match_numba():
+    kernels = pytest.importorskip("fastpe._numba.kernels")
+    assert _ext.STEPS == kernels.STEPS
+    assert np.float32(_ext.TINY) == kernels.TINY
+
+
+@pytest.mark.parametrize("d_model, base", [(1, 10000.0), (63, 2.0), (512, 10000.0)])
+def test_steps_match_numba(numba_backend, d_model, base):
+    from fastpe._numba import _steps
+
+    want = _steps(d_model, base)
+    got = _cython._steps(d_model, base)
+    assert got.shape == want.shape and not got.flags.writeable
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("d_model", D_MODELS)
+def test_forward_matches_numba(numba_backend, d_model, base):
+    positions = positions_for(d_model, base)
+    want = forward(numba_backend, positions, d_model, base)
+    assert_same_bits(forward(_cython, positions, d_model, base), want)
+    # the baseline copy of the kernels too, where the CPU would pick a wider one
+    baseline = np.empty_like(want)
+    turns, steps = sinusoid_turns(d_model, base), _cython._steps(d_model, base)
+    _ext.sinusoid_forward(positions, turns, steps, baseline, wide=False)
+    assert_same_bits(baseline, want)
+
+
+@pytest.mark.parametrize("d_model", [1, 2, 7, 64, 513])
+@pytest.mark.parametrize("n_rows", [0, 1, 2, 33])
+def test_small_shapes_match_numba(numba_backend, d_model, n_rows):
+    positions = np.arange(POSITION_LIMIT - n_rows, POSITION_LIMIT, dtype=np.uint64)
+    positions = positions.astype(np.uint32)
+    want = forward(numba_backend, positions, d_model, 10000.0)
+    assert_same_bits(forward(_cython, positions, d_model, 10000.0), want)
+
+
+@pytest.mark.parametrize("d_model", [1, 8, 63, 512])
+@pytest.mark.parametrize(
+    "start, n_rows",
+    [(0, 0), (0, 1), (0, 2048), (12345, 100), (POSITION_LIMIT - 1, 1), (POSITION_LIMIT - 777, 777)],
+)
+def test_range_matches_numba_and_forward(numba_backend, d_model, start, n_rows):
+    base = 10000.0
+    got = np.empty((n_rows, d_model), dtype=np.float32)
+    _cython.sinusoid_range(start, d_model, base, got)
+    want = np.empty_like(got)
+    numba_backend.sinusoid_range(start, d_model, base, want)
+    assert_same_bits(got, want)
+    positions = np.arange(start, start + n_rows, dtype=np.uint64).astype(np.uint32)
+    assert_same_bits(forward(_cython, positions, d_model, base), got)
+
+
+def test_read_only_positions_are_accepted():
+    positions = np.arange(10, dtype=np.uint32)
+    positions.setflags(write=False)
+    got = forward(_cython, positions, 6, 10000.0)
+    want = np.empty_like(got)
+    _cython.sinusoid_range(0, 6, 10000.0, want)
+    assert_same_bits(got, want)
+
+
+def test_extension_refuses_what_would_be_unsafe():
+    turns, steps = sinusoid_turns(8, 10000.0), _cython._steps(8, 10000.0)
+    out = np.empty((4, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="steps"):
+        _ext.sinusoid_range(0, turns, _cython._steps(10, 10000.0), out)
+    with pytest.raises(ValueError, match="turns"):
+        _ext.sinusoid_range(0, sinusoid_turns(10, 10000.0), steps, out)
+    with pytest.raises(ValueError, match="positions for"):
+        _ext.sinusoid_forward(np.zeros(3, dtype=np.uint32), turns, steps, out)
+    with pytest.raises(ValueError, match="out of range"):
+        _ext.sinusoid_range(0, turns, steps, out, 2, 5)
+    with pytest.raises(ValueError, match="2\\*\\*32"):
+        _ext.sinusoid_range(POSITION_LIMIT - 3, turns, steps, out)
+    with pytest.raises(ValueError):  # read-only output
+        frozen = np.empty((4, 8), dtype=np.float32)
+        frozen.setflags(write=False)
+        _ext.sinusoid_range(0, turns, steps, frozen)
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 2, 3, 10, 4097])
+@pytest.mark.parametrize("n_threads", [1, 2, 3, 16])
+def test_blocks_cover_every_row_once(n_rows, n_threads):
+    blocks = _cython._blocks(n_rows, 1024, n_threads)
+    rows = [r for lo, hi in blocks for r in range(lo, hi)]
+    assert rows == list(range(n_rows))
+    assert len(blocks) <= n_threads
+
+
+@pytest.fixture
+def split_small(monkeypatch):
+    """Make every output large enough to be split across threads."""
+    monkeypatch.setattr(_cython, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(_cython, "MIN_BLOCK", 1)
+
+
+@pytest.mark.parametrize("n_threads", [2, 3, 7])
+def test_split_rows_equal_single_thread(split_small, n_threads):
+    d_model, base, n_rows = 257, 10000.0, 3001
+    assert len(_cython._blocks(n_rows, d_model, n_threads)) == n_threads
+    turns, steps = sinusoid_turns(d_model, base), _cython._steps(d_model, base)
+    rng = np.random.default_rng(7)
+    positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
+    cases = ((_ext.sinusoid_forward, positions), (_ext.sinusoid_range, POSITION_LIMIT - n_rows))
+    for kernel, first in cases:
+        single = np.empty((n_rows, d_model), dtype=np.float32)
+        split = np.full_like(single, np.nan)
+        _cython._fill(kernel, first, turns, steps, single, n_threads=1)
+        _cython._fill(kernel, first, turns, steps, split, n_threads=n_threads)
+        assert_same_bits(split, single)
+
+
+def test_sixteen_threads_at_once(split_small):
+    """Concurrent callers, each splitting its output across threads, all exact."""
+    rng = np.random.default_rng(3)
+    jobs = []
+    for k in range(16):
+        d_model = (64, 255, 512, 3)[k % 4]
+        n_rows = 2000 if k % 2 else 50
+        positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
+        want = np.empty((n_rows, d_model), dtype=np.float32)
+        turns, steps = sinusoid_turns(d_model, 10000.0), _cython._steps(d_model, 10000.0)
+        _cython._fill(_ext.sinusoid_forward, positions, turns, steps, want, 1)
+        jobs.append((positions, d_model, want))
+    barrier = threading.Barrier(len(jobs))
+    failures: list[str] = []
+
+    def run(k):
+        positions, d_model, want = jobs[k]
+        barrier.wait()
+        for _ in range(5):
+            got = forward(_cython, positions, d_model, 10000.0)
+            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                failures.append(f"job {k}")
+                return
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a caller hung"
+    assert failures == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_works_in_a_forked_child():
+    """A child forked after threaded calls computes the same values (no pool to inherit)."""
+    script = textwrap.dedent(
+        """
+        import os, sys
+        import numpy as np
+        from fastpe import _cython
+        _cython.PARALLEL_FROM = _cython.MIN_BLOCK = 1   # split even this small output
+        out = np.empty((4000, 300), dtype=np.float32)
+        _cython.sinusoid_range(0, 300, 10000.0, out)      # runs on helper threads
+        pid = os.fork()
+        if pid == 0:
+            again = np.empty_like(out)
+            _cython.sinusoid_range(0, 300, 10000.0, again)
+            os._exit(0 if np.array_equal(again.view(np.uint32), out.view(np.uint32)) else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(_cython.__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
