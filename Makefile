@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml setup.py csrc/_ext.pyx csrc/fastpe_kernels.h
 	$(PIP) install --quiet -e '.[test]'
 	if [ "$(PEERS)" = "1" ]; then \
 	  $(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"; \
+	  $(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"; \
 	fi
 	touch $@
 
@@ -39,6 +40,21 @@ test-fast: setup
 
 check: setup
 	$(VENV)/bin/fastpe check
+
+BENCH_DIR  ?= .benchmarks
+BENCH_ARGS ?=
+
+# bench/ is outside the default test paths.  `make bench` records a run, its Markdown table
+# (what the README shows) and the baseline; `make bench-compare` reruns and fails when a
+# fastpe median is more than 10% slower than the baseline (recording one if there is none).
+bench: setup
+	mkdir -p $(BENCH_DIR)
+	$(PY) -m pytest bench/ -q --benchmark-json=$(BENCH_DIR)/last.json --benchmark-autosave --benchmark-storage=$(BENCH_DIR) $(BENCH_ARGS)
+	$(PY) bench/report.py $(BENCH_DIR)/last.json -o $(BENCH_DIR)/table.md
+	cp $(BENCH_DIR)/last.json $(BENCH_DIR)/baseline.json
+
+bench-compare: setup
+	$(PY) bench/compare.py --run $(BENCH_DIR)/current.json --baseline $(BENCH_DIR)/baseline.json $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fastpe/_ext*.so csrc/*.c .pytest_cache .benchmarks

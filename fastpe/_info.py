@@ -37,7 +37,13 @@ def info() -> dict:
         "threading_layer": None,
         "threading_note": None,
         "threads": None,
+        "cython_threads": None,
+        "cython_build": None,
     }
+    if backends.get("cython") is None:
+        cython_backend = _backends.load("cython")
+        result["cython_threads"] = cython_backend.threads()
+        result["cython_build"] = cython_backend.build_info()
     if backends.get("numba") is None:
         numba_backend = _backends.load("numba")
         result["threading_layer"] = numba_backend.threading_layer()

@@ -35,10 +35,13 @@ OPERATIONS: dict[str, Operation] = {
     )
 }
 
-#: backend name -> module implementing the operations, fastest first (the auto order)
+#: backend name -> module implementing the operations, in the automatic order.
+#: cython first: it writes the same bits as numba at the same speed (faster on ``forward``)
+#: and loads in ~20 ms, where importing numba and loading its cached kernels costs ~0.5 s,
+#: which dominates a one-shot CLI run.
 BACKEND_MODULES: dict[str, str] = {
-    "numba": "fastpe._numba",
     "cython": "fastpe._cython",
+    "numba": "fastpe._numba",
     "python": "fastpe._python",
 }
 

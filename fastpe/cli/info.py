@@ -20,6 +20,11 @@ def format_info(result: dict) -> list[str]:
     else:
         source = "from $FASTPE_BACKEND" if result["env_backend"] else "fastest available"
         lines.append(f"default backend: {result['default']} ({source})")
+    if result.get("cython_build"):
+        build = result["cython_build"]
+        lines.append(f"cython extension: built for {build.get('target')}, running "
+                     f"{build.get('kernels')} kernels on up to {result['cython_threads']} threads "
+                     "(Python threads, no OpenMP)")
     if result["threading_layer"] is not None:
         lines.append(f"numba threading layer: {result['threading_layer']} ({result['threading_note']})")
         lines.append(f"threads: {result['threads']}")
