@@ -36,7 +36,7 @@ import numpy as np
 
 from ._exact import decimal_pi
 
-__all__ = ["sinusoid_turns", "PLAN_PREC", "split_turns"]
+__all__ = ["sinusoid_turns", "frequency_turns", "PLAN_PREC", "split_turns"]
 
 #: decimal digits used to build plans; 60 digits is ~199 bits, far beyond the 116 kept.
 PLAN_PREC = 60
@@ -92,5 +92,23 @@ def sinusoid_turns(d_model: int, base: float) -> np.ndarray:
         for i in range(n_freq):
             out[:, i] = split_turns(w * inv_two_pi)
             w *= ratio
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def frequency_turns(frequencies: tuple[float, ...]) -> np.ndarray:
+    """Split words, shape ``(4, n)``, for arbitrary angular frequencies (radians/position).
+
+    Each frequency is taken as the exact value of its double (RoPE's ``inv_freq``, say), so
+    ``sin(p * f)`` is defined for the double ``f`` itself, whatever formula produced it.
+    Frequencies must be finite and ``>= 0``.  Read-only; cached per tuple.
+    """
+    out = np.empty((4, len(frequencies)), dtype=np.float64)
+    with localcontext() as ctx:
+        ctx.prec = PLAN_PREC
+        inv_two_pi = 1 / (2 * decimal_pi(PLAN_PREC + 10))
+        for i, f in enumerate(frequencies):
+            out[:, i] = split_turns(Decimal(f) * inv_two_pi)
     out.setflags(write=False)
     return out
