@@ -14,6 +14,11 @@ Rules every row follows, so the numbers compare:
   float32 first, as a user would.
 * Every implementation runs on this machine's default thread count: numba's pool (TBB) for
   fastpe and the numba yardstick, torch's intra-op pool; NumPy's ufuncs are single-threaded.
+* RoPE ``rope_apply_qk`` workloads rotate q and k of one shape (positions ``0 .. seq-1``, HF's
+  default frequencies at head_dim 128): fastpe in place into arrays allocated once, HF's
+  ``apply_rotary_pos_emb`` from cos/sin caches computed before timing (as HF's model does,
+  once per forward pass) into new tensors, as HF does; the yardstick reads and writes q and k
+  once in place.  ``rope_cos_sin`` workloads return fresh cos and sin arrays (or tensors).
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ __all__ = [
     "CASES",
     "REFERENCE_ROWS",
     "SEED",
+    "ROPE_INV_FREQ",
+    "hf_cos_sin",
+    "hf_apply_rotary_pos_emb",
 ]
 
 #: seed of the random positions (forward workloads)
@@ -60,6 +68,9 @@ class Workload:
     d_model: int
     title: str  #: the pytest-benchmark group and the report's heading
     positions_kind: str = "arange"  #: "arange", "random_u32" or "near_2p32"
+    #: RoPE: q's (and k's) shape (batch, heads, seq, head_dim), or cos_sin's (positions,
+    #: rotary_dim); ``rows * d_model * 4`` is then the bytes written (q and k, or cos and sin)
+    shape: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -77,6 +88,35 @@ class Workload:
                 np.uint32
             )
         return np.arange(self.rows, dtype=np.uint32)
+
+    @property
+    def is_rope(self) -> bool:
+        return self.kind.startswith("rope")
+
+    @property
+    def rope_positions(self) -> np.ndarray:
+        """Positions ``0 .. seq - 1`` (HF's default ``position_ids``)."""
+        n = self.shape[2] if self.kind == "rope_apply_qk" else self.shape[0]
+        return np.arange(n, dtype=np.uint32)
+
+    @cached_property
+    def rope_qk(self) -> tuple[np.ndarray, np.ndarray]:
+        """The workload's q and k (fixed seed); implementations take copies."""
+        rng = np.random.default_rng(SEED)
+        return (rng.standard_normal(self.shape, dtype=np.float32),
+                rng.standard_normal(self.shape, dtype=np.float32))
+
+
+#: RoPE frequencies of every RoPE workload: HF's default rule at head_dim 128, base 10000
+ROPE_HEAD_DIM = 128
+ROPE_INV_FREQ = 1.0 / (10000.0 ** (np.arange(0, ROPE_HEAD_DIM, 2, dtype=np.float64) / ROPE_HEAD_DIM))
+
+
+def _rope_apply_workload(b: int, h: int, s: int, d: int) -> Workload:
+    return Workload(
+        f"rope-apply-qk-{b}x{h}x{s}x{d}", "rope_apply_qk", 2 * b * h * s, d,
+        f"RoPE apply_qk_: q and k {b}x{h}x{s}x{d} float32", shape=(b, h, s, d),
+    )
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -96,8 +136,18 @@ WORKLOADS: dict[str, Workload] = {
             "forward-4096x512-near2p32", "forward", 4096, 512,
             "forward 4096 positions in [2^32-2^20, 2^32) x 512", "near_2p32",
         ),
+        _rope_apply_workload(1, 32, 4096, ROPE_HEAD_DIM),
+        _rope_apply_workload(8, 32, 512, ROPE_HEAD_DIM),
+        Workload(
+            "rope-cos-sin-131072x128", "rope_cos_sin", 2 * 131072, ROPE_HEAD_DIM,
+            "RoPE cos/sin caches: 131072 positions x 128, fresh arrays", shape=(131072, ROPE_HEAD_DIM),
+        ),
     )
 }
+
+#: the sinusoidal workloads (the peers of the sinusoid computation run on these only)
+SINUSOID = tuple(k for k, w in WORKLOADS.items() if not w.is_rope)
+ROPE = tuple(k for k, w in WORKLOADS.items() if w.is_rope)
 
 SMALLEST = "table-2048x512"
 
@@ -122,6 +172,8 @@ def _fastpe(backend: str):
             from fastpe._backends import unavailable_reason
 
             raise Unavailable(f"fastpe backend {backend!r} not available: {unavailable_reason(backend)}")
+        if w.is_rope:
+            return _fastpe_rope(backend, w)
         if w.kind == "table":
             rows = REFERENCE_ROWS if backend == "python" else w.rows
             return lambda: fastpe.table(w.d_model, rows, backend=backend)
@@ -131,6 +183,16 @@ def _fastpe(backend: str):
         return lambda: fastpe.forward(positions, config, out, backend=backend)
 
     return make
+
+
+def _fastpe_rope(backend: str, w: Workload):
+    from fastpe.rope._core import apply_qk_from_inv_freq, cos_sin_from_inv_freq
+
+    positions = w.rope_positions
+    if w.kind == "rope_cos_sin":
+        return lambda: cos_sin_from_inv_freq(positions, ROPE_INV_FREQ, 1.0, backend=backend)
+    q, k = (a.copy() for a in w.rope_qk)  # rotated in place, round after round
+    return lambda: apply_qk_from_inv_freq(q, k, positions, ROPE_INV_FREQ, 1.0, backend=backend)
 
 
 # -- the PyTorch tutorial module ("Sequence-to-Sequence Modeling with nn.Transformer")
@@ -219,6 +281,45 @@ def _make_pe1d(w: Workload):
     return run
 
 
+# -- HF transformers' RoPE (LlamaRotaryEmbedding.forward, apply_rotary_pos_emb), float32
+
+
+def hf_cos_sin(torch, inv_freq, position_ids, attention_scaling: float = 1.0):
+    """``LlamaRotaryEmbedding.forward``'s body: float32 cos/sin caches ``(batch, seq, dim)``."""
+    inv_freq_expanded = inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+    position_ids_expanded = position_ids[:, None, :].float()
+    freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos() * attention_scaling, emb.sin() * attention_scaling
+
+
+def hf_rotate_half(torch, x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def hf_apply_rotary_pos_emb(torch, q, k, cos, sin, unsqueeze_dim: int = 1):
+    """``apply_rotary_pos_emb`` of HF's Llama: new q and k tensors."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (hf_rotate_half(torch, q) * sin)
+    k_embed = (k * cos) + (hf_rotate_half(torch, k) * sin)
+    return q_embed, k_embed
+
+
+def _make_hf_rope(w: Workload):
+    torch = _torch()
+    # HF keeps inv_freq as a float32 buffer; position_ids are int64 (batch, seq)
+    inv = torch.from_numpy(ROPE_INV_FREQ.astype(np.float32))
+    position_ids = torch.from_numpy(w.rope_positions.astype(np.int64))[None]
+    if w.kind == "rope_cos_sin":
+        return lambda: hf_cos_sin(torch, inv, position_ids)
+    cos, sin = hf_cos_sin(torch, inv, position_ids)  # computed once per forward pass in HF
+    q, k = (torch.from_numpy(a.copy()) for a in w.rope_qk)
+    return lambda: hf_apply_rotary_pos_emb(torch, q, k, cos, sin)
+
+
 # -- the yardstick: writing the same bytes, and nothing else
 
 
@@ -245,7 +346,51 @@ def numba_fill():
     return _numba_fill
 
 
+_numba_negate = None
+
+
+def numba_negate():
+    """A parallel in-place pass: reads and writes every value once (``x = -x``)."""
+    global _numba_negate
+    if _numba_negate is None:
+        fastpe.available_backends()
+        import numba
+
+        @numba.njit(parallel=True, cache=True, nogil=True, boundscheck=False)
+        def negate(flat):
+            for i in numba.prange(flat.shape[0]):
+                flat[i] = -flat[i]
+
+        _numba_negate = negate
+    return _numba_negate
+
+
+def _make_inplace(w: Workload):
+    negate = numba_negate()
+    q, k = (a.copy().reshape(-1) for a in w.rope_qk)
+
+    def run():
+        negate(q)
+        negate(k)
+
+    return run
+
+
+def _fresh_pair(w: Workload, fill):
+    """Two fresh ``shape`` float32 arrays (cos and sin), each filled with ``fill``."""
+    def run():
+        a = np.empty(w.shape, dtype=np.float32)
+        b = np.empty(w.shape, dtype=np.float32)
+        fill(a)
+        fill(b)
+        return a, b
+
+    return run
+
+
 def _make_fill(w: Workload):
+    if w.kind == "rope_cos_sin":
+        return _fresh_pair(w, lambda a: a.fill(0))
     if w.kind == "table":
         def run():
             a = np.empty((w.rows, w.d_model), dtype=np.float32)
@@ -259,6 +404,8 @@ def _make_fill(w: Workload):
 
 def _make_numba_fill(w: Workload):
     fill = numba_fill()
+    if w.kind == "rope_cos_sin":
+        return _fresh_pair(w, lambda a: fill(a.reshape(-1)))
     if w.kind == "table":
         def run():
             a = np.empty((w.rows, w.d_model), dtype=np.float32)
@@ -294,12 +441,17 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     for im in (
         *_fastpe_rows(),
         Implementation(
-            "torch-tutorial", "torch tutorial module (f32)", "peer", _make_torch,
+            "torch-tutorial", "torch tutorial module (f32)", "peer", _make_torch, SINUSOID,
             note="PyTorch tutorial PositionalEncoding computation; same column layout as fastpe",
         ),
         Implementation(
-            "numpy-f32", "NumPy f32 (tutorial formula)", "peer", _make_numpy,
+            "numpy-f32", "NumPy f32 (tutorial formula)", "peer", _make_numpy, SINUSOID,
             note="the tutorial's computation in NumPy float32; same column layout as fastpe",
+        ),
+        Implementation(
+            "hf-torch-rope", "HF transformers RoPE (torch f32)", "peer", _make_hf_rope, ROPE,
+            note="LlamaRotaryEmbedding.forward (cos/sin) and apply_rotary_pos_emb (q*cos + "
+            "rotate_half(q)*sin, new tensors; the cos/sin caches computed before timing)",
         ),
         Implementation(
             "positional-encodings", "positional-encodings PositionalEncoding1D", "peer", _make_pe1d,
@@ -308,11 +460,18 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         ),
         Implementation(
             "yardstick-fill", "yardstick: np.empty + fill(0)", "yardstick", _make_fill,
+            (*SINUSOID, "rope-cos-sin-131072x128"),
             note="writes the same bytes and nothing else (forward: into the preallocated out)",
         ),
         Implementation(
             "yardstick-numba", "yardstick: np.empty + numba prange fill", "yardstick", _make_numba_fill,
+            (*SINUSOID, "rope-cos-sin-131072x128"),
             note="parallel fill of the same bytes (forward: into the preallocated out)",
+        ),
+        Implementation(
+            "yardstick-inplace", "yardstick: numba prange x = -x over q and k", "yardstick", _make_inplace,
+            tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_apply_qk"),
+            note="reads and writes q and k once, in place, in parallel: the memory traffic of apply_qk_",
         ),
     )
 }

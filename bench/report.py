@@ -211,16 +211,28 @@ def goals(workloads: dict[str, dict], memory: dict | None) -> list[Goal]:
     speedup("table-2048x512", "NumPy f32", 8, "table 2048x512: ≥ 8× faster than NumPy float32")
     speedup("table-131072x1024", "torch tutorial", 15, "table 131072x1024: ≥ 15× faster than the torch tutorial module")
 
-    rs = rows("table-131072x1024")
-    ours, yard = fastest(rs, "fastpe"), fastest(rs, "yardstick")
-    what = "table 131072x1024: ≤ 1.3× the yardstick (fresh array, same bytes)"
-    if ours and yard:
-        x = ours.median / yard.median
-        result.append(Goal(what, x <= 1.3, f"{x:.2f}× ({fmt_time(ours.median)} vs {fmt_time(yard.median)}, {yard.label})"))
-    else:
-        result.append(Goal(what, None, "not measured in this run"))
+    def within_yardstick(key, at_most, what):
+        rs = rows(key)
+        ours, yard = fastest(rs, "fastpe"), fastest(rs, "yardstick")
+        if ours and yard:
+            x = ours.median / yard.median
+            result.append(
+                Goal(what, x <= at_most, f"{x:.2f}× ({fmt_time(ours.median)} vs {fmt_time(yard.median)}, {yard.label})")
+            )
+        else:
+            result.append(Goal(what, None, "not measured in this run"))
+
+    within_yardstick("table-131072x1024", 1.3, "table 131072x1024: ≤ 1.3× the yardstick (fresh array, same bytes)")
 
     speedup("forward-1Mx64", "NumPy f32", 5, "forward 1M x 64: ≥ 5× faster than NumPy float32")
+
+    for shape in ("1x32x4096x128", "8x32x512x128"):
+        key = f"rope-apply-qk-{shape}"
+        speedup(key, "HF transformers", 25, f"RoPE apply_qk_ {shape}: ≥ 25× faster than HF's torch apply_rotary_pos_emb")
+        within_yardstick(key, 2.0, f"RoPE apply_qk_ {shape}: ≤ 2× the in-place read+write yardstick")
+    within_yardstick(
+        "rope-cos-sin-131072x128", 1.5, "RoPE cos_sin 131072x128: ≤ 1.5× the yardstick (fresh arrays, same bytes)"
+    )
 
     rs = rows("cli-2048x512")
     ours, peer = fastest(rs, "fastpe"), fastest(rs, "peer")

@@ -25,7 +25,16 @@ import numpy as np
 import pytest
 
 import fastpe
-from peers import CASES, IMPLEMENTATIONS, REFERENCE_ROWS, WORKLOADS, Implementation, Unavailable, Workload
+from peers import (
+    CASES,
+    IMPLEMENTATIONS,
+    REFERENCE_ROWS,
+    ROPE_INV_FREQ,
+    WORKLOADS,
+    Implementation,
+    Unavailable,
+    Workload,
+)
 
 #: $FASTPE_BENCH_SCALE multiplies the timing budgets (bench/compare.py re-measures with 2)
 SCALE = float(os.environ.get("FASTPE_BENCH_SCALE", "1") or 1)
@@ -107,6 +116,30 @@ def check_agrees(result, w: Workload) -> None:
     assert err < 4 * w.rows * 2.0**-24, f"differs from fastpe.table by up to {err:.3g}"
 
 
+def check_rope_agrees(result, w: Workload) -> None:
+    """A RoPE row computes RoPE (NeoX layout), to float32-formula accuracy: float32 angles
+    ``p * f`` are off by up to ``p * 2**-24`` radians.  Checked on a slice, in float64."""
+    positions = w.rope_positions.astype(np.float64)
+    angle = positions[:, None] * ROPE_INV_FREQ[None, :]
+    cos, sin = np.cos(angle), np.sin(angle)
+    tol = 8 * positions.size * 2.0**-24
+    if w.kind == "rope_cos_sin":
+        got_c, got_s = (np.asarray(a, dtype=np.float64).reshape(w.shape) for a in result)  # HF: (1, n, d)
+        for got, want in ((got_c, cos), (got_s, sin)):
+            assert got.shape == w.shape
+            err = float(np.max(np.abs(got - np.concatenate([want, want], axis=1))))
+            assert err < tol, f"differs from cos/sin by up to {err:.3g}"
+        return
+    half = w.shape[-1] // 2
+    for got, x in zip(result, w.rope_qk):
+        x = x[:1, :2].astype(np.float64)
+        got = np.asarray(got)[:1, :2].astype(np.float64)
+        x1, x2 = x[..., :half], x[..., half:]
+        want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        err = float(np.max(np.abs(got - want)))
+        assert err < tol * float(np.max(np.abs(x))), f"differs from the rotation by up to {err:.3g}"
+
+
 @pytest.mark.parametrize(
     "workload_key, impl_key", [(w.key, im.key) for w, im in CASES], ids=[f"{w.key}-{im.key}" for w, im in CASES]
 )
@@ -119,6 +152,8 @@ def test_speed(benchmark, workload_key: str, impl_key: str):
         pytest.skip(f"{impl.label}: {exc}")
     if workload.key == CHECKED and impl.role in ("fastpe", "peer"):
         check_agrees(fn(), workload)
+    if workload.is_rope and impl.role in ("fastpe", "peer"):
+        check_rope_agrees(fn(), workload)  # the first call: q and k rotated once
     per_call = warm_up(fn)
     rounds = rounds_for(impl, per_call)
     benchmark.extra_info.update(info(workload, impl, rounds_planned=rounds))

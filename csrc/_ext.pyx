@@ -25,6 +25,20 @@ cdef extern from "fastpe_kernels.h" nogil:
                                const double *steps, float *out, Py_ssize_t d_model,
                                Py_ssize_t row_begin, Py_ssize_t row_end, double *scratch,
                                int wide)
+    const int FASTPE_ROPE_SEQ
+    void fastpe_rope_table(const uint32_t *positions, const double *turns, Py_ssize_t n_freq,
+                           const double *steps, double af, double *table, Py_ssize_t row_begin,
+                           Py_ssize_t row_end, double *scratch, int wide)
+    void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, Py_ssize_t n_freq,
+                             const double *steps, double af, int neox, float *out_cos,
+                             float *out_sin, Py_ssize_t row_begin, Py_ssize_t row_end,
+                             double *scratch, int wide)
+    void fastpe_rope_apply(float *xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq,
+                           Py_ssize_t ssq, float *xk, Py_ssize_t hk, Py_ssize_t bk,
+                           Py_ssize_t shk, Py_ssize_t ssk, Py_ssize_t s_begin,
+                           Py_ssize_t s_end, const double *table, Py_ssize_t n_freq,
+                           Py_ssize_t pos_bstride, int neox, Py_ssize_t item_begin,
+                           Py_ssize_t item_end, int wide)
 
 cdef extern from *:
     """
@@ -51,6 +65,8 @@ cdef uint64_t POSITION_LIMIT = (<uint64_t>1) << 32
 #: anchors are the multiples of STEPS; values below TINY come from the exact path
 STEPS = FASTPE_STEPS
 TINY = FASTPE_TINY
+#: sequence positions per work item of :func:`rope_apply`
+ROPE_SEQ = FASTPE_ROPE_SEQ
 
 
 def coefficients():
@@ -152,3 +168,125 @@ def sinusoid_range(uint64_t start, const double[:, ::1] turns, const double[:, :
                                   &out[0, 0], out.shape[1], row_begin, row_end, scratch, wide)
     finally:
         PyMem_Free(scratch)
+
+
+# ------------------------------------------------------------------------------------ RoPE
+
+
+cdef int _check_rope_plan(const double[:, ::1] turns, const double[:, :, ::1] steps) except -1:
+    if turns.shape[0] != 4 or turns.shape[1] < 1:
+        raise ValueError(f"turns has shape ({turns.shape[0]}, {turns.shape[1]}), expected (4, n_freq)")
+    if steps.shape[0] != FASTPE_STEPS or steps.shape[1] != 2 or steps.shape[2] != turns.shape[1]:
+        raise ValueError(f"steps must have shape ({STEPS}, 2, {turns.shape[1]})")
+    return 0
+
+
+cdef int _check_rows(Py_ssize_t n_rows, Py_ssize_t row_begin, Py_ssize_t row_end) except -1:
+    if not 0 <= row_begin <= row_end <= n_rows:
+        raise ValueError(f"rows [{row_begin}, {row_end}) out of range for {n_rows} rows")
+    return 0
+
+
+def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
+               const double[:, :, ::1] steps, double attention_factor, double[:, :, ::1] table,
+               Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
+    """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(positions), 2, n_freq)``):
+    ``table[t, 0, i], table[t, 1, i]`` = the doubles ``C, S`` of ``positions[t]``.
+
+    ``turns`` is ``fastpe._plan.frequency_turns(inv_freq)``, ``steps`` its table from
+    :func:`sincos_steps`.
+    """
+    _check_rope_plan(turns, steps)
+    if row_end < 0:
+        row_end = table.shape[0]
+    if table.shape[0] != positions.shape[0] or table.shape[1] != 2 or table.shape[2] != turns.shape[1]:
+        raise ValueError(f"table must have shape ({positions.shape[0]}, 2, {turns.shape[1]})")
+    _check_rows(table.shape[0], row_begin, row_end)
+    if row_begin == row_end:
+        return
+    cdef double *scratch = _scratch(turns.shape[1])
+    try:
+        with nogil:
+            fastpe_rope_table(&positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0],
+                              attention_factor, &table[0, 0, 0], row_begin, row_end, scratch, wide)
+    finally:
+        PyMem_Free(scratch)
+
+
+def rope_cos_sin(const uint32_t[::1] positions, const double[:, ::1] turns,
+                 const double[:, :, ::1] steps, double attention_factor, bint neox,
+                 float[:, ::1] out_cos, float[:, ::1] out_sin, Py_ssize_t row_begin=0,
+                 Py_ssize_t row_end=-1, bint wide=True):
+    """Fill rows ``[row_begin, row_end)`` of ``out_cos`` and ``out_sin``
+    (``(len(positions), 2 * n_freq)``) with float32 ``C`` and ``S``, each frequency in two
+    columns: ``i`` and ``i + n_freq`` if ``neox``, else ``2i`` and ``2i + 1``."""
+    _check_rope_plan(turns, steps)
+    cdef Py_ssize_t n = positions.shape[0]
+    cdef Py_ssize_t width = 2 * turns.shape[1]
+    if row_end < 0:
+        row_end = n
+    if (out_cos.shape[0] != n or out_cos.shape[1] != width or out_sin.shape[0] != n
+            or out_sin.shape[1] != width):
+        raise ValueError(f"outputs must have shape ({n}, {width})")
+    _check_rows(n, row_begin, row_end)
+    if row_begin == row_end:
+        return
+    cdef double *scratch = _scratch(turns.shape[1])
+    try:
+        with nogil:
+            fastpe_rope_cos_sin(&positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0],
+                                attention_factor, neox, &out_cos[0, 0], &out_sin[0, 0],
+                                row_begin, row_end, scratch, wide)
+    finally:
+        PyMem_Free(scratch)
+
+
+cdef int _check_rows_fit(str name, Py_ssize_t size, Py_ssize_t n_heads, Py_ssize_t n_batch,
+                         Py_ssize_t sb, Py_ssize_t sh, Py_ssize_t ss, Py_ssize_t s_end,
+                         Py_ssize_t width) except -1:
+    if n_heads < 0 or sb < 0 or sh < 0 or ss < 0:
+        raise ValueError(f"{name}: negative heads or strides")
+    if n_heads == 0:
+        return 0
+    if (n_batch - 1) * sb + (n_heads - 1) * sh + (s_end - 1) * ss + width > size:
+        raise ValueError(f"{name}: rows reach past the end of its {size} values")
+    return 0
+
+
+def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_ssize_t ssq,
+               float[::1] xk, Py_ssize_t hk, Py_ssize_t bk, Py_ssize_t shk, Py_ssize_t ssk,
+               Py_ssize_t n_batch, Py_ssize_t s_begin, Py_ssize_t s_end,
+               const double[:, :, ::1] table, Py_ssize_t pos_bstride, bint neox,
+               Py_ssize_t item_begin=0, Py_ssize_t item_end=-1, bint wide=True):
+    """Rotate, in place, the rows of the flat buffers ``xq`` (``hq`` heads) and ``xk``
+    (``hk`` heads, 0 for none) for sequence indices ``[s_begin, s_end)`` of every batch.
+
+    Row ``(b, h, s)`` of ``xq`` starts at ``b*bq + h*shq + s*ssq`` (``xk`` likewise) and reads
+    table row ``b * pos_bstride + s - s_begin``.  Work items ``[item_begin, item_end)``
+    (default all ``n_batch * ceil((s_end - s_begin) / ROPE_SEQ)``) are (batch, ROPE_SEQ
+    positions) blocks.
+    """
+    cdef Py_ssize_t n_freq = table.shape[2]
+    if table.shape[1] != 2 or n_freq < 1:
+        raise ValueError("table must have shape (rows, 2, n_freq)")
+    if n_batch < 0 or not 0 <= s_begin <= s_end or pos_bstride < 0:
+        raise ValueError("bad batch count, sequence range or table stride")
+    cdef Py_ssize_t n_sb = (s_end - s_begin + FASTPE_ROPE_SEQ - 1) // FASTPE_ROPE_SEQ
+    cdef Py_ssize_t n_items = n_batch * n_sb
+    if item_end < 0:
+        item_end = n_items
+    if not 0 <= item_begin <= item_end <= n_items:
+        raise ValueError(f"items [{item_begin}, {item_end}) out of range for {n_items} items")
+    if item_begin == item_end:
+        return
+    if (n_batch - 1) * pos_bstride + (s_end - 1 - s_begin) >= table.shape[0]:
+        raise ValueError(f"table has {table.shape[0]} rows, too few for these positions")
+    _check_rows_fit("xq", xq.shape[0], hq, n_batch, bq, shq, ssq, s_end, 2 * n_freq)
+    _check_rows_fit("xk", xk.shape[0], hk, n_batch, bk, shk, ssk, s_end, 2 * n_freq)
+    cdef float *pq = &xq[0] if xq.shape[0] else NULL
+    cdef float *pk = &xk[0] if xk.shape[0] else NULL
+    if hq and pq == NULL:
+        raise ValueError("xq is empty")
+    with nogil:
+        fastpe_rope_apply(pq, hq, bq, shq, ssq, pk, hk, bk, shk, ssk, s_begin, s_end,
+                          &table[0, 0, 0], n_freq, pos_bstride, neox, item_begin, item_end, wide)

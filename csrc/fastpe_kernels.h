@@ -6,7 +6,8 @@
  * the numba backend's, whatever instruction set runs it.  The algorithm is explained in
  * fastpe/_plan.py (each frequency split into words v1..v4 so that p*v1, p*v2, p*v3 are
  * exact) and fastpe/_poly.py (the polynomials).  Kernels assume validated input: positions
- * below 2**32 and the plan of fastpe._plan.sinusoid_turns.  They never fail.
+ * below 2**32 and the plan of fastpe._plan.sinusoid_turns (or frequency_turns, for RoPE).
+ * They never fail.
  *
  * The column loops have no libm call and no data-dependent branch, so compilers vectorise
  * them.  On x86-64 built for the baseline ISA (SSE2, what a portable wheel targets), the array
@@ -36,6 +37,13 @@
 #else
 #define FASTPE_RESTRICT
 #define FASTPE_ALWAYS_INLINE inline
+#endif
+
+/* a hint to fetch the cache line at p for writing; it changes no value */
+#if defined(__GNUC__) || defined(__clang__)
+#define FASTPE_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+#else
+#define FASTPE_PREFETCH_W(p) ((void)(p))
 #endif
 
 /* floor() compiles to one vector instruction (SSE4.1 roundpd, AArch64 frintm)? */
@@ -271,10 +279,250 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
         }                                                                                        \
     }
 
+/*
+ * RoPE: the twin of the "RoPE" section of fastpe/_numba/kernels.py.  For position p and
+ * frequency f_i (the exact value of a double inv_freq, words from frequency_turns):
+ *     c, s = the anchored product above, unless |c| or |s| < 2**-14, then the exact path at p;
+ *     C = af * c, S = af * s.
+ * The tiny test is on the unscaled product (its error, < 2**-46 absolute, stays below 2**-32
+ * relative for any attention factor af).  cos_sin writes (float)C, (float)S; apply writes
+ * (float)(x1*C - x2*S), (float)(x2*C + x1*S) from the float32 inputs widened to double.
+ * Same operations in the same order as numba, so the same bits.
+ */
+#define FASTPE_TINY64 (0x1p-14)
+/* rows per block of the table and cos_sin kernels; positions per work item of apply */
+#define FASTPE_ROPE_ROWS 64
+#define FASTPE_ROPE_SEQ 16
+
+/* c_out[i], s_out[i] = C, S of position p from anchor (sa, ca) and step (cm, sm) */
+static FASTPE_ALWAYS_INLINE void fastpe_rope_row_(double p, const double *FASTPE_RESTRICT turns,
+                                                  ptrdiff_t n_freq,
+                                                  const double *FASTPE_RESTRICT sa,
+                                                  const double *FASTPE_RESTRICT ca,
+                                                  const double *FASTPE_RESTRICT cm,
+                                                  const double *FASTPE_RESTRICT sm, double af,
+                                                  double *FASTPE_RESTRICT c_out,
+                                                  double *FASTPE_RESTRICT s_out, const int hw)
+{
+    int any = 0;
+    for (ptrdiff_t i = 0; i < n_freq; i++) { /* branch-free: vectorises */
+        double c = ca[i] * cm[i] - sa[i] * sm[i];
+        double s = sa[i] * cm[i] + ca[i] * sm[i];
+        c_out[i] = c;
+        s_out[i] = s;
+        any |= (fabs(c) < FASTPE_TINY64) | (fabs(s) < FASTPE_TINY64);
+    }
+    if (any) { /* rare: about one (position, frequency) in 13,000 */
+        for (ptrdiff_t i = 0; i < n_freq; i++) {
+            if (fabs(c_out[i]) < FASTPE_TINY64 || fabs(s_out[i]) < FASTPE_TINY64) {
+                double s, c;
+                fastpe_sincos_turns_(p, turns[i], turns[n_freq + i], turns[2 * n_freq + i],
+                                     turns[3 * n_freq + i], &s, &c, hw);
+                c_out[i] = c;
+                s_out[i] = s;
+            }
+        }
+    }
+    for (ptrdiff_t i = 0; i < n_freq; i++) {
+        c_out[i] = af * c_out[i];
+        s_out[i] = af * s_out[i];
+    }
+}
+
+/* float32 C and S of one product, written to the two columns of its frequency */
+#define FASTPE_ROPE_PUT_(C0, C1, S0, S1, c, s)                                                   \
+    do {                                                                                         \
+        float cf_ = (float)(af * (c)), sf_ = (float)(af * (s));                                  \
+        C0 = cf_;                                                                                \
+        C1 = cf_;                                                                                \
+        S0 = sf_;                                                                                \
+        S1 = sf_;                                                                                \
+    } while (0)
+
+/* one row of cos_sin, the same values as fastpe_rope_row_ rounded to float32, in one pass:
+ * the products go straight to the output; the rare rows with a tiny value are fixed after
+ * (the products recomputed, identically).  NeoX (stride 1): frequency i in oc0[i] and
+ * oc1[i] (oc1 = oc0 + n_freq); GPT-J (stride 2): in oc0[2i] and oc0[2i + 1] (oc1 unused).
+ * Sines likewise. */
+static FASTPE_ALWAYS_INLINE void fastpe_rope_cs_row_(double p, const double *FASTPE_RESTRICT turns,
+                                                     ptrdiff_t n_freq,
+                                                     const double *FASTPE_RESTRICT sa,
+                                                     const double *FASTPE_RESTRICT ca,
+                                                     const double *FASTPE_RESTRICT cm,
+                                                     const double *FASTPE_RESTRICT sm, double af,
+                                                     float *FASTPE_RESTRICT oc0,
+                                                     float *FASTPE_RESTRICT oc1,
+                                                     float *FASTPE_RESTRICT os0,
+                                                     float *FASTPE_RESTRICT os1,
+                                                     ptrdiff_t stride, const int hw)
+{
+    int any = 0;
+    if (stride == 1) {
+        for (ptrdiff_t i = 0; i < n_freq; i++) {
+            double c = ca[i] * cm[i] - sa[i] * sm[i];
+            double s = sa[i] * cm[i] + ca[i] * sm[i];
+            any |= (fabs(c) < FASTPE_TINY64) | (fabs(s) < FASTPE_TINY64);
+            FASTPE_ROPE_PUT_(oc0[i], oc1[i], os0[i], os1[i], c, s);
+        }
+    } else {
+        for (ptrdiff_t i = 0; i < n_freq; i++) {
+            double c = ca[i] * cm[i] - sa[i] * sm[i];
+            double s = sa[i] * cm[i] + ca[i] * sm[i];
+            any |= (fabs(c) < FASTPE_TINY64) | (fabs(s) < FASTPE_TINY64);
+            FASTPE_ROPE_PUT_(oc0[2 * i], oc0[2 * i + 1], os0[2 * i], os0[2 * i + 1], c, s);
+        }
+    }
+    if (!any)
+        return;
+    for (ptrdiff_t i = 0; i < n_freq; i++) {
+        double c = ca[i] * cm[i] - sa[i] * sm[i];
+        double s = sa[i] * cm[i] + ca[i] * sm[i];
+        if (fabs(c) < FASTPE_TINY64 || fabs(s) < FASTPE_TINY64) {
+            fastpe_sincos_turns_(p, turns[i], turns[n_freq + i], turns[2 * n_freq + i],
+                                 turns[3 * n_freq + i], &s, &c, hw);
+            if (stride == 1)
+                FASTPE_ROPE_PUT_(oc0[i], oc1[i], os0[i], os1[i], c, s);
+            else
+                FASTPE_ROPE_PUT_(oc0[2 * i], oc0[2 * i + 1], os0[2 * i], os0[2 * i + 1], c, s);
+        }
+    }
+}
+
+/* HF rotate_half pairs (i, i + n) of one row: a = x, b = x + n */
+static FASTPE_ALWAYS_INLINE void fastpe_rotate_neox_(float *FASTPE_RESTRICT a,
+                                                     float *FASTPE_RESTRICT b,
+                                                     const double *FASTPE_RESTRICT c,
+                                                     const double *FASTPE_RESTRICT s,
+                                                     ptrdiff_t n)
+{
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double x1 = (double)a[i];
+        double x2 = (double)b[i];
+        a[i] = (float)(x1 * c[i] - x2 * s[i]);
+        b[i] = (float)(x2 * c[i] + x1 * s[i]);
+    }
+}
+
+/* GPT-J pairs (2i, 2i + 1) of one row */
+static FASTPE_ALWAYS_INLINE void fastpe_rotate_gptj_(float *FASTPE_RESTRICT r,
+                                                     const double *FASTPE_RESTRICT c,
+                                                     const double *FASTPE_RESTRICT s,
+                                                     ptrdiff_t n)
+{
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double x1 = (double)r[2 * i];
+        double x2 = (double)r[2 * i + 1];
+        r[2 * i] = (float)(x1 * c[i] - x2 * s[i]);
+        r[2 * i + 1] = (float)(x2 * c[i] + x1 * s[i]);
+    }
+}
+
+/* one row of x, by the table row c (n_freq C values, then n_freq S values) */
+static FASTPE_ALWAYS_INLINE void fastpe_rotate_(float *row, const double *c, ptrdiff_t n_freq,
+                                                int neox)
+{
+    if (neox)
+        fastpe_rotate_neox_(row, row + n_freq, c, c + n_freq, n_freq);
+    else
+        fastpe_rotate_gptj_(row, c, c + n_freq, n_freq);
+}
+
+/* rows (h, s) of one batch of x, every head and s in [lo, hi), in memory order; row (h, s)
+ * reads table row t0 + s */
+static FASTPE_ALWAYS_INLINE void fastpe_rotate_rows_(float *x, ptrdiff_t n_heads,
+                                                     ptrdiff_t s_head, ptrdiff_t s_seq,
+                                                     ptrdiff_t lo, ptrdiff_t hi,
+                                                     const double *table, ptrdiff_t t0,
+                                                     ptrdiff_t n_freq, int neox)
+{
+    if (s_head >= s_seq) { /* (batch, heads, seq, dim): one head's rows are adjacent */
+        for (ptrdiff_t h = 0; h < n_heads; h++)
+            for (ptrdiff_t s = lo; s < hi; s++) {
+                /* the next head's block starts far away (seq * head_dim values): ask for its
+                 * row now, so the hardware prefetcher need not find each block anew */
+                if (h + 1 < n_heads)
+                    for (ptrdiff_t j = 0; j < 2 * n_freq; j += 16)
+                        FASTPE_PREFETCH_W(x + (h + 1) * s_head + s * s_seq + j);
+                fastpe_rotate_(x + h * s_head + s * s_seq, table + 2 * (t0 + s) * n_freq, n_freq,
+                               neox);
+            }
+    } else { /* (tokens, heads, dim): one token's heads are adjacent */
+        for (ptrdiff_t s = lo; s < hi; s++)
+            for (ptrdiff_t h = 0; h < n_heads; h++)
+                fastpe_rotate_(x + h * s_head + s * s_seq, table + 2 * (t0 + s) * n_freq, n_freq,
+                               neox);
+    }
+}
+
+#define FASTPE_DEFINE_ROPE_KERNELS(SUFFIX, ATTR, HW)                                             \
+    ATTR static void fastpe_rope_table##SUFFIX(                                                  \
+        const uint32_t *FASTPE_RESTRICT positions, const double *FASTPE_RESTRICT turns,          \
+        ptrdiff_t n_freq, const double *FASTPE_RESTRICT steps, double af,                        \
+        double *FASTPE_RESTRICT table, ptrdiff_t row_begin, ptrdiff_t row_end,                   \
+        double *FASTPE_RESTRICT scratch)                                                         \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = -1;                                                                     \
+        for (ptrdiff_t t = row_begin; t < row_end; t++) {                                        \
+            int64_t p = (int64_t)positions[t];                                                   \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            const double *cm = steps + 2 * m * n_freq;                                           \
+            double *o = table + 2 * t * n_freq;                                                  \
+            fastpe_rope_row_((double)p, turns, n_freq, sa, ca, cm, cm + n_freq, af, o,           \
+                             o + n_freq, HW);                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    ATTR static void fastpe_rope_cos_sin##SUFFIX(                                                \
+        const uint32_t *FASTPE_RESTRICT positions, const double *FASTPE_RESTRICT turns,          \
+        ptrdiff_t n_freq, const double *FASTPE_RESTRICT steps, double af, int neox,              \
+        float *FASTPE_RESTRICT out_cos, float *FASTPE_RESTRICT out_sin, ptrdiff_t row_begin,     \
+        ptrdiff_t row_end, double *FASTPE_RESTRICT scratch)                                      \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = -1;                                                                     \
+        ptrdiff_t second = neox ? n_freq : 0, stride = neox ? 1 : 2;                             \
+        for (ptrdiff_t t = row_begin; t < row_end; t++) {                                        \
+            int64_t p = (int64_t)positions[t];                                                   \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            const double *cm = steps + 2 * m * n_freq;                                           \
+            float *oc = out_cos + 2 * t * n_freq;                                                \
+            float *os = out_sin + 2 * t * n_freq;                                                \
+            fastpe_rope_cs_row_((double)p, turns, n_freq, sa, ca, cm, cm + n_freq, af, oc,       \
+                                oc + second, os, os + second, stride, HW);                       \
+        }                                                                                        \
+    }                                                                                            \
+    ATTR static void fastpe_rope_apply##SUFFIX(                                                  \
+        float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t shq, ptrdiff_t ssq, float *xk,          \
+        ptrdiff_t hk, ptrdiff_t bk, ptrdiff_t shk, ptrdiff_t ssk, ptrdiff_t s_begin,             \
+        ptrdiff_t s_end, const double *table, ptrdiff_t n_freq, ptrdiff_t pos_bstride,           \
+        int neox, ptrdiff_t item_begin, ptrdiff_t item_end)                                      \
+    {                                                                                            \
+        ptrdiff_t n_sb = (s_end - s_begin + FASTPE_ROPE_SEQ - 1) / FASTPE_ROPE_SEQ;              \
+        for (ptrdiff_t item = item_begin; item < item_end; item++) {                             \
+            ptrdiff_t b = item / n_sb;                                                           \
+            ptrdiff_t lo = s_begin + (item % n_sb) * FASTPE_ROPE_SEQ;                            \
+            ptrdiff_t hi = lo + FASTPE_ROPE_SEQ < s_end ? lo + FASTPE_ROPE_SEQ : s_end;          \
+            ptrdiff_t t0 = b * pos_bstride - s_begin;                                            \
+            fastpe_rotate_rows_(xq + b * bq, hq, shq, ssq, lo, hi, table, t0, n_freq, neox);     \
+            if (hk)                                                                              \
+                fastpe_rotate_rows_(xk + b * bk, hk, shk, ssk, lo, hi, table, t0, n_freq, neox); \
+        }                                                                                        \
+    }
+
 FASTPE_DEFINE_ARRAY_KERNELS(_baseline, , FASTPE_HW_FLOOR)
+FASTPE_DEFINE_ROPE_KERNELS(_baseline, , FASTPE_HW_FLOOR)
 
 #if FASTPE_X86_DISPATCH
 FASTPE_DEFINE_ARRAY_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
+FASTPE_DEFINE_ROPE_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
 
 /* the CPU and the OS (saved YMM state) support AVX2: libgcc / compiler-rt check both */
 static int fastpe_cpu_has_avx2(void)
@@ -340,6 +588,58 @@ static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t
     (void)wide;
     fastpe_sinusoid_range_baseline(start, turns, n_freq, steps, out, d_model, row_begin, row_end,
                                    scratch);
+}
+
+/* RoPE entry points (wide as above) */
+static void fastpe_rope_table(const uint32_t *positions, const double *turns, ptrdiff_t n_freq,
+                              const double *steps, double af, double *table, ptrdiff_t row_begin,
+                              ptrdiff_t row_end, double *scratch, int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_rope_table_avx2(positions, turns, n_freq, steps, af, table, row_begin, row_end,
+                               scratch);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_rope_table_baseline(positions, turns, n_freq, steps, af, table, row_begin, row_end,
+                               scratch);
+}
+
+static void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, ptrdiff_t n_freq,
+                                const double *steps, double af, int neox, float *out_cos,
+                                float *out_sin, ptrdiff_t row_begin, ptrdiff_t row_end,
+                                double *scratch, int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_rope_cos_sin_avx2(positions, turns, n_freq, steps, af, neox, out_cos, out_sin,
+                                 row_begin, row_end, scratch);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_rope_cos_sin_baseline(positions, turns, n_freq, steps, af, neox, out_cos, out_sin,
+                                 row_begin, row_end, scratch);
+}
+
+static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t shq, ptrdiff_t ssq,
+                              float *xk, ptrdiff_t hk, ptrdiff_t bk, ptrdiff_t shk, ptrdiff_t ssk,
+                              ptrdiff_t s_begin, ptrdiff_t s_end, const double *table,
+                              ptrdiff_t n_freq, ptrdiff_t pos_bstride, int neox,
+                              ptrdiff_t item_begin, ptrdiff_t item_end, int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_rope_apply_avx2(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end, table,
+                               n_freq, pos_bstride, neox, item_begin, item_end);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_rope_apply_baseline(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end, table,
+                               n_freq, pos_bstride, neox, item_begin, item_end);
 }
 
 #endif /* FASTPE_KERNELS_H */

@@ -5,7 +5,8 @@ fastpe then falls back to its other backends.  The C kernels are the twin of the
 the same exact path and the same anchored products (see :mod:`fastpe._plan`), so the same
 bits (``tests/test_cython.py`` checks it).
 
-Parallelism uses plain Python threads, each filling a block of rows with the GIL released.
+Parallelism uses plain Python threads, each filling a block of rows (or, for the in-place
+RoPE rotation, a block of work items) with the GIL released.
 Not OpenMP: a GNU OpenMP runtime that has run in a process hangs its ``fork()`` children.
 The threads are started per call and joined before it returns, so there is no pool to
 share between concurrent callers or to repair after ``fork()``; starting one costs ~0.1 ms,
@@ -22,14 +23,23 @@ import threading
 import numpy as np
 
 from . import _ext
-from ._plan import sinusoid_turns
+from ._plan import frequency_turns, sinusoid_turns
 from ._poly import COS_COEFFS, SIN_COEFFS
+from ._rope_plan import chunk_positions, chunks, geometry
 
 if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
     # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
     raise ImportError("fastpe._ext was built from other polynomial constants; rebuild it")
 
-__all__ = ["build_info", "sinusoid_forward", "sinusoid_range", "threads"]
+__all__ = [
+    "build_info",
+    "sinusoid_forward",
+    "sinusoid_range",
+    "rope_cos_sin",
+    "rope_table",
+    "rope_apply",
+    "threads",
+]
 
 #: work is counted in table values (one complex product each); a value of ``forward`` costs
 #: about FORWARD_COST of them, as its row also needs an exact anchor
@@ -66,10 +76,15 @@ def _steps(d_model: int, base: float) -> np.ndarray:
 
 def _blocks(n_rows: int, d_model: int, n_threads: int, cost: int = 1) -> list[tuple[int, int]]:
     """Split ``range(n_rows)`` into at most ``n_threads`` contiguous, near-equal blocks."""
-    work = n_rows * d_model * cost
-    n = 1 if work < PARALLEL_FROM else min(n_threads, work // MIN_BLOCK, n_rows)
+    return _item_blocks(n_rows, n_rows * d_model * cost, n_threads)
+
+
+def _item_blocks(n_items: int, work: int, n_threads: int) -> list[tuple[int, int]]:
+    """Split ``range(n_items)`` (``work`` in all) into at most ``n_threads`` blocks of at
+    least ``MIN_BLOCK`` work each; one block when ``work < PARALLEL_FROM``."""
+    n = 1 if work < PARALLEL_FROM else min(n_threads, work // MIN_BLOCK, n_items)
     n = max(n, 1)
-    edges = [n_rows * k // n for k in range(n + 1)]
+    edges = [n_items * k // n for k in range(n + 1)]
     return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
 
 
@@ -84,11 +99,26 @@ def _fill(kernel, first_arg, turns, steps, out, n_threads: int | None = None, co
     if len(blocks) <= 1:
         kernel(first_arg, turns, steps, out)
         return
+    _run_blocks(lambda lo, hi: kernel(first_arg, turns, steps, out, lo, hi), blocks)
+
+
+def _split(run, n_items: int, work: int, n_threads: int | None = None) -> None:
+    """``run(lo, hi)`` over contiguous blocks of ``range(n_items)``, on threads if ``work``
+    is large enough (same rules as :func:`_fill`); ``run`` must write disjoint outputs."""
+    blocks = _item_blocks(n_items, work, threads() if n_threads is None else n_threads)
+    if len(blocks) == 1:
+        run(*blocks[0])
+    elif blocks:
+        _run_blocks(run, blocks)
+
+
+def _run_blocks(run, blocks: list[tuple[int, int]]) -> None:
+    """``run(lo, hi)`` for each block: the first in this thread, the others on helpers."""
     errors: list[BaseException] = []
 
     def work(lo: int, hi: int) -> None:
         try:
-            kernel(first_arg, turns, steps, out, lo, hi)
+            run(lo, hi)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, re-raised there
             errors.append(exc)
 
@@ -120,3 +150,66 @@ def sinusoid_forward(positions, d_model, base, out) -> None:
 def sinusoid_range(start, d_model, base, out) -> None:
     turns = sinusoid_turns(d_model, base)
     _fill(_ext.sinusoid_range, int(start), turns, _steps(d_model, base), out)
+
+
+# ------------------------------------------------------------------------------------ RoPE
+# The same definition as the numba backend (see fastpe._numba.kernels, "RoPE"): the doubles
+# C, S per (position, frequency), computed once per call into a table that every head reads.
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_steps(inv_freq: tuple[float, ...]) -> np.ndarray:
+    """The cached exact steps ``cos(m f_i), sin(m f_i)`` of RoPE frequencies; read-only."""
+    turns = frequency_turns(inv_freq)
+    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _ext.sincos_steps(turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
+def _table(positions, inv_freq, attention_factor, table) -> None:
+    turns, steps = frequency_turns(inv_freq), _rope_steps(inv_freq)
+    af = float(attention_factor)
+    _split(lambda lo, hi: _ext.rope_table(positions, turns, steps, af, table, lo, hi),
+           table.shape[0], table.shape[0] * turns.shape[1] * 2 * FORWARD_COST)
+
+
+def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
+    turns, steps = frequency_turns(inv_freq), _rope_steps(inv_freq)
+    af, neox = float(attention_factor), layout == "neox"
+
+    def run(lo, hi):
+        _ext.rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin, lo, hi)
+
+    _split(run, out_cos.shape[0], out_cos.size * 2)
+
+
+def rope_table(positions, inv_freq, attention_factor, out) -> None:
+    _table(positions, inv_freq, attention_factor, out)
+
+
+_NO_K = np.empty(0, dtype=np.float32)
+
+
+def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
+    n_freq = len(inv_freq)
+    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
+    if k is None:
+        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
+    else:
+        _, hk, _, _, bk, shk, ssk = geometry(k)
+        xk = k.reshape(-1)
+    xq = q.reshape(-1)
+    neox = layout == "neox"
+    rows_per_seq = 1 if positions.ndim == 1 else n_batch
+    for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
+        pos, pos_bstride = chunk_positions(positions, s0, s1)
+        table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
+        _table(pos, inv_freq, attention_factor, table)
+        n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
+
+        def run(lo, hi, s0=s0, s1=s1, table=table, pos_bstride=pos_bstride):
+            _ext.rope_apply(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table,
+                            pos_bstride, neox, lo, hi)
+
+        _split(run, n_items, n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq)

@@ -1,16 +1,19 @@
-"""The ``python`` backend: the reference (:mod:`fastpe._reference`) behind the backend API.
+"""The ``python`` backend: the references (:mod:`fastpe._reference`, :mod:`fastpe._reference_rope`)
+behind the backend API.
 
-Slow -- every value is computed with :mod:`decimal` -- but exact: it is the oracle the fast
-backends are checked against, and the fall-back that always loads.
+Slow -- every value is computed with :mod:`decimal` or exact rationals -- but exact: it is
+the oracle the fast backends are checked against, and the fall-back that always loads.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from . import _reference
+from . import _reference, _reference_rope
 
-__all__ = ["sinusoid_forward", "sinusoid_range"]
+__all__ = ["sinusoid_forward", "sinusoid_range", "rope_cos_sin", "rope_table", "rope_apply"]
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
@@ -23,3 +26,59 @@ def sinusoid_range(start, d_model, base, out) -> None:
     rows = _reference.sinusoid(range(int(start), int(start) + out.shape[0]), d_model, base)
     if rows:
         out[...] = np.array(rows, dtype=np.float64).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------ RoPE
+# Plain loops and explicit indices (no strides, no tables): nothing shared with the compiled
+# backends' walk over the arrays (fastpe._rope_plan).
+
+
+def _columns(i: int, n_freq: int, layout: str) -> tuple[int, int]:
+    """The two columns of frequency ``i``: ``(i, i + n_freq)`` (NeoX) or ``(2i, 2i + 1)``."""
+    return (i, i + n_freq) if layout == "neox" else (2 * i, 2 * i + 1)
+
+
+def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
+    n_freq = len(inv_freq)
+    for row, p in enumerate(positions.tolist()):
+        for i, f in enumerate(inv_freq):
+            c, s = _reference_rope.cos_sin_f32(p, f, attention_factor)
+            for j in _columns(i, n_freq, layout):
+                out_cos[row, j] = c
+                out_sin[row, j] = s
+
+
+def rope_table(positions, inv_freq, attention_factor, out) -> None:
+    for row, p in enumerate(positions.tolist()):
+        for i, f in enumerate(inv_freq):
+            out[row, 0, i], out[row, 1, i] = _reference_rope.cos_sin_f64(p, f, attention_factor)
+
+
+def _rotate_pair(row, j1: int, j2: int, p: int, f: float, af: float) -> None:
+    x1, x2 = float(row[j1]), float(row[j2])
+    if math.isfinite(x1) and math.isfinite(x2):
+        row[j1], row[j2] = _reference_rope.rotate_f32(x1, x2, p, f, af)
+    else:  # inf / NaN have no exact value: IEEE arithmetic on the exact cos, sin
+        c, s = _reference_rope.cos_sin_f64(p, f, af)
+        row[j1], row[j2] = np.float32(x1 * c - x2 * s), np.float32(x2 * c + x1 * s)
+
+
+def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
+    n_freq = len(inv_freq)
+    pos = positions.tolist()
+    for x in (q, k):
+        if x is None:
+            continue
+        if x.ndim == 3:  # (tokens, heads, head_dim), positions (tokens,)
+            for t in range(x.shape[0]):
+                for h in range(x.shape[1]):
+                    for i, f in enumerate(inv_freq):
+                        _rotate_pair(x[t, h], *_columns(i, n_freq, layout), pos[t], f, attention_factor)
+        else:  # (batch, heads, seq, head_dim), positions (seq,) or (batch, seq)
+            for b in range(x.shape[0]):
+                for h in range(x.shape[1]):
+                    for s in range(x.shape[2]):
+                        p = pos[s] if positions.ndim == 1 else pos[b][s]
+                        for i, f in enumerate(inv_freq):
+                            _rotate_pair(x[b, h, s], *_columns(i, n_freq, layout), p, f,
+                                         attention_factor)

@@ -12,6 +12,24 @@ Backend operation signatures (inputs already validated and converted):
 ``sinusoid_range(start, d_model, base, out)``
     as above with positions ``start, start + 1, ..., start + len(out) - 1`` (all ``< 2**32``);
     the table path, which needs no positions array.
+
+RoPE (see :mod:`fastpe.rope._core` for the definition of every value).  ``inv_freq`` is a
+tuple of Python floats (finite, ``0 <= f <= 1024``, at least one), ``attention_factor`` a
+finite float, ``layout`` ``"neox"`` or ``"gptj"``:
+
+``rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin)``
+    ``positions``: C-contiguous ``uint32`` ``(n,)``; ``out_cos``, ``out_sin``: C-contiguous,
+    writable, distinct ``float32`` ``(n, 2 * len(inv_freq))``, filled in place.
+``rope_table(positions, inv_freq, attention_factor, out)``
+    the doubles behind both other RoPE operations: ``out[r, 0, i]``, ``out[r, 1, i]`` are
+    ``C`` and ``S`` of ``positions[r]`` and frequency ``i``; ``out``: C-contiguous, writable
+    ``float64`` ``(n, 2, len(inv_freq))``.
+``rope_apply(q, k, positions, inv_freq, attention_factor, layout)``
+    rotates in place the first ``2 * len(inv_freq)`` columns of ``q`` and, unless ``k`` is
+    ``None``, of ``k``: C-contiguous, writable, non-overlapping ``float32`` arrays, both
+    ``(tokens, heads, head_dim)`` with ``positions`` ``(tokens,)``, or both
+    ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
+    (``uint32``, C-contiguous); head counts may differ, the other dimensions match.
 """
 
 from __future__ import annotations
@@ -32,6 +50,9 @@ OPERATIONS: dict[str, Operation] = {
     for op in (
         Operation("sinusoid_forward", "sinusoidal encoding of arbitrary u32 positions"),
         Operation("sinusoid_range", "sinusoidal encoding of a run of consecutive positions"),
+        Operation("rope_cos_sin", "RoPE cos/sin caches (float32) of arbitrary u32 positions"),
+        Operation("rope_table", "RoPE cos/sin doubles, the values every RoPE kernel uses"),
+        Operation("rope_apply", "RoPE rotation of q (and k) in place"),
     )
 }
 

@@ -21,6 +21,15 @@ __all__ = [
     "check_out",
     "MAX_D_MODEL",
     "POSITION_LIMIT",
+    "check_finite_real",
+    "check_inv_freq",
+    "check_layout",
+    "check_rotary_dim",
+    "check_inplace",
+    "check_position_grid",
+    "check_offset",
+    "MAX_INV_FREQ",
+    "ROPE_LAYOUTS",
 ]
 
 MAX_D_MODEL = 65536
@@ -128,3 +137,124 @@ def check_out(out, shape: tuple[int, ...], name: str = "out", dtype=np.float32) 
 def check_no_overlap(out: np.ndarray, other, name: str = "out", other_name: str = "positions") -> None:
     if isinstance(other, np.ndarray) and np.may_share_memory(out, other):
         raise ValueError(f"{name} must not share memory with {other_name}")
+
+
+# --------------------------------------------------------------------------- RoPE
+
+#: the largest inverse frequency (radians per position) the exactness analysis covers: the
+#: plan's words (``fastpe._plan``) keep the reduced angle to ~``2**-75`` turns at
+#: ``p < 2**32`` up to this frequency (``2**-85`` at a frequency of 1).  Every RoPE formula in
+#: use gives at most 1 (``base**0``), a LongRoPE factor below one a little more.
+MAX_INV_FREQ = 1024.0
+
+ROPE_LAYOUTS = ("neox", "gptj")
+
+
+def check_finite_real(name: str, value) -> float:
+    """``value`` as a finite Python float; bools, strings and complex numbers are rejected."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be finite, got {result!r}")
+    return result
+
+
+def check_inv_freq(inv_freq, name: str = "inv_freq") -> tuple[float, ...]:
+    """A non-empty 1-D array-like of finite frequencies in ``[0, MAX_INV_FREQ]``, as a tuple
+    of Python floats (each the exact value of a double; float32 input converts exactly)."""
+    if isinstance(inv_freq, (str, bytes)):
+        raise TypeError(f"{name} must be a 1-D array of floats, got {type(inv_freq).__name__}")
+    try:
+        arr = np.asarray(inv_freq)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be a 1-D array of floats: {exc}") from None
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must hold at least one frequency")
+    arr = arr.astype(np.float64)
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got NaN or inf")
+    if (arr < 0).any():
+        raise ValueError(f"{name} must be >= 0, got {float(arr.min())!r}")
+    if (arr > MAX_INV_FREQ).any():
+        raise ValueError(f"{name} must be <= {MAX_INV_FREQ:g}, got {float(arr.max())!r}")
+    return tuple(float(f) for f in arr)
+
+
+def check_layout(layout) -> str:
+    if not isinstance(layout, str):
+        raise TypeError(f"layout must be a string, got {type(layout).__name__} {layout!r}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(map(repr, ROPE_LAYOUTS))}, got {layout!r}")
+    return layout
+
+
+def check_rotary_dim(rotary_dim, n_freq: int, head_dim: int | None = None) -> int:
+    """``rotary_dim`` (``None``: ``2 * n_freq``) must be even, match the frequencies and fit."""
+    if rotary_dim is None:
+        rotary_dim = 2 * n_freq
+    else:
+        rotary_dim = check_int("rotary_dim", rotary_dim, low=2)
+        if rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+        if rotary_dim != 2 * n_freq:
+            raise ValueError(
+                f"rotary_dim must be 2 * len(inv_freq) = {2 * n_freq}, got {rotary_dim}"
+            )
+    if head_dim is not None and rotary_dim > head_dim:
+        raise ValueError(
+            f"rotary_dim {rotary_dim} (2 * len(inv_freq)) exceeds head_dim {head_dim}"
+        )
+    return rotary_dim
+
+
+def check_inplace(x, name: str) -> np.ndarray:
+    """``x`` must be a writable, C-contiguous, native float32 array of 3 or 4 dimensions:
+    ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+    if x.ndim not in (3, 4):
+        raise ValueError(
+            f"{name} must have shape (tokens, heads, head_dim) or (batch, heads, seq, head_dim), "
+            f"got {x.shape}"
+        )
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if not x.flags.writeable:
+        raise ValueError(f"{name} is read-only (it is rotated in place)")
+    if not x.dtype.isnative:
+        raise ValueError(f"{name} must be in native byte order")
+    return x
+
+
+def check_position_grid(positions, shapes: tuple[tuple[int, ...], ...], name: str = "positions") -> np.ndarray:
+    """Positions of one of ``shapes`` (each 1-D or 2-D), as a C-contiguous ``uint32`` array.
+
+    Each element is checked as :func:`check_positions` does (any integer dtype, whole floats,
+    ``[0, 2**32)``); the input is never modified.
+    """
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"{name} must be an array of integers, got {type(positions).__name__}")
+    try:
+        arr = np.asarray(positions)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be an array of integers: {exc}") from None
+    if arr.shape not in shapes:
+        want = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+    flat = check_positions(arr.reshape(-1), name)
+    return flat.reshape(arr.shape)
+
+
+def check_offset(offset, n: int) -> int:
+    """``offset`` for positions ``offset .. offset + n - 1``, all below 2**32."""
+    offset = check_int("offset", offset, low=0)
+    if offset + n > POSITION_LIMIT:
+        raise ValueError(f"offset + seq must be <= 2**32, got {offset} + {n} = {offset + n}")
+    return offset

@@ -34,6 +34,7 @@ __all__ = [
     "exact_value",
     "exact_values",
     "f32_ulp_diff",
+    "hard_positions_for_frequency",
 ]
 
 #: positions are unsigned 32-bit integers
@@ -235,8 +236,12 @@ def _near_quarter_turns(
     ``limit``, and the top multiples of the last convergent, which land near the top of
     the range with a small multiple of its (already tiny) error.
     """
+    return _quarter_turn_candidates(mp_frequency(i, d_model, base), limit, max_angle)
+
+
+def _quarter_turn_candidates(w, limit: int, max_angle: float) -> tuple[tuple[int, int], ...]:
+    """The search of :func:`_near_quarter_turns` for the frequency ``w`` (an mpf)."""
     with mpmath.workdps(EXACT_DPS):
-        w = mp_frequency(i, d_model, base)
         half_pi = mpmath.pi / 2
         x = half_pi / w
         candidates = set()
@@ -251,7 +256,8 @@ def _near_quarter_turns(
             y = 1 / rest
             a = int(mpmath.floor(y))
             rest = y - a
-            t_fit = (limit - 1 - p_prev) // p_cur  # largest t with p_prev + t * p_cur < limit
+            # largest t with p_prev + t * p_cur < limit (p_cur = 0 only when w > pi/2)
+            t_fit = (limit - 1 - p_prev) // p_cur if p_cur else 0
             t_top = min(a, t_fit)
             for t in range(max(1, t_top - 2), t_top + 1):
                 candidates.add(p_prev + t * p_cur)
@@ -324,3 +330,15 @@ def f32_ulp_diff(a, b) -> np.ndarray:
         return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
 
     return np.abs(ordinal(a32) - ordinal(b32))
+
+
+@functools.cache
+def hard_positions_for_frequency(f: float, limit: int = POSITION_LIMIT, max_angle: float = 2.0**-10) -> tuple[int, ...]:
+    """Positions ``0 < p < limit`` where ``p * f`` (``f`` the exact value of the double, e.g. a
+    RoPE ``inv_freq``) lies within ``max_angle`` of a multiple of pi/2 -- where the sine or
+    cosine is tiny -- by the continued fraction of ``(pi/2) / f``, as :func:`hard_positions`."""
+    if f <= 0:
+        return ()
+    with mpmath.workdps(EXACT_DPS):
+        w = mpmath.mpf(f)
+    return tuple(sorted({p for p, _ in _quarter_turn_candidates(w, int(limit), float(max_angle))}))

@@ -19,10 +19,19 @@ from .._threading import configure
 
 THREADING = configure()
 
-from .._plan import sinusoid_turns  # noqa: E402
+from .._plan import frequency_turns, sinusoid_turns  # noqa: E402
+from .._rope_plan import chunk_positions, chunks, geometry  # noqa: E402
 from . import kernels as _k  # noqa: E402
 
-__all__ = ["sinusoid_forward", "sinusoid_range", "threading_layer", "num_threads"]
+__all__ = [
+    "sinusoid_forward",
+    "sinusoid_range",
+    "rope_cos_sin",
+    "rope_table",
+    "rope_apply",
+    "threading_layer",
+    "num_threads",
+]
 
 #: outputs below this many elements run serially
 SERIAL_BELOW = 1 << 15
@@ -75,3 +84,53 @@ def sinusoid_range(start, d_model, base, out) -> None:
     steps = _steps(d_model, base)
     _run(_k.sinusoid_range_parallel, _k.sinusoid_range_serial, out.size,
          int(start), turns, steps, out)
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_steps(inv_freq: tuple[float, ...]) -> np.ndarray:
+    """The cached exact steps ``cos(m f_i), sin(m f_i)`` of RoPE frequencies, ``m < STEPS``."""
+    turns = frequency_turns(inv_freq)
+    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
+def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
+    turns = frequency_turns(inv_freq)
+    steps = _rope_steps(inv_freq)
+    _run(_k.rope_cos_sin_parallel, _k.rope_cos_sin_serial, out_cos.size * 2,
+         positions, turns, steps, float(attention_factor), layout == "neox", out_cos, out_sin)
+
+
+def rope_table(positions, inv_freq, attention_factor, out) -> None:
+    turns = frequency_turns(inv_freq)
+    steps = _rope_steps(inv_freq)
+    _run(_k.rope_table_parallel, _k.rope_table_serial, out.size * 2,
+         positions, turns, steps, float(attention_factor), out)
+
+
+_NO_K = np.empty(0, dtype=np.float32)
+
+
+def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
+    turns = frequency_turns(inv_freq)
+    steps = _rope_steps(inv_freq)
+    n_freq = turns.shape[1]
+    af = float(attention_factor)
+    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
+    if k is None:
+        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
+    else:
+        _, hk, _, _, bk, shk, ssk = geometry(k)
+        xk = k.reshape(-1)
+    xq = q.reshape(-1)
+    neox = layout == "neox"
+    rows_per_seq = 1 if positions.ndim == 1 else n_batch
+    for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
+        pos, pos_bstride = chunk_positions(positions, s0, s1)
+        table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
+        rope_table(pos, inv_freq, af, table)
+        work = n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq
+        _run(_k.rope_apply_parallel, _k.rope_apply_serial, work,
+             xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table, pos_bstride, neox)

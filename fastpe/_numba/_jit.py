@@ -20,8 +20,11 @@ import types
 import warnings
 
 import numba
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-__all__ = ["kernel", "inline"]
+__all__ = ["kernel", "inline", "prefetch"]
 
 _OPTIONS = dict(nogil=True, error_model="numpy", boundscheck=False, fastmath=False)
 
@@ -29,6 +32,30 @@ _OPTIONS = dict(nogil=True, error_model="numpy", boundscheck=False, fastmath=Fal
 def inline(py_func):
     """A scalar helper inlined into kernels (compiled as part of its caller)."""
     return numba.njit(inline="always", **_OPTIONS)(py_func)
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """``prefetch(arr, index)``: ask the CPU to fetch the cache line of the 1-D ``arr[index]``
+    for writing (``llvm.prefetch``, as C's ``__builtin_prefetch(p, 1, 3)``).  A hint only: it
+    changes no value and never faults.  numba has no prefetch of its own; the in-place RoPE
+    kernel uses it to start on the next head's block, far away in memory, a block ahead.
+    """
+    if not (isinstance(arr, numba.types.Array) and arr.ndim == 1 and isinstance(index, numba.types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        byte_ptr = ir.IntType(8).as_pointer()
+        address = builder.bitcast(builder.gep(array.data, [args[1]]), byte_ptr)
+        i32 = ir.IntType(32)
+        # the intrinsic's name carries the pointer type: "p0" once LLVM pointers are opaque
+        name = "llvm.prefetch.p0" if getattr(byte_ptr, "is_opaque", False) else "llvm.prefetch.p0i8"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]), name)
+        builder.call(fn, [address, i32(1), i32(3), i32(1)])  # write, keep in all caches, data
+        return context.get_dummy_value()
+
+    return numba.types.void(arr, index), codegen
 
 
 class _LazyKernel:

@@ -1,7 +1,8 @@
 """Numba kernels: plain loops over a scalar core.
 
 Layers: :func:`sincos_turns` (one angle, exact reduction + polynomials) -> array kernels that
-``prange`` over independent output rows.  Kernels assume validated input and never raise.
+``prange`` over independent output rows (sinusoid tables; RoPE cos/sin caches and tables) or
+over independent blocks of rows rotated in place (RoPE ``apply``).  Kernels assume validated input and never raise.
 The algorithm is described in :mod:`fastpe._plan` (the split frequency words) and
 :mod:`fastpe._poly` (the polynomials); ``csrc/fastpe_kernels.h`` is its C twin.
 """
@@ -12,7 +13,7 @@ import numpy as np
 from numba import prange
 
 from .._poly import COS_COEFFS, SIN_COEFFS
-from ._jit import inline, kernel
+from ._jit import inline, kernel, prefetch
 
 S0, S1, S2, S3, S4, S5, S6, S7 = SIN_COEFFS
 C0, C1, C2, C3, C4, C5, C6, C7 = COS_COEFFS
@@ -156,3 +157,202 @@ def _sinusoid_range(start, turns, steps, out):
 sincos_steps_parallel, sincos_steps_serial = kernel(_sincos_steps)
 sinusoid_forward_parallel, sinusoid_forward_serial = kernel(_sinusoid_forward)
 sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
+
+
+# ---------------------------------------------------------------------------------------
+# RoPE.  One definition of the cos/sin doubles of position p and frequency f_i (each f_i the
+# exact value of a double inv_freq, split into words by fastpe._plan.frequency_turns):
+#     c, s = the anchored product, as above (a = p - p % STEPS, m = p % STEPS),
+#     unless |c| or |s| is below TINY64: then (c, s) come from the exact path at p;
+#     C = af * c,  S = af * s   (af the attention factor, one rounding each).
+# The tiny test is on the *unscaled* product: its absolute error (< 2**-46) is then below
+# 2**-32 of |c| and |s| whatever af is, and scaling multiplies value and error alike.  (A test
+# on af * c would let a large af pass values whose relative error is far above 2**-24.)
+# cos_sin writes float32(C), float32(S); apply writes float32(x1*C - x2*S) and
+# float32(x2*C + x1*S) from the float32 inputs widened to double -- no FMA, same order of
+# operations as csrc/fastpe_kernels.h, so both backends write the same bits.
+
+TINY64 = 2.0**-14
+#: positions per parallel block of the table and cos_sin kernels (one anchor per STEPS)
+ROPE_ROWS = 64
+#: sequence positions per work item of the apply kernel: the item's table rows (ROPE_SEQ x
+#: 2 x n_freq doubles, 16 KiB at n_freq = 64) stay in L1 while every head streams past them
+ROPE_SEQ = 16
+
+
+@inline
+def _rope_row(p, turns, sa, ca, cm, sm, af, c_out, s_out):
+    """``c_out[i], s_out[i] = C, S`` of position ``p`` (anchor ``sa, ca``, step ``cm, sm``)."""
+    n_freq = c_out.shape[0]
+    n_tiny = 0
+    for i in range(n_freq):  # vectorises (the ifs become selects)
+        c = ca[i] * cm[i] - sa[i] * sm[i]
+        s = sa[i] * cm[i] + ca[i] * sm[i]
+        c_out[i] = c
+        s_out[i] = s
+        if abs(c) < TINY64:  # two ifs, not `or`/`|`: LLVM turns these into selects
+            n_tiny += 1
+        if abs(s) < TINY64:
+            n_tiny += 1
+    if n_tiny:  # rare: about one (position, frequency) in 13,000 has |c| or |s| < 2**-14
+        for i in range(n_freq):
+            if abs(c_out[i]) < TINY64 or abs(s_out[i]) < TINY64:
+                s, c = sincos_turns(p, turns[0, i], turns[1, i], turns[2, i], turns[3, i])
+                c_out[i] = c
+                s_out[i] = s
+    for i in range(n_freq):
+        c_out[i] = af * c_out[i]
+        s_out[i] = af * s_out[i]
+
+
+def _rope_table(positions, turns, steps, af, table):
+    """``table[t, 0, i], table[t, 1, i] = C, S`` of ``positions[t]`` and frequency ``i``."""
+    n = positions.shape[0]
+    n_freq = turns.shape[1]
+    n_blocks = (n + ROPE_ROWS - 1) // ROPE_ROWS
+    for blk in prange(n_blocks):
+        sa = np.empty(n_freq)
+        ca = np.empty(n_freq)
+        anchor = np.int64(-1)
+        lo = blk * ROPE_ROWS
+        hi = min(n, lo + ROPE_ROWS)
+        for t in range(lo, hi):
+            p = np.int64(positions[t])
+            m = p % STEPS
+            if p - m != anchor:
+                anchor = p - m
+                _anchor(np.float64(anchor), turns, sa, ca)
+            _rope_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], af,
+                      table[t, 0], table[t, 1])
+
+
+@inline
+def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
+    """One row of cos_sin: float32 of :func:`_rope_row`'s values, in one pass.  The products
+    go straight to the output; rows with a tiny value are fixed after (the products are
+    recomputed, identically, to find them)."""
+    n = turns.shape[1]
+    n_tiny = 0
+    if neox:
+        for i in range(n):
+            c = ca[i] * cm[i] - sa[i] * sm[i]
+            s = sa[i] * cm[i] + ca[i] * sm[i]
+            if abs(c) < TINY64:  # two ifs, not `or`/`|`: LLVM turns these into selects
+                n_tiny += 1
+            if abs(s) < TINY64:
+                n_tiny += 1
+            cf = np.float32(af * c)
+            sf = np.float32(af * s)
+            oc[i] = cf
+            oc[n + i] = cf
+            os_[i] = sf
+            os_[n + i] = sf
+    else:
+        for i in range(n):
+            c = ca[i] * cm[i] - sa[i] * sm[i]
+            s = sa[i] * cm[i] + ca[i] * sm[i]
+            if abs(c) < TINY64:  # two ifs, not `or`/`|`: LLVM turns these into selects
+                n_tiny += 1
+            if abs(s) < TINY64:
+                n_tiny += 1
+            cf = np.float32(af * c)
+            sf = np.float32(af * s)
+            oc[2 * i] = cf
+            oc[2 * i + 1] = cf
+            os_[2 * i] = sf
+            os_[2 * i + 1] = sf
+    if n_tiny:
+        for i in range(n):
+            c = ca[i] * cm[i] - sa[i] * sm[i]
+            s = sa[i] * cm[i] + ca[i] * sm[i]
+            if abs(c) < TINY64 or abs(s) < TINY64:
+                s, c = sincos_turns(p, turns[0, i], turns[1, i], turns[2, i], turns[3, i])
+                cf = np.float32(af * c)
+                sf = np.float32(af * s)
+                j, k = (i, n + i) if neox else (2 * i, 2 * i + 1)
+                oc[j] = cf
+                oc[k] = cf
+                os_[j] = sf
+                os_[k] = sf
+
+
+def _rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin):
+    """Rows of float32 ``C`` and ``S``, each frequency in two columns: ``i`` and
+    ``i + n_freq`` (``neox``), or ``2i`` and ``2i + 1`` (GPT-J)."""
+    n = positions.shape[0]
+    n_freq = turns.shape[1]
+    n_blocks = (n + ROPE_ROWS - 1) // ROPE_ROWS
+    for blk in prange(n_blocks):
+        sa = np.empty(n_freq)
+        ca = np.empty(n_freq)
+        anchor = np.int64(-1)
+        lo = blk * ROPE_ROWS
+        hi = min(n, lo + ROPE_ROWS)
+        for t in range(lo, hi):
+            p = np.int64(positions[t])
+            m = p % STEPS
+            if p - m != anchor:
+                anchor = p - m
+                _anchor(np.float64(anchor), turns, sa, ca)
+            _rope_cs_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], af, neox,
+                         out_cos[t], out_sin[t])
+
+
+@inline
+def _rotate(x, o, c, s, neox):
+    """Rotate the row of ``x`` starting at ``o`` by the table row ``c, s`` (in place)."""
+    n = c.shape[0]
+    if neox:  # pairs (i, i + n): HF's rotate_half
+        a = x[o:o + n]
+        b = x[o + n:o + 2 * n]
+        for i in range(n):
+            x1 = np.float64(a[i])
+            x2 = np.float64(b[i])
+            a[i] = np.float32(x1 * c[i] - x2 * s[i])
+            b[i] = np.float32(x2 * c[i] + x1 * s[i])
+    else:  # pairs (2i, 2i + 1): GPT-J
+        r = x[o:o + 2 * n]
+        for i in range(n):
+            x1 = np.float64(r[2 * i])
+            x2 = np.float64(r[2 * i + 1])
+            r[2 * i] = np.float32(x1 * c[i] - x2 * s[i])
+            r[2 * i + 1] = np.float32(x2 * c[i] + x1 * s[i])
+
+
+@inline
+def _rotate_rows(x, n_heads, base, s_head, s_seq, lo, hi, t0, table, neox):
+    """Rows ``(h, s)`` for every head and ``s`` in ``[lo, hi)``; memory order first."""
+    if s_head >= s_seq:  # (batch, heads, seq, dim): one head's rows are adjacent
+        width = 2 * table.shape[2]
+        for h in range(n_heads):
+            for s in range(lo, hi):
+                if h + 1 < n_heads:  # the next head's block is far away: ask for its row now
+                    nxt = base + (h + 1) * s_head + s * s_seq
+                    for j in range(0, width, 16):
+                        prefetch(x, nxt + j)
+                _rotate(x, base + h * s_head + s * s_seq, table[t0 + s, 0], table[t0 + s, 1], neox)
+    else:  # (tokens, heads, dim): one token's heads are adjacent
+        for s in range(lo, hi):
+            for h in range(n_heads):
+                _rotate(x, base + h * s_head + s * s_seq, table[t0 + s, 0], table[t0 + s, 1], neox)
+
+
+def _rope_apply(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s_begin, s_end,
+                table, pos_bstride, neox):
+    """Rotate ``q`` and ``k`` (flat buffers; ``hk = 0`` for none) for sequence indices
+    ``[s_begin, s_end)`` of every batch; row ``(b, s)`` reads table row
+    ``b * pos_bstride + s - s_begin``.  Work items are (batch, ROPE_SEQ positions): each
+    rotates q's and k's rows of those positions, for every head."""
+    n_sb = (s_end - s_begin + ROPE_SEQ - 1) // ROPE_SEQ
+    for item in prange(n_batch * n_sb):
+        b = item // n_sb
+        lo = s_begin + (item % n_sb) * ROPE_SEQ
+        hi = min(s_end, lo + ROPE_SEQ)
+        t0 = b * pos_bstride - s_begin
+        _rotate_rows(xq, hq, b * bq, shq, ssq, lo, hi, t0, table, neox)
+        _rotate_rows(xk, hk, b * bk, shk, ssk, lo, hi, t0, table, neox)
+
+
+rope_table_parallel, rope_table_serial = kernel(_rope_table)
+rope_cos_sin_parallel, rope_cos_sin_serial = kernel(_rope_cos_sin)
+rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)

@@ -1,0 +1,188 @@
+"""The RoPE reference: exact rational arithmetic, standard library only.
+
+The oracle the fast RoPE kernels are checked against, so it takes a different and obvious
+route from theirs (split frequency words, polynomials, anchored products in doubles) and
+from the sinusoid reference's (:mod:`fastpe._reference`, decimal Taylor series):
+
+1. the angle ``theta = p * f`` is an exact rational (``f`` is the double's exact value);
+2. pi comes from Machin's formula in binary fixed point (integers scaled by ``2**W``), known
+   to one unit; ``theta`` is reduced by the nearest multiple of pi/2, keeping track of the
+   error, which grows with the multiple;
+3. ``sin r`` and ``cos r`` each by its own Taylor series in the same fixed point, every
+   truncation counted in the error bound ``E`` (units of ``2**-W``);
+4. the wanted value -- ``af * cos theta``, or the rotated pair
+   ``af * (x1 cos theta - x2 sin theta)`` and ``af * (x2 cos theta + x1 sin theta)`` -- is
+   formed exactly (``fractions.Fraction``) from the fixed-point numbers, giving an interval
+   ``[v - e, v + e]`` that contains the true value;
+5. if both ends round to the same float32 (or float64), that is the correctly rounded
+   result; otherwise everything is redone with twice the bits (Ziv's strategy).
+
+The loop ends: for ``p * f != 0`` the cosine and sine are transcendental (Lindemann), so no
+value is ever exactly a rounding midpoint, except the exact cases answered directly
+(``theta = 0``; ``af = 0`` or ``x1 = x2 = 0``, which give 0).
+
+Cost: ~50 us a (position, frequency); results are cached per ``(p, f, bits)``, so the heads
+of one position share them.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+
+from ._reference import _round_ratio_to_float32
+
+__all__ = ["cos_sin_f32", "cos_sin_f64", "rotate_f32", "FIRST_BITS"]
+
+#: fixed-point bits of the first pass; each retry doubles them
+FIRST_BITS = 96
+#: a retry past this many bits would mean a bug, not bad luck (see the module docstring)
+MAX_BITS = 1 << 14
+
+#: extra bits for the reduction: the multiple of pi/2 stays below 2**43 (p < 2**32,
+#: f <= 1024), and each unit of error in pi/2 is multiplied by it
+_REDUCTION_GUARD = 48
+_PI_GUARD = 32
+
+
+# ----------------------------------------------------------------------- fixed point
+
+
+def _atan_inv(x: int, w: int) -> int:
+    """``atan(1/x) * 2**w`` by its series, each term floored: error below 2 units a term."""
+    total = 0
+    power = (1 << w) // x  # 2**w / x**(2k+1)
+    x2 = x * x
+    k = 0
+    while power:
+        term = power // (2 * k + 1)
+        total = total - term if k & 1 else total + term
+        power //= x2
+        k += 1
+    return total
+
+
+@functools.cache
+def _pi(w: int) -> int:
+    """``pi * 2**w`` to within one unit: Machin's ``16 atan(1/5) - 4 atan(1/239)`` with
+    ``_PI_GUARD`` guard bits (its ~``w/2`` floored terms cost far fewer than ``2**31`` units)."""
+    g = w + _PI_GUARD
+    value = 16 * _atan_inv(5, g) - 4 * _atan_inv(239, g)
+    return (value + (1 << (_PI_GUARD - 1))) >> _PI_GUARD
+
+
+def _series(r: int, w: int, odd: bool) -> tuple[int, int]:
+    """``(sin r or cos r) * 2**w`` for ``|r| * 2**-w <= 0.8``, and the number of terms.
+
+    Each term comes from the previous one, ``t * r**2 / ((n+1)(n+2))``, floored: an error
+    below 2 units a term; the series alternates with falling terms, so stopping at a zero
+    term leaves less than one unit.
+    """
+    one = 1 << w
+    r2 = (r * r) >> w
+    term = r if odd else one
+    n = 1 if odd else 0
+    total = term
+    count = 1
+    while term:
+        term = -((term * r2) >> w) // ((n + 1) * (n + 2))
+        total += term
+        n += 2
+        count += 1
+    return total, count
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cos_sin_fixed(p: int, f: float, bits: int) -> tuple[int, int, int, int]:
+    """``(C, S, E, W)``: ``|cos(p f) - C / 2**W| <= E / 2**W`` and the same for ``S``.
+
+    ``W = bits + _REDUCTION_GUARD``.  ``theta = p * f`` is exact; ``T = floor(theta 2**W)``
+    (error < 1 unit), ``k`` the nearest multiple of ``H ~ (pi/2) 2**W`` (error < 1.01 units,
+    so ``r = T - k H`` is off by less than ``2k + 2`` units), then the two series.
+    """
+    w = bits + _REDUCTION_GUARD
+    theta = p * Fraction(f)
+    if theta == 0:
+        return 1 << w, 0, 0, w
+    t = (theta.numerator << w) // theta.denominator
+    half_pi = _pi(w + 8) >> 9  # (pi/2) 2**w, within 1 + 2**-8 units
+    k = (2 * t + half_pi) // (2 * half_pi)
+    r = t - k * half_pi
+    err_r = 2 * k + 2
+    s, n_s = _series(r, w, odd=True)
+    c, n_c = _series(r, w, odd=False)
+    # |d sin / dr|, |d cos / dr| <= 1, and the error of r shrinks along the series
+    err = 2 * err_r + 3 * max(n_s, n_c) + 2
+    quadrant = k & 3
+    if quadrant == 0:
+        return c, s, err, w
+    if quadrant == 1:
+        return -s, c, err, w
+    if quadrant == 2:
+        return -c, -s, err, w
+    return s, -c, err, w
+
+
+# ----------------------------------------------------------------------- values
+
+
+def _settle(values, rounder):
+    """Ziv's loop: ``values(bits)`` gives ``[(value, error), ...]`` as exact Fractions; return
+    the rounded values once every interval rounds to one number."""
+    bits = FIRST_BITS
+    while bits <= MAX_BITS:
+        out = []
+        for value, err in values(bits):
+            lo, hi = rounder(value - err), rounder(value + err)
+            if lo != hi:
+                break
+            out.append(lo)
+        else:
+            return tuple(out)
+        bits *= 2
+    raise RuntimeError(f"reference RoPE: undecided at {MAX_BITS} bits")  # unreachable
+
+
+def _f32(x: Fraction) -> float:
+    return _round_ratio_to_float32(x.numerator, x.denominator)
+
+
+def _f64(x: Fraction) -> float:
+    return float(x)  # int / int: correctly rounded in CPython
+
+
+def _scaled_cos_sin(p: int, f: float, af: float):
+    a = Fraction(af)
+
+    def values(bits):
+        c, s, e, w = _cos_sin_fixed(p, f, bits)
+        scale = a / (1 << w)
+        err = abs(scale) * e
+        return ((c * scale, err), (s * scale, err))
+
+    return values
+
+
+def cos_sin_f32(p: int, f: float, af: float = 1.0) -> tuple[float, float]:
+    """Correctly rounded float32 ``af * cos(p f)`` and ``af * sin(p f)`` (as Python floats)."""
+    return _settle(_scaled_cos_sin(int(p), float(f), float(af)), _f32)
+
+
+def cos_sin_f64(p: int, f: float, af: float = 1.0) -> tuple[float, float]:
+    """Correctly rounded float64 ``af * cos(p f)`` and ``af * sin(p f)``."""
+    return _settle(_scaled_cos_sin(int(p), float(f), float(af)), _f64)
+
+
+def rotate_f32(x1: float, x2: float, p: int, f: float, af: float = 1.0) -> tuple[float, float]:
+    """Correctly rounded float32 of ``af (x1 cos t - x2 sin t)`` and ``af (x2 cos t + x1 sin t)``,
+    ``t = p f``, for finite ``x1, x2`` (the exact values of the given floats)."""
+    a, u, v = Fraction(float(af)), Fraction(float(x1)), Fraction(float(x2))
+    p, f = int(p), float(f)
+
+    def values(bits):
+        c, s, e, w = _cos_sin_fixed(p, f, bits)
+        scale = a / (1 << w)
+        err = abs(scale) * (abs(u) + abs(v)) * e
+        return (((u * c - v * s) * scale, err), ((v * c + u * s) * scale, err))
+
+    return _settle(values, _f32)

@@ -1,0 +1,52 @@
+"""How the compiled backends walk a RoPE call: rows of ``q``/``k``, and cos/sin tables in chunks.
+
+Both compiled backends (numba, ``csrc/``) see each input as a flat ``float32`` buffer of rows
+of ``head_dim`` values, with element strides for batch, head and sequence:
+
+* ``(batch, heads, seq, head_dim)``: row ``(b, h, s)`` starts at ``b*H*S*D + h*S*D + s*D``;
+* ``(tokens, heads, head_dim)``: one batch, ``seq = tokens``, row ``(t, h)`` at ``t*H*D + h*D``.
+
+The cos/sin of a call are computed first, once per ``(position row, frequency)``, as a table
+of doubles (see :mod:`fastpe._numba.kernels`, "RoPE"), then every head reads it.  Positions
+``(seq,)`` serve the whole batch (one table row per ``s``); ``(batch, seq)`` give a row per
+``(b, s)``.  So that the table never costs much memory, a long sequence is done in chunks of
+``seq`` of at most :data:`TABLE_BYTES` of table each.  The reference backend does not use
+this module: it indexes the arrays its own way, so a mistake here cannot hide in both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["geometry", "chunks", "chunk_positions", "TABLE_BYTES"]
+
+#: the largest cos/sin table of doubles one chunk uses
+TABLE_BYTES = 32 << 20
+
+
+def geometry(x: np.ndarray) -> tuple[int, int, int, int, int, int, int]:
+    """``(n_batch, n_heads, n_seq, head_dim, stride_batch, stride_head, stride_seq)`` of a
+    validated C-contiguous 3-D or 4-D ``x``, strides in elements."""
+    if x.ndim == 4:
+        b, h, s, d = x.shape
+        return b, h, s, d, h * s * d, s * d, d
+    t, h, d = x.shape
+    return 1, h, t, d, 0, d, h * d
+
+
+def chunks(n_seq: int, rows_per_seq: int, n_freq: int) -> list[tuple[int, int]]:
+    """Split ``range(n_seq)`` so each chunk's table (``rows_per_seq`` rows of ``2*n_freq``
+    doubles per sequence index) stays within :data:`TABLE_BYTES`."""
+    per_s = max(1, rows_per_seq) * n_freq * 16
+    step = max(1, TABLE_BYTES // per_s)
+    return [(s0, min(n_seq, s0 + step)) for s0 in range(0, n_seq, step)]
+
+
+def chunk_positions(positions: np.ndarray, s0: int, s1: int) -> tuple[np.ndarray, int]:
+    """The chunk's positions, flat and C-contiguous, and the table-row stride per batch.
+
+    ``positions`` is ``(seq,)`` (stride 0: every batch shares a row) or ``(batch, seq)``.
+    """
+    if positions.ndim == 1:
+        return positions[s0:s1], 0
+    return np.ascontiguousarray(positions[:, s0:s1]).reshape(-1), s1 - s0

@@ -1,0 +1,249 @@
+"""The array-level RoPE API: exact cos/sin caches and in-place rotation for given ``inv_freq``.
+
+:mod:`fastpe.rope` turns a model's configuration into ``(inv_freq, attention_factor)`` and
+calls these; they take the frequencies as given.  Everything is validated here, once, before
+anything is written; the backends' kernels assume valid input.
+
+What every value is (one definition, every backend)
+----------------------------------------------------
+Each frequency ``f_i`` is the exact value of the double ``inv_freq[i]`` (float32 input
+converts exactly), ``af`` the attention factor, ``theta = p * f_i``.
+
+* ``cos_sin``: ``cos[r, j] = af * cos(theta)`` and ``sin[r, j] = af * sin(theta)`` for
+  ``p = positions[r]``, frequency ``i`` in columns ``j = i`` and ``i + n`` (``layout="neox"``,
+  HF's ``cat(freqs, freqs)``) or ``j = 2i`` and ``2i + 1`` (``"gptj"``), ``n = len(inv_freq)``.
+  Float32 outputs are within 1 ULP of the correctly rounded value (in practice correctly
+  rounded) for every ``p < 2**32``; float64 outputs are the doubles ``C, S`` below.
+* ``apply``: each pair ``(x1, x2)`` of a row at position ``p`` -- columns ``(i, i + n)``
+  (NeoX: HF's ``x * cos + rotate_half(x) * sin``) or ``(2i, 2i + 1)`` (GPT-J) -- becomes
+  ``y1 = af (x1 cos theta - x2 sin theta)``, ``y2 = af (x2 cos theta + x1 sin theta)``;
+  columns from ``2n`` on (partial rotary) are left untouched.
+
+The compiled backends compute, per position and frequency, the doubles ``c, s`` (the
+anchored product of exact-path doubles described in :mod:`fastpe._plan`; where ``|c|`` or
+``|s|`` is below ``2**-14``, the exact path itself), then ``C = af * c`` and ``S = af * s``.
+``cos_sin`` writes ``float32(C)``, ``float32(S)``; ``apply`` writes
+``float32(x1 * C - x2 * S)`` and ``float32(x2 * C + x1 * S)``, in double from the float32
+inputs, without FMA.  Both compiled backends write the same bits.  The ``python`` backend
+computes the exact values with rationals (:mod:`fastpe._reference_rope`) and rounds once.
+
+Error bounds.  ``|c - cos theta| < 2**-46`` (so ``|C - af cos theta| < 2**-45.9 |af|``),
+and below ``2**-32 |c|`` where ``|c| >= 2**-14``, the exact path covering smaller values:
+the tiny test is on the *unscaled* ``c, s``, because scaling by ``af`` multiplies value and
+error alike, so relative accuracy -- what a float32 ULP measures -- does not depend on
+``af`` (a test on ``af * c`` would let a large ``af`` pass values far less accurate than a
+ULP).  For ``apply``, the three roundings in double add ``2**-52.4 |af| (|x1| + |x2|)``:
+
+    ``|out - y| <= ulp(y) / 2 + 2**-45 |af| (|x1| + |x2|)``.
+
+Hence ``out`` is within 1 ULP of the correctly rounded ``y`` whenever
+``|y| >= 2**-20 |af| (|x1| + |x2|)``; below that (``x1 cos - x2 sin`` cancels to fewer than
+20 of 24 bits) ULPs are no measure, and the bound above is the guarantee -- 2**-21 of a
+float32 ULP of the inputs, far below what any float32 computation can do.  HF computes the
+cos/sin caches in float32 (angle ``p * inv_freq`` rounded to float32: an error of up to
+``p * 2**-24`` radians) and rotates in float32.
+
+Non-finite ``x`` propagate as IEEE arithmetic does (they are not checked: that would cost
+a pass over memory).
+
+Work and memory.  ``apply`` computes ``C, S`` once per call for each (position row,
+frequency) -- shared by all heads, and by the whole batch when ``positions`` is ``(seq,)``
+-- into a table of doubles (at most 32 MiB at a time, see :mod:`fastpe._rope_plan`), then
+streams over ``x`` in parallel, in place.  ``apply_qk`` rotates ``q`` and ``k`` in the same
+pass over one table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _backends
+from .._validate import (
+    check_finite_real,
+    check_inplace,
+    check_inv_freq,
+    check_layout,
+    check_no_overlap,
+    check_offset,
+    check_out,
+    check_position_grid,
+    check_positions,
+    check_rotary_dim,
+)
+
+__all__ = ["cos_sin_from_inv_freq", "apply_from_inv_freq", "apply_qk_from_inv_freq"]
+
+
+def cos_sin_from_inv_freq(
+    positions,
+    inv_freq,
+    attention_factor: float = 1.0,
+    *,
+    layout: str = "neox",
+    out_cos: np.ndarray | None = None,
+    out_sin: np.ndarray | None = None,
+    rotary_dim: int | None = None,
+    backend: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The RoPE cos and sin caches of ``positions``; return ``(cos, sin)``.
+
+    Each ``(len(positions), 2 * len(inv_freq))``: ``attention_factor * cos(p * inv_freq[i])``
+    (and sin) in columns ``i`` and ``i + len(inv_freq)`` (``layout="neox"``, HF's layout) or
+    ``2i`` and ``2i + 1`` (``"gptj"``).  Float32 values are within 1 ULP of the correctly
+    rounded value for every position (see the module notes).
+
+    Parameters
+    ----------
+    positions:
+        1-D integers in ``[0, 2**32)`` (any integer dtype, a list, whole floats).
+    inv_freq:
+        1-D, non-empty, finite, ``0 <= f <= 1024`` (radians per position).
+    attention_factor:
+        Finite real; multiplies every value (HF's ``attention_scaling``).
+    out_cos, out_sin:
+        Both or neither: writable C-contiguous arrays of the output shape, both ``float32``
+        or both ``float64`` (then the doubles the kernels use, see the module notes).
+    rotary_dim:
+        Optional consistency check: must equal ``2 * len(inv_freq)``.
+    backend:
+        As in :func:`fastpe.forward`.
+    """
+    freqs = check_inv_freq(inv_freq)
+    width = check_rotary_dim(rotary_dim, len(freqs))
+    af = check_finite_real("attention_factor", attention_factor)
+    layout = check_layout(layout)
+    pos = check_positions(positions)
+    shape = (pos.shape[0], width)
+    if (out_cos is None) != (out_sin is None):
+        raise TypeError("out_cos and out_sin must be given together (or neither)")
+    if out_cos is None:
+        dtype = np.dtype(np.float32)
+        _, module = _backends.resolve(backend)
+        out_cos = np.empty(shape, dtype=dtype)
+        out_sin = np.empty(shape, dtype=dtype)
+    else:
+        dtype = out_cos.dtype if isinstance(out_cos, np.ndarray) else np.dtype(np.float32)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"out_cos must have dtype float32 or float64, got {dtype}")
+        check_out(out_cos, shape, "out_cos", dtype)
+        check_out(out_sin, shape, "out_sin", dtype)
+        check_no_overlap(out_cos, out_sin, "out_cos", "out_sin")
+        check_no_overlap(out_cos, positions, "out_cos")
+        check_no_overlap(out_sin, positions, "out_sin")
+        _, module = _backends.resolve(backend)
+    if pos.shape[0] == 0:
+        return out_cos, out_sin
+    if dtype == np.float32:
+        module.rope_cos_sin(pos, freqs, af, layout, out_cos, out_sin)
+    else:
+        table = np.empty((pos.shape[0], 2, len(freqs)), dtype=np.float64)
+        module.rope_table(pos, freqs, af, table)
+        _spread(table[:, 0], out_cos, layout)
+        _spread(table[:, 1], out_sin, layout)
+    return out_cos, out_sin
+
+
+def _spread(values: np.ndarray, out: np.ndarray, layout: str) -> None:
+    """``(n, n_freq)`` values into the two columns of each frequency."""
+    n_freq = values.shape[1]
+    if layout == "neox":
+        out[:, :n_freq] = values
+        out[:, n_freq:] = values
+    else:
+        out[:, 0::2] = values
+        out[:, 1::2] = values
+
+
+def apply_from_inv_freq(
+    x: np.ndarray,
+    positions,
+    inv_freq,
+    attention_factor: float = 1.0,
+    *,
+    layout: str = "neox",
+    offset: int | None = None,
+    rotary_dim: int | None = None,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Rotate ``x`` in place by RoPE; return ``x``.
+
+    Parameters
+    ----------
+    x:
+        Writable C-contiguous float32, ``(batch, heads, seq, head_dim)`` or
+        ``(tokens, heads, head_dim)``.  The first ``2 * len(inv_freq)`` values of each head
+        rotate (NeoX pairs ``(i, i + n)``, GPT-J pairs ``(2i, 2i + 1)``), the rest stay.
+    positions:
+        ``(seq,)`` or ``(batch, seq)`` integers for 4-D ``x``, ``(tokens,)`` for 3-D, in
+        ``[0, 2**32)``; or ``None`` with ``offset``.
+    inv_freq, attention_factor, layout, rotary_dim, backend:
+        As in :func:`cos_sin_from_inv_freq`.
+    offset:
+        Integer ``>= 0``: positions ``offset, offset + 1, ...`` along the sequence (token)
+        axis, all below ``2**32``.  Exactly one of ``positions`` and ``offset``.
+
+    Every argument is validated before ``x`` is touched; see the module notes for the
+    value of every output and its error bound.
+    """
+    x = check_inplace(x, "x")
+    return _apply(x, None, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend)
+
+
+def apply_qk_from_inv_freq(
+    q: np.ndarray,
+    k: np.ndarray,
+    positions,
+    inv_freq,
+    attention_factor: float = 1.0,
+    *,
+    layout: str = "neox",
+    offset: int | None = None,
+    rotary_dim: int | None = None,
+    backend: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rotate ``q`` and ``k`` in place in one pass; return ``(q, k)``.
+
+    As :func:`apply_from_inv_freq` for both; they share ``positions`` and every dimension
+    but the heads (grouped-query attention), and must not overlap in memory.  Both are
+    validated before either is touched.
+    """
+    q = check_inplace(q, "q")
+    k = check_inplace(k, "k")
+    if k.ndim != q.ndim:
+        raise ValueError(f"k must have the layout of q: got shapes {q.shape} and {k.shape}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have the head_dim of q ({q.shape[-1]}), got {k.shape[-1]}")
+    others = (0,) if q.ndim == 3 else (0, 2)
+    for axis in others:
+        if k.shape[axis] != q.shape[axis]:
+            what = "tokens" if q.ndim == 3 else ("batch", "", "seq")[axis]
+            raise ValueError(f"k must have the {what} of q ({q.shape[axis]}), got {k.shape[axis]}")
+    if np.may_share_memory(q, k):
+        raise ValueError("k must not share memory with q (both are rotated in place)")
+    _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend)
+    return q, k
+
+
+def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend):
+    """Validate the rest (``q`` and ``k`` are checked), then rotate."""
+    name = "x" if k is None else "q"
+    freqs = check_inv_freq(inv_freq)
+    check_rotary_dim(rotary_dim, len(freqs), q.shape[-1])
+    af = check_finite_real("attention_factor", attention_factor)
+    layout = check_layout(layout)
+    n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
+    if (positions is None) == (offset is None):
+        raise TypeError("pass exactly one of positions and offset")
+    if offset is not None:
+        start = check_offset(offset, n_seq)
+        pos = np.arange(start, start + n_seq, dtype=np.uint64).astype(np.uint32)
+    else:
+        shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
+        pos = check_position_grid(positions, shapes)
+        for arr, arr_name in ((q, name), (k, "k")):
+            if arr is not None:
+                check_no_overlap(arr, pos, arr_name)
+    _, module = _backends.resolve(backend)
+    if q.size or (k is not None and k.size):
+        module.rope_apply(q, k, pos, freqs, af, layout)
+    return q
