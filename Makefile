@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml setup.py csrc/_ext.pyx csrc/fastpe_kernels.h
 	if [ "$(PEERS)" = "1" ]; then \
 	  $(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"; \
 	  $(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"; \
+	  $(PIP) install --quiet transformers || echo "transformers not installed: HF parity tests will skip"; \
 	fi
 	touch $@
 

@@ -12,6 +12,16 @@ from ._info import info
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # submodules with their own namespace load on first use, keeping `import fastpe` cheap
+    if name == "rope":
+        import importlib
+
+        return importlib.import_module("fastpe.rope")
+    raise AttributeError(f"module 'fastpe' has no attribute {name!r}")
+
+
 __all__ = [
     "PosEncConfig",
     "DEFAULT_MAX_LEN",

@@ -21,6 +21,7 @@ import click
 from .. import __version__
 from .check import check
 from .info import info
+from .rope import rope
 from .table import table
 
 __all__ = ["main"]
@@ -103,3 +104,4 @@ def main(ctx: click.Context, verbose: int, quiet: int) -> None:
 main.add_command(table)
 main.add_command(info)
 main.add_command(check)
+main.add_command(rope)

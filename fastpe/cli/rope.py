@@ -1,0 +1,251 @@
+"""``fastpe rope``: write a model's RoPE cos/sin caches to one ``.npz`` file.
+
+``--scaling`` takes an HF ``rope_scaling`` / ``rope_parameters`` dict as JSON text, or the
+path of a JSON file holding either such a dict or a whole model ``config.json``.  From a
+model config the command reads what HF's rotary embedding reads -- ``rope_theta``,
+``rope_scaling`` (or ``rope_parameters``), ``partial_rotary_factor``, ``head_dim`` (else
+``hidden_size // num_attention_heads``), ``max_position_embeddings`` and a top-level
+``original_max_position_embeddings`` (Phi-3 keeps it there) -- with HF's precedence;
+options given on the command line override the file.  The numbers come from
+:mod:`fastpe.rope`; this module only gathers arguments and writes the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+import click
+
+from . import options
+
+__all__ = ["rope", "read_scaling", "from_model_config", "check_npz_path"]
+
+#: keys that mark a JSON object as a model config rather than a rope dict
+_CONFIG_KEYS = frozenset({
+    "rope_scaling", "rope_parameters", "hidden_size", "num_attention_heads", "head_dim",
+    "max_position_embeddings", "model_type", "architectures",
+})
+
+
+def check_npz_path(path: str) -> str:
+    """Return ``path`` if an ``.npz`` can be written there, else raise :class:`click.BadParameter`.
+
+    The rules of :func:`options.check_output_path` (existing, writable directory; an
+    existing regular file is replaced atomically), for the ``.npz`` suffix.
+    """
+    if not path:
+        raise click.BadParameter("the output path is empty")
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise click.BadParameter(f"{path!r} names a directory; give a file name ending in .npz")
+    name = os.path.basename(path)
+    if not name.lower().endswith(".npz") or len(name) <= len(".npz"):
+        raise click.BadParameter(f"{path!r} does not end in .npz (fastpe rope writes .npz files)")
+    parent = os.path.dirname(path) or os.curdir
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"directory {parent!r} is not writable")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise click.BadParameter(f"{path!r} cannot be used: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise click.BadParameter(f"{path!r} exists and is not a regular file")
+    return path
+
+
+def _npz_handler(ctx, param, value):
+    return None if value is None else check_npz_path(value)
+
+
+def read_scaling(value: str) -> tuple[str, dict]:
+    """``--scaling``: ``("config", dict)`` for a model config, ``("scaling", dict)`` for a rope
+    dict.  JSON text starts with ``{``; anything else is a path to a JSON file."""
+    text = value.strip()
+    if text.startswith("{"):
+        where = "the --scaling JSON"
+    else:
+        where = repr(value)
+        try:
+            with open(value, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise click.BadParameter(f"{value!r} is neither JSON text nor an existing file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"cannot read {value!r}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{where} is not valid JSON: {exc}") from None
+    if data is None:
+        return "scaling", {}
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{where} must be a JSON object, got {type(data).__name__}")
+    kind = "config" if _CONFIG_KEYS & data.keys() else "scaling"
+    return kind, data
+
+
+def _scaling_handler(ctx, param, value):
+    return None if value is None else read_scaling(value)
+
+
+def _positive_int(config: dict, key: str):
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise options.InputError(f"config {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def from_model_config(config: dict) -> dict:
+    """What HF's rotary embedding reads from a model config, as ``fastpe.rope`` arguments:
+    ``scaling`` (a new dict), ``head_dim`` and ``max_position_embeddings`` (None if absent)."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}  # HF's order
+    if not isinstance(scaling, dict):
+        raise options.InputError(f"config 'rope_scaling' must be a JSON object, got {type(scaling).__name__}")
+    scaling = dict(scaling)
+    # top-level values fill in what the dict lacks (HF's setdefault) ...
+    for key in ("rope_theta", "partial_rotary_factor"):
+        if config.get(key) is not None:
+            scaling.setdefault(key, config[key])
+    # ... except Phi-3's top-level original length, which HF prefers to the dict's
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if config.get("original_max_position_embeddings") is not None and rope_type in ("yarn", "llama3", "longrope", "su"):
+        scaling["original_max_position_embeddings"] = config["original_max_position_embeddings"]
+
+    head_dim = _positive_int(config, "head_dim")
+    if head_dim is None:
+        hidden, heads = _positive_int(config, "hidden_size"), _positive_int(config, "num_attention_heads")
+        if hidden is not None and heads is not None:
+            head_dim = hidden // heads
+    return {
+        "scaling": scaling,
+        "head_dim": head_dim,
+        "max_position_embeddings": _positive_int(config, "max_position_embeddings"),
+    }
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _positive(ctx, param, value):
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be >= 1, got {value}")
+    return value
+
+
+@click.command(short_help="Write RoPE cos/sin caches (any HF rope scaling) to a .npz file.")
+@click.option("--head-dim", type=int, default=None, callback=_positive, metavar="N",
+              help="Size of one attention head. Default: from the --scaling model config.")
+@click.option("--max-len", "max_len", type=int, default=None, callback=options.max_len_handler, metavar="N",
+              help="Rows: positions 0 to N-1. Default: the config's max_position_embeddings.")
+@click.option("--base", type=float, default=None, callback=options.base_handler, metavar="B",
+              help="RoPE theta, finite and > 1. Default: rope_theta from --scaling, else 10000.")
+@click.option("--rotary-dim", type=int, default=None, metavar="N",
+              help="Rotated dimensions per head (even). Default: head_dim * partial_rotary_factor.")
+@click.option("--layout", type=click.Choice(["neox", "gptj"], case_sensitive=False), default="neox",
+              show_default=True, help="Column order: halves (HF/NeoX) or interleaved pairs (GPT-J).")
+@click.option("--scaling", default=None, callback=_scaling_handler, metavar="JSON|PATH",
+              help="An HF rope_scaling/rope_parameters dict as JSON text, or a JSON file holding "
+              "one or a whole model config.json.")
+@click.option("--max-position-embeddings", type=int, default=None, callback=_positive, metavar="N",
+              help="The model's max_position_embeddings (dynamic, yarn, llama3, longrope). "
+              "Default: from the config.")
+@click.option("--seq-len", type=int, default=None, callback=_positive, metavar="N",
+              help="Sequence length for dynamic/longrope. Default: MAX_LEN, as HF's forward pass.")
+@options.backend_opt
+@click.option("-o", "--output", type=click.Path(), default=None, callback=_npz_handler,
+              help="Output .npz file; its directory must exist. An existing file is replaced "
+              "atomically. Default: rope_<MAX_LEN>x<ROTARY_DIM>.npz in the current directory.")
+@click.pass_context
+def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, max_position_embeddings,
+         seq_len, backend, output) -> None:
+    """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz file.
+
+    The file holds cos and sin (float32, MAX_LEN x ROTARY_DIM, already multiplied by the
+    attention factor, as HF's rotary embedding returns them), inv_freq (float64) and
+    attention_factor (a float64 scalar): exactly fastpe.rope.cos_sin and
+    fastpe.rope.inv_freq of the same arguments.  Prints one summary line (-q: nothing).
+
+    The file is written atomically; on any error nothing is written.
+
+    \b
+    Examples:
+      fastpe rope --head-dim 128 --max-len 8192 --base 500000
+      fastpe rope --scaling path/to/config.json --max-len 8192 -o llama3.npz
+      fastpe rope --head-dim 64 --max-len 4096 --scaling '{"rope_type": "linear", "factor": 2}'
+    """
+    import numpy as np
+
+    from .. import _backends
+    from .. import rope as fr
+    from .._atomic import atomic_write
+
+    kind, data = scaling if scaling is not None else ("scaling", {})
+    if kind == "config":
+        found = from_model_config(data)
+        data = found["scaling"]
+        head_dim = head_dim if head_dim is not None else found["head_dim"]
+        if max_position_embeddings is None:
+            max_position_embeddings = found["max_position_embeddings"]
+        if max_len is None and found["max_position_embeddings"] is not None:
+            max_len = options.max_len_handler(ctx, None, found["max_position_embeddings"])
+    else:
+        data = dict(data)
+    # options on the command line win over the file
+    if base is not None:
+        data.pop("rope_theta", None)
+    if rotary_dim is not None:
+        data.pop("partial_rotary_factor", None)
+    if head_dim is None:
+        raise click.UsageError("Missing option '--head-dim' (and no head_dim in a --scaling model config)")
+    if max_len is None:
+        raise click.UsageError("Missing option '--max-len' (and no max_position_embeddings in a --scaling config)")
+
+    if seq_len is None:
+        seq_len = max_len  # what HF's forward pass sees for positions 0 .. max_len-1
+    with options.library_errors():
+        spec = fr.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
+                          max_position_embeddings=max_position_embeddings)
+        inv, attention = fr.inv_freq(head_dim, base=base, rotary_dim=rotary_dim, scaling=data, seq_len=seq_len,
+                                     max_position_embeddings=max_position_embeddings)
+        name, _ = _backends.resolve(backend)
+    path = output
+    if path is None:
+        try:
+            path = check_npz_path(f"rope_{max_len}x{spec.rotary_dim}.npz")
+        except click.BadParameter as exc:
+            raise options.InputError(f"default output path: {exc.message}; use -o") from None
+
+    layout = layout.lower()
+    try:
+        with atomic_write(path) as f:
+            start = time.perf_counter()
+            with options.library_errors():
+                cos, sin = fr.cos_sin(np.arange(max_len, dtype=np.uint32), head_dim, base=base,
+                                      rotary_dim=rotary_dim, scaling=data, seq_len=seq_len,
+                                      max_position_embeddings=max_position_embeddings, layout=layout,
+                                      backend=name)
+            computed = time.perf_counter()
+            np.savez(f, cos=cos, sin=sin, inv_freq=inv, attention_factor=np.float64(attention))
+    except OSError as exc:
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+    written = time.perf_counter()
+
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        click.echo(
+            f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {layout}, rope_type {spec.rope_type}, "
+            f"base {spec.base:g}, attention_factor {attention:.8g}, {_size(cos.nbytes + sin.nbytes)}, "
+            f"backend {name}, {(computed - start) * 1e3:.1f} ms compute + {(written - computed) * 1e3:.1f} ms write"
+        )

@@ -1,0 +1,359 @@
+"""Rotary position embeddings (RoPE): exact cos/sin caches and in-place rotation.
+
+Configure it with the model's own ``rope_scaling`` / ``rope_parameters`` dict, exactly as
+it appears in the Hugging Face ``config.json``::
+
+    import numpy as np
+    from fastpe import rope
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    inv, attention = rope.inv_freq(128, base=500000.0, scaling=scaling)
+    cos, sin = rope.cos_sin(np.arange(8192), 128, base=500000.0, scaling=scaling)
+    q = rope.apply_(q, positions, base=500000.0, scaling=scaling)   # (tokens, heads, 128)
+
+Supported ``rope_type`` values (or the legacy key ``type``): ``default``, ``linear``,
+``dynamic``, ``yarn``, ``llama3``, ``longrope`` (``su``, Phi-3's old name, is accepted).
+The rules and their parity with HF transformers are described in
+:mod:`fastpe.rope._scaling`: every ``inv_freq`` is the correctly rounded float64 of the
+rule's real value, which HF's float32 values match to float32 precision.  The cos/sin
+values are then exact (within 1 float32 ULP) for that float64 ``inv_freq`` at every
+position below ``2**32``.
+
+Sequence length.  Dynamic NTK and LongRoPE depend on the current length.  :func:`inv_freq`
+with ``seq_len=None`` returns what HF computes at initialisation (dynamic: no scaling;
+longrope: ``short_factor``).  :func:`cos_sin`, :func:`apply_` and :func:`apply_qk_` with
+``seq_len=None`` use the largest position of the call plus one, as HF's forward pass does
+(``max(position_ids) + 1``), so long positions switch LongRoPE to ``long_factor`` and
+stretch dynamic NTK's base.  HF's module keeps the largest length seen so far for dynamic
+NTK (its cache only grows until it resets below ``max_position_embeddings``); fastpe is
+stateless -- pass ``seq_len`` to reproduce that.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _scaling
+from ._scaling import ROPE_TYPES, RopeSpec
+
+__all__ = [
+    "inv_freq",
+    "cos_sin",
+    "apply_",
+    "apply_qk_",
+    "permute_qk_weight",
+    "resolve",
+    "ROPE_TYPES",
+    "RopeSpec",
+]
+
+
+def resolve(head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None) -> RopeSpec:
+    """Validate a RoPE configuration once; return a frozen, hashable :class:`RopeSpec`.
+
+    Same arguments and errors as :func:`inv_freq`.  ``base=None`` means
+    ``scaling['rope_theta']`` when present, else 10000; ``rotary_dim=None`` means
+    ``int(head_dim * scaling['partial_rotary_factor'])`` when present (HF's rule), else
+    ``head_dim``.  An explicit argument that contradicts the dict is a ``ValueError``.
+    """
+    return _scaling.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                            max_position_embeddings=max_position_embeddings)
+
+
+def inv_freq(
+    head_dim,
+    *,
+    base=None,
+    rotary_dim=None,
+    scaling=None,
+    seq_len=None,
+    max_position_embeddings=None,
+) -> tuple[np.ndarray, float]:
+    """RoPE inverse frequencies and attention factor, as HF transformers defines them.
+
+    Returns ``(inv_freq, attention_factor)``: a new float64 array of length
+    ``rotary_dim / 2`` (radians per position; pair ``i`` rotates by ``p * inv_freq[i]``)
+    and the factor HF multiplies cos and sin by (1 except for yarn and longrope).
+
+    Parameters
+    ----------
+    head_dim:
+        Size of one attention head, 2 .. 65536.
+    base:
+        RoPE theta, finite and > 1.  Default: ``scaling['rope_theta']`` if present, else
+        10000.0.
+    rotary_dim:
+        How many leading dimensions of each head rotate (even, ``<= head_dim``).  Default:
+        ``int(head_dim * scaling['partial_rotary_factor'])`` if present, else ``head_dim``.
+    scaling:
+        ``None`` or an HF ``rope_scaling`` / ``rope_parameters`` dict, verbatim: key
+        ``rope_type`` (or legacy ``type``) and that type's keys.  Keys that do not apply
+        are ignored, as HF does.  Never modified.
+    seq_len:
+        The current sequence length, for dynamic and longrope; ``None`` gives HF's values
+        at initialisation (no dynamic scaling; longrope's ``short_factor``).
+    max_position_embeddings:
+        The model config's field of that name: needed by dynamic, the default for
+        ``original_max_position_embeddings`` (yarn, llama3, longrope) and longrope's
+        default factor.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument or dict key: unknown ``rope_type``, a missing required key,
+        ``factor < 1``, a longrope factor list whose length is not ``rotary_dim / 2``, an
+        odd or too large ``rotary_dim``, a ``scaling`` that is not a dict, a bad ``base``.
+    """
+    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                   max_position_embeddings=max_position_embeddings)
+    return _scaling.compute(spec, _scaling.check_seq_len(seq_len))
+
+
+# ------------------------------------------------------------------------ composition
+
+
+def _load_core():
+    # imported on first use: `import fastpe.rope` stays light (no kernels loaded)
+    from . import _core as core
+
+    return core
+
+
+def _max_position_plus_one(positions) -> int | None:
+    """``max(positions) + 1`` (0 when empty), or None when ``positions`` is not valid --
+    the core then raises its own, precise error before anything is written."""
+    from .._validate import check_positions
+
+    try:
+        arr = np.asarray(positions)
+        flat = check_positions(arr.reshape(-1))
+    except (TypeError, ValueError):
+        return None
+    return int(flat.max()) + 1 if flat.size else 0
+
+
+def _call_seq_len(spec: RopeSpec, seq_len, positions, x=None, offset=None) -> int | None:
+    """The length a length-dependent rule sees: ``seq_len`` if given, else HF's
+    ``max(position_ids) + 1`` -- from ``positions``, or from ``offset`` and ``x``'s sequence
+    axis when positions are implicit."""
+    seq_len = _scaling.check_seq_len(seq_len)
+    if seq_len is not None or not _scaling.uses_seq_len(spec):
+        return seq_len
+    if positions is not None:
+        return _max_position_plus_one(positions)
+    if not isinstance(x, np.ndarray) or x.ndim not in (3, 4):
+        return None  # the core rejects x
+    n = x.shape[0] if x.ndim == 3 else x.shape[2]
+    if not isinstance(offset, (numbers.Integral, np.integer)) or isinstance(offset, (bool, np.bool_)):
+        return None  # the core rejects offset
+    return int(offset) + n
+
+
+def cos_sin(
+    positions,
+    head_dim,
+    *,
+    base=None,
+    rotary_dim=None,
+    scaling=None,
+    seq_len=None,
+    max_position_embeddings=None,
+    layout: str = "neox",
+    dtype=np.float32,
+    backend: str | None = None,
+):
+    """The cos and sin caches of ``positions``, each ``(len(positions), rotary_dim)``.
+
+    Values are ``attention_factor * cos(p * inv_freq[i])`` (and sin), laid out as HF does
+    for ``layout="neox"`` (``[f_0 .. f_{n-1}, f_0 .. f_{n-1}]``) or interleaved for
+    ``"gptj"`` (``f_0, f_0, f_1, f_1, ...``).  With ``dtype=np.float32`` every value is
+    within 1 float32 ULP of the exact value for the float64 ``inv_freq`` of :func:`inv_freq`;
+    ``np.float64`` gives the doubles the kernels round from (absolute error below
+    ``2**-45 * attention_factor``).  ``positions``: 1-D integers in ``[0, 2**32)``.
+    ``seq_len=None`` means ``max(positions) + 1`` (see the module notes).  Other arguments
+    as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.
+    """
+    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                   max_position_embeddings=max_position_embeddings)
+    dtype = _check_dtype(dtype)
+    from .._validate import check_layout, check_positions
+
+    check_layout(layout)  # before allocating the outputs
+    pos = check_positions(positions)
+    if seq_len is None and _scaling.uses_seq_len(spec):
+        seq_len = int(pos.max()) + 1 if pos.size else 0
+    inv, attention = _scaling.compute(spec, _scaling.check_seq_len(seq_len))
+    out_cos = np.empty((pos.shape[0], spec.rotary_dim), dtype=dtype)
+    out_sin = np.empty_like(out_cos)
+    return _load_core().cos_sin_from_inv_freq(pos, inv, attention, layout=layout, out_cos=out_cos,
+                                              out_sin=out_sin, backend=backend)
+
+
+def _check_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a numpy floating dtype, got {dtype!r}") from None
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dt}")
+    return dt
+
+
+def apply_(
+    x,
+    positions=None,
+    *,
+    head_dim=None,
+    layout: str = "neox",
+    rotary_dim=None,
+    base=None,
+    scaling=None,
+    offset=None,
+    seq_len=None,
+    max_position_embeddings=None,
+    backend: str | None = None,
+):
+    """Rotate ``x`` in place by RoPE and return it.
+
+    ``x``: a float32 ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``
+    array (C-contiguous, writable); its first ``rotary_dim`` values of each head rotate, the
+    rest are left alone.  ``positions``: ``(tokens,)``, ``(seq,)`` or ``(batch, seq)``
+    integers; ``None`` means ``offset, offset + 1, ...`` along the sequence axis
+    (``offset`` defaults to 0).  ``head_dim`` defaults to ``x.shape[-1]``.  The rotation
+    multiplies by ``attention_factor``, as HF's cos/sin do.  ``seq_len=None`` means the
+    largest position plus one (see the module notes).  Everything is validated before ``x``
+    is touched.
+    """
+    return _rotate(x, None, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
+                   scaling=scaling, offset=offset, seq_len=seq_len,
+                   max_position_embeddings=max_position_embeddings, backend=backend)
+
+
+def apply_qk_(
+    q,
+    k,
+    positions=None,
+    *,
+    head_dim=None,
+    layout: str = "neox",
+    rotary_dim=None,
+    base=None,
+    scaling=None,
+    offset=None,
+    seq_len=None,
+    max_position_embeddings=None,
+    backend: str | None = None,
+):
+    """Rotate queries and keys in place in one pass; return ``(q, k)``.
+
+    As :func:`apply_`, for ``q`` and ``k`` of the same layout that share positions (their
+    head counts may differ, as with grouped-query attention).  Both are validated before
+    either is touched.
+    """
+    return _rotate(q, k, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
+                   scaling=scaling, offset=offset, seq_len=seq_len,
+                   max_position_embeddings=max_position_embeddings, backend=backend)
+
+
+def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
+            max_position_embeddings, backend):
+    shape = getattr(q, "shape", None)
+    if not shape:
+        raise TypeError(f"{'q' if k is not None else 'x'} must be a numpy.ndarray, got {type(q).__name__}")
+    if head_dim is None:
+        head_dim = shape[-1]
+    elif head_dim != shape[-1]:
+        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of "
+                         f"{'q' if k is not None else 'x'} ({shape[-1]})")
+    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                   max_position_embeddings=max_position_embeddings)
+    if positions is None and offset is None:
+        offset = 0
+    inv, attention = _scaling.compute(spec, _call_seq_len(spec, seq_len, positions, q, offset))
+    core = _load_core()
+    if k is None:
+        return core.apply_from_inv_freq(q, positions, inv, attention, layout=layout, offset=offset,
+                                        backend=backend)
+    return core.apply_qk_from_inv_freq(q, k, positions, inv, attention, layout=layout, offset=offset,
+                                       backend=backend)
+
+
+# ------------------------------------------------------------------- weight permutation
+
+_LAYOUTS = ("neox", "gptj")
+
+
+def _permutation(head_dim: int, rotary_dim: int, to: str) -> np.ndarray:
+    """Row order within one head taking the other layout to ``to``."""
+    half = rotary_dim // 2
+    neox_to_gptj = np.empty(rotary_dim, dtype=np.intp)
+    neox_to_gptj[0::2] = np.arange(half)  # gptj row 2i   <- neox row i
+    neox_to_gptj[1::2] = np.arange(half) + half  # gptj row 2i+1 <- neox row i + half
+    perm = neox_to_gptj if to == "gptj" else np.argsort(neox_to_gptj)
+    return np.concatenate([perm, np.arange(rotary_dim, head_dim, dtype=np.intp)])
+
+
+def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
+    """Reorder q/k projection rows between the NeoX and GPT-J RoPE layouts; return a copy.
+
+    NeoX (HF Llama) pairs dimension ``i`` of a head with ``i + rotary_dim/2``; GPT-J
+    (Meta's original Llama, GPT-J) pairs ``2i`` with ``2i + 1``.  Reordering the output rows
+    of ``W_q`` and ``W_k`` (and their biases) per head converts one into the other: rotating
+    ``x @ W.T`` in the first layout and ``x @ permute_qk_weight(W, ...).T`` in the second
+    give the same attention scores.  ``to="gptj"`` converts NeoX weights for a GPT-J-layout
+    rotation; ``to="neox"`` is its inverse.
+
+    Parameters
+    ----------
+    w:
+        ``(n_heads * head_dim, in_features)`` weight (``torch.nn.Linear`` layout) or
+        ``(n_heads * head_dim,)`` bias; a numpy array or a torch tensor (the result is of
+        the same kind).  Never modified.
+    n_heads:
+        Heads in ``w`` (for ``W_k`` under grouped-query attention: the key/value heads).
+    head_dim:
+        Default ``w.shape[0] // n_heads``.
+    rotary_dim:
+        Rotated leading dimensions of each head (even); the rest keep their order.
+        Default ``head_dim``.
+    to:
+        ``"gptj"`` or ``"neox"``: the layout the result is for.
+    """
+    if not isinstance(to, str):
+        raise TypeError(f"to must be a string, got {type(to).__name__} {to!r}")
+    if to not in _LAYOUTS:
+        raise ValueError(f"to must be one of {', '.join(map(repr, _LAYOUTS))}, got {to!r}")
+    shape = getattr(w, "shape", None)
+    if shape is None or not hasattr(w, "__getitem__"):
+        raise TypeError(f"w must be a numpy array or a torch tensor, got {type(w).__name__}")
+    if len(shape) not in (1, 2):
+        raise ValueError(f"w must be 1-D (a bias) or 2-D (a weight), got shape {tuple(shape)}")
+    from .._validate import check_int
+
+    n_heads = check_int("n_heads", n_heads, low=1)
+    rows = int(shape[0])
+    if head_dim is None:
+        if rows % n_heads:
+            raise ValueError(f"w.shape[0] = {rows} is not a multiple of n_heads = {n_heads}")
+        head_dim = rows // n_heads
+    head_dim = check_int("head_dim", head_dim, low=2)
+    if n_heads * head_dim != rows:
+        raise ValueError(f"w.shape[0] must be n_heads * head_dim = {n_heads * head_dim}, got {rows}")
+    rotary_dim = head_dim if rotary_dim is None else check_int("rotary_dim", rotary_dim, low=2)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim = {head_dim}, got {rotary_dim}")
+
+    within = _permutation(head_dim, rotary_dim, to)
+    index = (np.arange(n_heads, dtype=np.intp)[:, None] * head_dim + within).reshape(-1)
+    if isinstance(w, np.ndarray):
+        return w[index]  # fancy indexing copies
+    if type(w).__module__.split(".")[0] == "torch":
+        import torch
+
+        return w[torch.as_tensor(index, device=w.device)]  # advanced indexing copies
+    raise TypeError(f"w must be a numpy array or a torch tensor, got {type(w).__name__}")

@@ -1,0 +1,356 @@
+"""``fastpe rope``: caches from a model config.json or a rope dict, through CliRunner and a process.
+
+Files are compared bit for bit with ``fastpe.rope.cos_sin`` / ``inv_freq`` of the same
+arguments on the same backend.  Sizes stay small: the suite may run on the python backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastpe import _backends, rope
+from fastpe.cli import main
+from fastpe.cli.rope import check_npz_path, from_model_config, read_scaling
+from conftest import fastpe_env
+
+DEFAULT = _backends.resolve(None)[0]
+
+SUMMARY = re.compile(
+    r"wrote (?P<path>\S+): cos, sin float32 \((?P<rows>\d+), (?P<cols>\d+)\) (?P<layout>neox|gptj), "
+    r"rope_type (?P<type>\w+), base (?P<base>\S+), attention_factor (?P<af>\S+), [\d.]+ (B|KiB|MiB|GiB), "
+    r"backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
+)
+
+LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+
+#: a Llama-3.1-style config.json, scaled down (head_dim 64 = 256 / 4)
+LLAMA3_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rope_scaling": LLAMA3_SCALING,
+    "torch_dtype": "bfloat16",
+}
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def listing(directory=".") -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def assert_one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def llama3_config(in_tmp):
+    path = in_tmp / "config.json"
+    path.write_text(json.dumps(LLAMA3_CONFIG, indent=2))
+    return path
+
+
+def load(path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def expected(max_len, head_dim, **kwargs):
+    layout = kwargs.pop("layout", "neox")
+    seq_len = kwargs.pop("seq_len", max_len)
+    inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+    cos, sin = rope.cos_sin(np.arange(max_len), head_dim, seq_len=seq_len, layout=layout, backend=DEFAULT,
+                            **kwargs)
+    return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
+
+
+def assert_file_is(path, want):
+    got = load(path)
+    assert sorted(got) == ["attention_factor", "cos", "inv_freq", "sin"]
+    assert got["attention_factor"].shape == () and got["attention_factor"].dtype == np.float64
+    for name in want:
+        assert same_bits(got[name], np.asarray(want[name])), name
+
+
+# ============================================================================ writing files
+
+
+def test_writes_the_default_file_and_one_summary_line(in_tmp):
+    result = run("rope", "--head-dim", 8, "--max-len", 5)
+    assert result.exit_code == 0, result.output
+    assert listing() == ["rope_5x8.npz"] and result.stderr == ""
+    assert_file_is("rope_5x8.npz", expected(5, 8))
+    match = SUMMARY.fullmatch(result.stdout.rstrip("\n"))
+    assert match, result.stdout
+    assert (match["path"], match["rows"], match["cols"], match["layout"]) == ("rope_5x8.npz", "5", "8", "neox")
+    assert (match["type"], match["base"], match["af"], match["backend"]) == ("default", "10000", "1", DEFAULT)
+
+
+def test_llama3_config_json(llama3_config):
+    result = run("rope", "--scaling", llama3_config, "--max-len", 16, "-o", "llama.npz")
+    assert result.exit_code == 0, result.output
+    assert listing() == ["config.json", "llama.npz"]
+    assert_file_is("llama.npz", expected(16, 64, base=500000.0, scaling=LLAMA3_SCALING,
+                                         max_position_embeddings=131072))
+    match = SUMMARY.fullmatch(result.stdout.rstrip("\n"))
+    assert match["type"] == "llama3" and match["base"] == "500000" and match["cols"] == "64"
+
+
+def test_command_line_options_override_the_config(llama3_config):
+    result = run("rope", "--scaling", llama3_config, "--max-len", 6, "--head-dim", 32, "--base", 1e4,
+                 "--rotary-dim", 16, "--layout", "GPTJ", "-o", "o.npz")
+    assert result.exit_code == 0, result.output
+    want = expected(6, 32, base=1e4, rotary_dim=16, scaling=LLAMA3_SCALING, max_position_embeddings=131072,
+                    layout="gptj")
+    assert_file_is("o.npz", want)
+    assert load("o.npz")["cos"].shape == (6, 16)
+
+
+def test_head_dim_key_partial_rotary_factor_and_default_max_len(in_tmp):
+    config = {"hidden_size": 512, "num_attention_heads": 4, "head_dim": 32, "partial_rotary_factor": 0.5,
+              "rope_theta": 1e6, "max_position_embeddings": 12}
+    (in_tmp / "c.json").write_text(json.dumps(config))
+    result = run("rope", "--scaling", "c.json")
+    assert result.exit_code == 0, result.output
+    assert listing() == ["c.json", "rope_12x16.npz"]
+    assert_file_is("rope_12x16.npz", expected(12, 32, base=1e6, rotary_dim=16))
+
+
+def test_rope_parameters_style_config(in_tmp):
+    """transformers 5 writes ``rope_parameters``, with rope_theta inside."""
+    params = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32,
+              "beta_fast": 32, "beta_slow": 1}
+    config = {"model_type": "qwen3", "hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 128,
+              "rope_parameters": params}
+    (in_tmp / "config.json").write_text(json.dumps(config))
+    result = run("rope", "--scaling", "config.json", "--max-len", 7, "-o", "y.npz")
+    assert result.exit_code == 0, result.output
+    want = expected(7, 64, scaling=params, max_position_embeddings=128)
+    assert_file_is("y.npz", want)
+    assert float(want["attention_factor"]) > 1 and SUMMARY.fullmatch(result.stdout.strip())["type"] == "yarn"
+
+
+def test_phi3_style_longrope_config_switches_on_max_len(in_tmp):
+    """Phi-3 keeps original_max_position_embeddings at the top level; HF prefers it."""
+    n = 8
+    scaling = {"type": "longrope", "short_factor": [1.0 + i / 10 for i in range(n)],
+               "long_factor": [2.0 + i for i in range(n)], "original_max_position_embeddings": 999}
+    config = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64,
+              "original_max_position_embeddings": 8, "rope_theta": 1e4, "rope_scaling": scaling}
+    (in_tmp / "phi.json").write_text(json.dumps(config))
+    fixed = {**scaling, "original_max_position_embeddings": 8}
+    for max_len, name in ((8, "short.npz"), (9, "long.npz")):
+        result = run("rope", "--scaling", "phi.json", "--max-len", max_len, "-o", name)
+        assert result.exit_code == 0, result.output
+        assert_file_is(name, expected(max_len, 16, scaling=fixed, max_position_embeddings=64))
+    short, long = load("short.npz")["inv_freq"], load("long.npz")["inv_freq"]
+    np.testing.assert_allclose(short * scaling["short_factor"], long * scaling["long_factor"], rtol=1e-15)
+
+
+def test_scaling_as_json_text_and_as_a_dict_file(in_tmp):
+    text = '{"rope_type": "linear", "factor": 2}'
+    result = run("rope", "--head-dim", 16, "--max-len", 4, "--scaling", text, "-o", "a.npz")
+    assert result.exit_code == 0, result.output
+    (in_tmp / "s.json").write_text(text)
+    result = run("rope", "--head-dim", 16, "--max-len", 4, "--scaling", "s.json", "-o", "b.npz")
+    assert result.exit_code == 0, result.output
+    want = expected(4, 16, scaling={"rope_type": "linear", "factor": 2})
+    assert_file_is("a.npz", want)
+    assert_file_is("b.npz", want)
+
+
+def test_dynamic_uses_max_len_or_seq_len(in_tmp):
+    text = '{"rope_type": "dynamic", "factor": 2.0}'
+    common = ("rope", "--head-dim", 16, "--scaling", text, "--max-position-embeddings", 4)
+    assert run(*common, "--max-len", 9, "-o", "a.npz").exit_code == 0
+    assert run(*common, "--max-len", 9, "--seq-len", 100, "-o", "b.npz").exit_code == 0
+    s = {"rope_type": "dynamic", "factor": 2.0}
+    assert_file_is("a.npz", expected(9, 16, scaling=s, max_position_embeddings=4))
+    assert_file_is("b.npz", expected(9, 16, scaling=s, max_position_embeddings=4, seq_len=100))
+    assert not np.array_equal(load("a.npz")["inv_freq"], load("b.npz")["inv_freq"])
+
+
+def test_quiet_prints_nothing_and_replaces_an_existing_file(in_tmp):
+    (in_tmp / "r.npz").write_bytes(b"old")
+    result = run("-q", "rope", "--head-dim", 4, "--max-len", 3, "-o", "r.npz")
+    assert result.exit_code == 0 and result.output == ""
+    assert listing() == ["r.npz"]
+    assert_file_is("r.npz", expected(3, 4))
+
+
+# ============================================================================ bad input
+
+
+BAD = [
+    pytest.param([], "Missing option '--head-dim'", id="no-head-dim"),
+    pytest.param(["--head-dim", "8"], "Missing option '--max-len'", id="no-max-len"),
+    pytest.param(["--head-dim", "0", "--max-len", "4"], "--head-dim", id="head-dim-0"),
+    pytest.param(["--head-dim", "x", "--max-len", "4"], "not a valid integer", id="head-dim-text"),
+    pytest.param(["--head-dim", "8", "--max-len", "0"], "--max-len", id="max-len-0"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--base", "1"], "greater than 1", id="base-1"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--base", "nan"], "finite", id="base-nan"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--rotary-dim", "5"], "rotary_dim must be even",
+                 id="rotary-odd"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--rotary-dim", "16"], "rotary_dim must be <= head_dim",
+                 id="rotary-too-big"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--layout", "llama"], "--layout", id="layout"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "{bad json"], "not valid JSON", id="bad-json"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "[1, 2]"], "neither JSON text nor",
+                 id="json-list"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "nope.json"], "neither JSON text nor an existing",
+                 id="no-such-file"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "list.json"], "must be a JSON object",
+                 id="file-list"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "ntk"}'], "'ntk' is not supported",
+                 id="unknown-type"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "linear"}'],
+                 "scaling['factor'] is required", id="missing-factor"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "linear", "factor": 0.5}'],
+                 "must be >= 1", id="factor-below-1"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "dynamic", "factor": 2}'],
+                 "max_position_embeddings is required", id="dynamic-no-mpe"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling",
+                  '{"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1, 1, 1], "factor": 2,'
+                  ' "original_max_position_embeddings": 4}'], "must have rotary_dim/2 = 4 entries, got 2",
+                 id="longrope-length"),
+    pytest.param(["--scaling", "badcfg.json", "--max-len", "4"], "config 'head_dim' must be a positive integer",
+                 id="config-head-dim"),
+    pytest.param(["--scaling", "nohead.json", "--max-len", "4"], "Missing option '--head-dim'",
+                 id="config-without-head-dim"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--seq-len", "0"], "--seq-len", id="seq-len-0"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "out.npy"], "does not end in .npz", id="out-npy"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "missing/out.npz"], "does not exist", id="out-no-dir"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "adir"], "names a directory", id="out-dir"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", ""], "empty", id="out-empty"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--backend", "gpu"], "--backend", id="backend"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, message):
+    (in_tmp / "adir").mkdir()
+    (in_tmp / "list.json").write_text("[1, 2]")
+    (in_tmp / "badcfg.json").write_text(json.dumps({"hidden_size": 64, "head_dim": "64"}))
+    (in_tmp / "nohead.json").write_text(json.dumps({"model_type": "x", "rope_theta": 1e4}))
+    before = listing()
+    result = run("rope", *args)
+    assert result.exit_code == 2, result.output
+    assert message in assert_one_line_error(result.stderr)
+    assert result.stdout == "" and listing() == before and listing("adir") == []
+
+
+def test_the_default_output_path_must_be_usable(in_tmp):
+    (in_tmp / "rope_4x8.npz").mkdir()
+    result = run("rope", "--head-dim", 8, "--max-len", 4)
+    assert result.exit_code == 2
+    assert "default output path" in assert_one_line_error(result.stderr)
+
+
+# ============================================================================ the helpers
+
+
+def test_read_scaling_tells_configs_from_rope_dicts(tmp_path):
+    assert read_scaling('{"rope_type": "linear", "factor": 2}') == ("scaling", {"rope_type": "linear", "factor": 2})
+    assert read_scaling(' {"rope_theta": 5e5}') == ("scaling", {"rope_theta": 5e5})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA3_CONFIG))
+    assert read_scaling(str(path)) == ("config", LLAMA3_CONFIG)
+
+
+def test_from_model_config_follows_hf_precedence():
+    found = from_model_config({**LLAMA3_CONFIG, "rope_parameters": {"rope_type": "linear", "factor": 3.0}})
+    assert found == {"scaling": {**LLAMA3_SCALING, "rope_theta": 500000.0}, "head_dim": 64,
+                     "max_position_embeddings": 131072}  # rope_scaling wins, top-level theta fills in
+    inner = from_model_config({"rope_theta": 1.0e4, "rope_parameters": {"rope_theta": 2.0e4}})
+    assert inner["scaling"] == {"rope_theta": 2.0e4} and inner["head_dim"] is None
+    config = {**LLAMA3_CONFIG}
+    from_model_config(config)
+    assert config == LLAMA3_CONFIG  # the loaded config is not modified
+
+
+def test_check_npz_path(tmp_path):
+    assert check_npz_path(str(tmp_path / "x.npz")) == str(tmp_path / "x.npz")
+    for bad in ("", str(tmp_path), str(tmp_path / ".npz"), str(tmp_path / "x.npy"), str(tmp_path / "no" / "x.npz")):
+        with pytest.raises(Exception) as info:
+            check_npz_path(bad)
+        assert type(info.value).__name__ == "BadParameter"
+
+
+def test_help_lists_rope():
+    result = run("--help")
+    assert result.exit_code == 0 and "rope" in result.stdout
+    result = run("rope", "--help")
+    assert result.exit_code == 0 and "--scaling" in result.stdout and "config.json" in result.stdout
+
+
+# ============================================================================ real processes
+
+
+def test_rope_help_imports_no_kernels(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys
+        from fastpe.cli import main
+        try:
+            main(["rope", "--help"], prog_name="fastpe")
+        except SystemExit as exc:
+            assert exc.code == 0, exc.code
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "llvmlite", "torch"))
+        assert not heavy, heavy
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_process_writes_caches_from_a_config_json(llama3_config):
+    env = fastpe_env()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastpe", "rope", "--scaling", "config.json", "--max-len", "32", "--backend", DEFAULT,
+         "-o", "caches.npz"],
+        cwd=llama3_config.parent, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and SUMMARY.fullmatch(proc.stdout.rstrip("\n"))
+    assert listing() == ["caches.npz", "config.json"]
+    assert_file_is("caches.npz", expected(32, 64, base=500000.0, scaling=LLAMA3_SCALING,
+                                          max_position_embeddings=131072))
+    bad = subprocess.run(
+        [sys.executable, "-m", "fastpe", "rope", "--scaling", '{"rope_type": "llama3"}', "--head-dim", "64",
+         "--max-len", "8", "-o", "bad.npz"],
+        cwd=llama3_config.parent, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "scaling['factor'] is required" in assert_one_line_error(bad.stderr)
+    assert listing() == ["caches.npz", "config.json"]

@@ -1,0 +1,405 @@
+"""``fastpe.rope``'s public API: the scaling rules composed with the exact cos/sin core.
+
+* ``cos_sin`` / ``apply_`` / ``apply_qk_`` are ``fastpe.rope._core`` fed with
+  ``fastpe.rope.inv_freq`` (bit for bit), including the sequence length a length-dependent
+  rule sees when ``seq_len`` is None (HF's ``max(position_ids) + 1``);
+* end to end against HF transformers' rotary module (cos/sin at small positions, where
+  HF's float32 angles are still accurate), for every rope_type;
+* rotations against a plain NumPy rotation built from the caches, in both layouts;
+* ``permute_qk_weight``: round trips, and equal attention scores across layouts;
+* bad input leaves every array untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from fastpe import rope
+from conftest import fastpe_env
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+
+
+def longrope(n, original=16):
+    rng = np.random.default_rng(n)
+    return {"rope_type": "longrope", "short_factor": [float(v) for v in rng.uniform(0.9, 2, n)],
+            "long_factor": [float(v) for v in rng.uniform(1, 20, n)], "original_max_position_embeddings": original,
+            "factor": 4.0}
+
+
+@pytest.fixture(scope="module")
+def core():
+    from fastpe.rope import _core
+
+    return _core
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def numpy_rotate(x, cos, sin, layout):
+    """Plain float64 rotation of the last axis by ``(n, rotary_dim)`` caches broadcast over
+    the position axis; dimensions past ``rotary_dim`` pass through."""
+    x = np.asarray(x, dtype=np.float64)
+    r = cos.shape[-1]
+    out = x.copy()
+    c, s = cos.astype(np.float64), sin.astype(np.float64)
+    if layout == "neox":
+        h = r // 2
+        x1, x2 = x[..., :h], x[..., h:r]
+        out[..., :h] = x1 * c[..., :h] - x2 * s[..., :h]
+        out[..., h:r] = x2 * c[..., h:] + x1 * s[..., h:]
+    else:
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+        out[..., 0:r:2] = x1 * c[..., 0::2] - x2 * s[..., 0::2]
+        out[..., 1:r:2] = x2 * c[..., 1::2] + x1 * s[..., 1::2]
+    return out
+
+
+SCALINGS = [
+    pytest.param({}, {}, id="default"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": 2.0}}, {}, id="linear"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 16}, {},
+                 id="dynamic"),
+    pytest.param({"scaling": YARN, "base": 1e4}, {}, id="yarn"),
+    pytest.param({"scaling": LLAMA3, "base": 5e5}, {}, id="llama3"),
+    pytest.param({"scaling": longrope(16)}, {"max_position_embeddings": 64}, id="longrope"),
+]
+
+
+# ================================================================================ cos_sin
+
+
+@pytest.mark.parametrize("kwargs, extra", SCALINGS)
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_cos_sin_is_the_core_fed_with_inv_freq(core, backend, kwargs, extra, layout):
+    kwargs = {**kwargs, **extra}
+    positions = np.array([0, 1, 5, 17, 40, 3_000_000_000], dtype=np.uint32)
+    cos, sin = rope.cos_sin(positions, 32, layout=layout, backend=backend, **kwargs)
+    inv, attention = rope.inv_freq(32, seq_len=3_000_000_001, **kwargs)
+    want = core.cos_sin_from_inv_freq(positions, inv, attention, layout=layout, backend=backend)
+    assert same_bits(cos, want[0]) and same_bits(sin, want[1])
+    assert cos.shape == (6, 32) and cos.dtype == np.float32
+    # values: attention * cos(p * inv_freq), in float64 for the small positions
+    angles = positions[:5, None].astype(np.float64) * inv
+    expect = np.repeat(angles, 2, axis=1) if layout == "gptj" else np.concatenate([angles, angles], axis=1)
+    np.testing.assert_allclose(cos[:5], attention * np.cos(expect), rtol=0, atol=2**-23)
+    np.testing.assert_allclose(sin[:5], attention * np.sin(expect), rtol=0, atol=2**-23)
+
+
+def test_cos_sin_seq_len_none_is_the_largest_position_plus_one(core):
+    scaling = longrope(16)
+    short_positions, long_positions = np.arange(16), np.arange(17)
+    for positions, seq_len in ((short_positions, 16), (long_positions, 17), ([3, 40, 2], 41)):
+        got = rope.cos_sin(positions, 32, scaling=scaling, max_position_embeddings=64)
+        want = rope.cos_sin(positions, 32, scaling=scaling, max_position_embeddings=64, seq_len=seq_len)
+        assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+    short = rope.cos_sin([1], 32, scaling=scaling, max_position_embeddings=64)
+    forced_long = rope.cos_sin([1], 32, scaling=scaling, max_position_embeddings=64, seq_len=100)
+    assert not np.array_equal(short[0], forced_long[0])
+    dyn = {"rope_type": "dynamic", "factor": 2.0}
+    a = rope.cos_sin([1, 100], 32, scaling=dyn, max_position_embeddings=16)
+    b = rope.cos_sin([1, 100], 32, scaling=dyn, max_position_embeddings=16, seq_len=101)
+    assert same_bits(a[0], b[0])
+    assert rope.cos_sin([], 32, scaling=scaling, max_position_embeddings=64)[0].shape == (0, 32)
+
+
+def test_cos_sin_float64_is_the_kernels_doubles(core):
+    positions = np.array([0, 7, 4_000_000_000], dtype=np.uint32)
+    c64, s64 = rope.cos_sin(positions, 16, scaling=YARN, dtype=np.float64)
+    c32, s32 = rope.cos_sin(positions, 16, scaling=YARN)
+    assert c64.dtype == np.float64 and c64.shape == (3, 16)
+    inv, attention = rope.inv_freq(16, scaling=YARN)
+    np.testing.assert_allclose(c64[:2, :8], attention * np.cos(positions[:2, None] * inv), rtol=0, atol=2**-44)
+    np.testing.assert_allclose(s64[:2, 8:], attention * np.sin(positions[:2, None] * inv), rtol=0, atol=2**-44)
+    # float32 caches are those doubles rounded, up to the 1-ULP tiny-value rule
+    assert np.max(np.abs(c64.astype(np.float32).astype(np.float64) - c32)) <= np.max(np.spacing(np.abs(c32)))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, message",
+    [
+        pytest.param(([0, -1], 16), {}, ValueError, "positions must be >= 0", id="negative"),
+        pytest.param(([[0, 1]], 16), {}, ValueError, "positions must be 1-D", id="2d"),
+        pytest.param(([0.5], 16), {"scaling": longrope(8), "max_position_embeddings": 64}, ValueError,
+                     "positions must be whole", id="fraction-longrope"),
+        pytest.param(([0, 1], 16), {"dtype": np.float16}, ValueError, "dtype must be float32 or float64",
+                     id="dtype-f16"),
+        pytest.param(([0, 1], 16), {"dtype": "nope"}, TypeError, "dtype", id="dtype-bad"),
+        pytest.param(([0, 1], 16), {"layout": "hf"}, ValueError, "layout", id="layout"),
+        pytest.param(([0, 1], 16), {"scaling": {"rope_type": "su"}}, ValueError, "short_factor", id="scaling"),
+    ],
+)
+def test_cos_sin_bad_input(core, args, kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        rope.cos_sin(*args, **kwargs)
+
+
+def test_cos_sin_partial_rotary(core):
+    cos, sin = rope.cos_sin(np.arange(4), 64, scaling={"rope_type": "default", "partial_rotary_factor": 0.25})
+    assert cos.shape == (4, 16)
+    want = rope.cos_sin(np.arange(4), 64, rotary_dim=16)
+    assert same_bits(cos, want[0]) and same_bits(sin, want[1])
+
+
+# ================================================================================ against HF
+
+
+@pytest.fixture(scope="module")
+def hf_rotary():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    def cos_sin(head_dim, rope_parameters, max_position_embeddings, positions):
+        config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                             max_position_embeddings=max_position_embeddings, num_hidden_layers=1, vocab_size=8,
+                             intermediate_size=8, rope_parameters=copy.deepcopy(rope_parameters))
+        module = LlamaRotaryEmbedding(config)
+        pos = torch.as_tensor(np.asarray(positions, dtype=np.int64))[None]
+        cos, sin = module(torch.zeros(1, pos.shape[1], head_dim), pos)
+        return cos[0].double().numpy(), sin[0].double().numpy()
+
+    return cos_sin
+
+
+HF_MODULE_CASES = [
+    pytest.param({"rope_type": "default", "rope_theta": 1e4}, 64, np.arange(40), id="default"),
+    pytest.param({"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}, 64, np.arange(40), id="linear"),
+    pytest.param({"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}, 16, np.arange(40), id="dynamic-grown"),
+    pytest.param({"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}, 64, np.arange(40), id="dynamic-within"),
+    pytest.param({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 16},
+                 64, np.arange(40), id="yarn"),
+    pytest.param({**LLAMA3, "rope_theta": 5e5}, 131072, np.arange(40), id="llama3"),
+    pytest.param({**longrope(32), "rope_theta": 1e4}, 64, np.arange(16), id="longrope-short"),
+    pytest.param({**longrope(32), "rope_theta": 1e4}, 64, np.arange(40), id="longrope-long"),
+]
+
+
+@pytest.mark.parametrize("rope_parameters, mpe, positions", HF_MODULE_CASES)
+def test_cos_sin_match_hf_rotary_embedding(core, hf_rotary, rope_parameters, mpe, positions):
+    """HF's own module, forward pass included (its dynamic/longrope update from the
+    positions): same caches to within HF's float32 error, which grows with the angle."""
+    theirs = hf_rotary(64, rope_parameters, mpe, positions)
+    ours = rope.cos_sin(positions, 64, scaling=rope_parameters, max_position_embeddings=mpe)
+    inv, attention = rope.inv_freq(64, scaling=rope_parameters, max_position_embeddings=mpe,
+                                   seq_len=int(positions.max()) + 1)
+    max_angle = float(positions.max() * inv.max())
+    # HF's float32 angle p * inv_freq is off by its inv_freq error (at most ~13 float32 ULP
+    # for these configs, see test_rope_scaling.hf_bound_ulps) plus the product's rounding,
+    # relative to the angle; then float32 cos/sin and the attention product add a few ULP
+    tol = attention * 2**-24 * (4 + 16 * max_angle)
+    for o, t in zip(ours, theirs):
+        assert np.max(np.abs(o - t)) <= tol
+
+
+# ================================================================================ apply_
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("kwargs, extra", SCALINGS)
+def test_apply_rotates_like_the_caches(core, backend, layout, kwargs, extra):
+    kwargs = {**kwargs, **extra}
+    x = rand(7, 3, 32)  # (tokens, heads, head_dim)
+    positions = np.array([0, 3, 9, 10, 11, 30, 2], dtype=np.int64)
+    cos, sin = rope.cos_sin(positions, 32, layout=layout, **kwargs)
+    want = numpy_rotate(x, cos[:, None, :], sin[:, None, :], layout)
+    out = rope.apply_(x, positions, layout=layout, backend=backend, **kwargs)
+    assert out is x
+    np.testing.assert_allclose(x, want, rtol=0, atol=4e-6 * np.abs(want).max())
+
+
+def test_apply_is_the_core_fed_with_inv_freq(core):
+    x = rand(2, 4, 5, 16)  # (batch, heads, seq, head_dim)
+    positions = np.array([[0, 1, 2, 3, 4], [20, 21, 22, 23, 24]])
+    y = x.copy()
+    rope.apply_(x, positions, scaling=longrope(8), max_position_embeddings=64)
+    inv, attention = rope.inv_freq(16, scaling=longrope(8), max_position_embeddings=64, seq_len=25)
+    core.apply_from_inv_freq(y, positions, inv, attention)
+    assert same_bits(x, y)
+
+
+def test_apply_partial_rotary_leaves_the_tail_alone(core):
+    x = rand(5, 2, 48)
+    tail = x[..., 16:].copy()
+    rope.apply_(x, np.arange(5), rotary_dim=16)
+    assert same_bits(x[..., 16:], tail)
+    y = rand(5, 2, 48)
+    rope.apply_(y, np.arange(5), scaling={"partial_rotary_factor": 1 / 3})  # int(48 / 3) = 16
+    assert same_bits(x, y)
+
+
+def test_apply_implicit_positions_and_offset(core):
+    x, y = rand(2, 3, 6, 16), rand(2, 3, 6, 16)  # (batch, heads, seq, head_dim)
+    rope.apply_(x, offset=10)
+    rope.apply_(y, np.arange(10, 16))
+    assert same_bits(x, y)
+    # a length-dependent rule sees offset + seq as the length
+    s = longrope(8)
+    x, y = rand(4, 2, 16, seed=1), rand(4, 2, 16, seed=1)
+    rope.apply_(x, offset=14, scaling=s, max_position_embeddings=64)  # positions 14..17: long
+    rope.apply_(y, np.arange(14, 18), scaling=s, max_position_embeddings=64, seq_len=18)
+    assert same_bits(x, y)
+
+
+def test_apply_qk_equals_two_applies(core, backend):
+    q, k = rand(6, 8, 32, seed=1), rand(6, 2, 32, seed=2)  # grouped-query: 8 q heads, 2 k heads
+    q2, k2 = q.copy(), k.copy()
+    positions = np.arange(100, 106)
+    out = rope.apply_qk_(q, k, positions, scaling=LLAMA3, base=5e5, backend=backend)
+    assert out[0] is q and out[1] is k
+    rope.apply_(q2, positions, scaling=LLAMA3, base=5e5, backend=backend)
+    rope.apply_(k2, positions, scaling=LLAMA3, base=5e5, backend=backend)
+    assert same_bits(q, q2) and same_bits(k, k2)
+
+
+def test_apply_works_on_a_torch_tensor_through_numpy(core):
+    torch = pytest.importorskip("torch")
+    t = torch.randn(4, 2, 16)
+    before = t.clone()
+    rope.apply_(t.numpy(), np.arange(4))  # a view: the tensor rotates in place
+    assert not torch.equal(t, before)
+    assert torch.allclose(t.norm(dim=-1), before.norm(dim=-1), rtol=1e-5)
+
+
+BAD_APPLY = [
+    pytest.param({"scaling": {"rope_type": "ntk"}}, ValueError, "rope_type", id="scaling"),
+    pytest.param({"scaling": {"rope_type": "yarn"}}, ValueError, "factor", id="missing-factor"),
+    pytest.param({"rotary_dim": 7}, ValueError, "rotary_dim", id="odd-rotary"),
+    pytest.param({"rotary_dim": 64}, ValueError, "rotary_dim", id="rotary-too-big"),
+    pytest.param({"base": 0.5}, ValueError, "base", id="base"),
+    pytest.param({"head_dim": 32}, ValueError, "head_dim", id="head-dim-mismatch"),
+    pytest.param({"layout": "llama"}, ValueError, "layout", id="layout"),
+    pytest.param({"positions": [1, 2, 3]}, ValueError, "positions", id="positions-length"),
+    pytest.param({"positions": [-1, 0, 1, 2]}, ValueError, "positions", id="positions-negative"),
+    pytest.param({"positions": [0, 1, 2, 3], "scaling": longrope(8, 2), "max_position_embeddings": 64,
+                  "seq_len": -1}, ValueError, "seq_len", id="seq-len"),
+    pytest.param({"positions": [0.5, 1, 2, 3], "scaling": longrope(8), "max_position_embeddings": 64},
+                 ValueError, "positions", id="positions-fraction-longrope"),
+]
+
+
+@pytest.mark.parametrize("kwargs, exc, message", BAD_APPLY)
+def test_bad_input_leaves_x_untouched(core, kwargs, exc, message):
+    kwargs = dict(kwargs)
+    positions = kwargs.pop("positions", np.arange(4))
+    q, k = rand(4, 2, 16), rand(4, 1, 16)
+    q0, k0 = q.copy(), k.copy()
+    with pytest.raises(exc, match=message):
+        rope.apply_(q, positions, **kwargs)
+    with pytest.raises(exc, match=message):
+        rope.apply_qk_(q, k, positions, **kwargs)
+    assert same_bits(q, q0) and same_bits(k, k0)
+
+
+def test_bad_k_leaves_q_untouched(core):
+    q = rand(4, 2, 16)
+    q0 = q.copy()
+    with pytest.raises((TypeError, ValueError)):
+        rope.apply_qk_(q, rand(4, 2, 16).astype(np.float64), np.arange(4))
+    assert same_bits(q, q0)
+
+
+def test_apply_rejects_non_arrays():
+    with pytest.raises(TypeError, match="x must be"):
+        rope.apply_([[1.0, 2.0]], [0])
+
+
+# ================================================================================ permutation
+
+
+def test_permutation_round_trips_numpy_and_torch():
+    w = rand(3 * 8, 5)
+    g = rope.permute_qk_weight(w, 3, to="gptj")
+    assert g.shape == w.shape and not np.shares_memory(g, w)
+    assert same_bits(rope.permute_qk_weight(g, 3, to="neox"), w)
+    # per head: gptj rows (0, 1, 2, 3, 4, 5, 6, 7) come from neox rows (0, 4, 1, 5, 2, 6, 3, 7)
+    assert same_bits(g[8:16], w[8:16][[0, 4, 1, 5, 2, 6, 3, 7]])
+    bias = np.arange(24.0)
+    assert same_bits(rope.permute_qk_weight(rope.permute_qk_weight(bias, 3, to="neox"), 3, to="gptj"), bias)
+    partial = rope.permute_qk_weight(w, 3, rotary_dim=4, to="gptj")
+    assert same_bits(partial[:8], w[[0, 2, 1, 3, 4, 5, 6, 7]])
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(w.copy())
+    tg = rope.permute_qk_weight(t, 3, to="gptj")
+    assert isinstance(tg, torch.Tensor) and np.array_equal(tg.numpy(), g)
+    assert torch.equal(rope.permute_qk_weight(tg, 3, to="neox"), t)
+    assert np.array_equal(t.numpy(), w)  # input untouched
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 8])
+def test_permuted_weights_give_the_same_attention_scores(core, rotary_dim):
+    """NeoX weights rotated in NeoX layout == permuted weights rotated in GPT-J layout."""
+    heads, kv_heads, head_dim, d_model, tokens = 4, 2, 16, 40, 9
+    x = rand(tokens, d_model, seed=3)
+    wq, wk = rand(heads * head_dim, d_model, seed=4), rand(kv_heads * head_dim, d_model, seed=5)
+    positions = np.arange(50, 50 + tokens)
+    kwargs = {"rotary_dim": rotary_dim, "scaling": LLAMA3, "base": 5e5}
+
+    def scores(wq, wk, layout):
+        q = np.ascontiguousarray((x @ wq.T).reshape(tokens, heads, head_dim))
+        k = np.ascontiguousarray((x @ wk.T).reshape(tokens, kv_heads, head_dim))
+        rope.apply_qk_(q, k, positions, layout=layout, **kwargs)
+        k = np.repeat(k, heads // kv_heads, axis=1)
+        return np.einsum("thd,shd->hts", q.astype(np.float64), k.astype(np.float64))
+
+    neox = scores(wq, wk, "neox")
+    perm = {"head_dim": head_dim, "rotary_dim": rotary_dim, "to": "gptj"}
+    gptj = scores(rope.permute_qk_weight(wq, heads, **perm), rope.permute_qk_weight(wk, kv_heads, **perm), "gptj")
+    np.testing.assert_allclose(gptj, neox, rtol=0, atol=2e-5 * np.abs(neox).max())
+    # and the unpermuted weights in the wrong layout do not
+    assert not np.allclose(scores(wq, wk, "gptj"), neox, rtol=0, atol=1e-3 * np.abs(neox).max())
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, message",
+    [
+        pytest.param((rand(24, 5), 3), {"to": "llama"}, ValueError, "to must be", id="to"),
+        pytest.param((rand(24, 5), 3), {}, TypeError, "to", id="to-missing"),
+        pytest.param((rand(24, 5), 5), {"to": "gptj"}, ValueError, "multiple of n_heads", id="heads"),
+        pytest.param((rand(24, 5), 3), {"head_dim": 6, "to": "gptj"}, ValueError, "n_heads \\* head_dim",
+                     id="head-dim"),
+        pytest.param((rand(24, 5), 3), {"rotary_dim": 5, "to": "gptj"}, ValueError, "rotary_dim", id="rotary-odd"),
+        pytest.param((rand(24, 5), 3), {"rotary_dim": 10, "to": "gptj"}, ValueError, "rotary_dim", id="rotary-big"),
+        pytest.param((rand(2, 24, 5), 3), {"to": "gptj"}, ValueError, "1-D .* or 2-D", id="3d"),
+        pytest.param(([[1.0]], 1), {"to": "gptj"}, TypeError, "w must be", id="list"),
+        pytest.param((rand(24, 5), 0), {"to": "gptj"}, ValueError, "n_heads", id="zero-heads"),
+    ],
+)
+def test_permute_bad_input(args, kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        rope.permute_qk_weight(*args, **kwargs)
+
+
+# ================================================================================ imports
+
+
+def test_import_fastpe_rope_loads_no_kernels(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys
+        import fastpe.rope as r
+        r.inv_freq(128, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "llvmlite", "torch"))
+        assert not heavy, heavy
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

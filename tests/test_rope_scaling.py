@@ -1,0 +1,535 @@
+"""RoPE frequency rules: reference values, the exact twin, HF transformers, and bad input.
+
+* ``fastpe.rope.inv_freq`` against :mod:`fastpe.rope._reference_scaling` (decimal, one
+  exponential per column): both are the correctly rounded float64 of each rule's real
+  value, so they must agree to 1 ULP (in practice they are identical).
+* against HF transformers' own rope init functions (when installed), for every rope_type,
+  within a bound derived from HF's float32 arithmetic (:func:`hf_bound_ulps`).
+* every validation error names its argument, and nothing passed in is modified.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import types
+
+import numpy as np
+import pytest
+
+from fastpe import rope
+from fastpe.rope import _reference_scaling as twin
+from fastpe.rope import _scaling
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+RNG = np.random.default_rng(20240611)
+
+
+def longrope(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"rope_type": "longrope", "short_factor": [float(v) for v in rng.uniform(0.9, 3.0, n)],
+            "long_factor": [float(v) for v in rng.uniform(1.0, 60.0, n)],
+            "original_max_position_embeddings": 4096}
+
+
+def ulps64(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b) / np.spacing(np.abs(b)))) if a.size else 0.0
+
+
+# =========================================================================== reference values
+
+
+def test_yarn_reference_values():
+    """YaRN, head_dim 128, base 1e4, factor 4, original 4096 (the issue's numbers)."""
+    spec = rope.resolve(128, base=1e4, scaling=YARN)
+    assert _scaling.yarn_correction_range(spec) == (20.0, 46.0)
+    inv, attention = rope.inv_freq(128, base=1e4, scaling=YARN)
+    plain, _ = rope.inv_freq(128, base=1e4)
+    assert attention == pytest.approx(1.1386294, abs=5e-8)
+    assert attention == 0.1 * math.log(4) + 1  # HF's formula, exact in double here
+    ratio = inv / plain
+    assert inv.dtype == np.float64 and inv.shape == (64,)
+    np.testing.assert_allclose(ratio[:21], 1.0, rtol=1e-15)
+    np.testing.assert_allclose(ratio[46:], 0.25, rtol=1e-15)
+    middle = ratio[21:46]
+    assert np.all(np.diff(middle) < 0) and np.all((middle < 1) & (middle > 0.25))
+    # the ramp is linear in the pair index: ratio = 1 - 0.75 * (i - 20) / 26
+    np.testing.assert_allclose(middle, 1 - 0.75 * (np.arange(21, 46) - 20) / 26, rtol=1e-15)
+
+
+def test_llama3_reference_values():
+    """Llama-3.1, head_dim 128, base 5e5, factor 8, low 1, high 4, original 8192."""
+    inv, attention = rope.inv_freq(128, base=5e5, scaling=LLAMA3)
+    plain, _ = rope.inv_freq(128, base=5e5)
+    ratio = inv / plain
+    assert attention == 1.0
+    np.testing.assert_array_equal(inv[:29], plain[:29])
+    np.testing.assert_allclose(ratio[35:], 1 / 8, rtol=1e-15)
+    middle = ratio[29:35]
+    assert np.all((middle < 1) & (middle > 1 / 8)) and np.all(np.diff(middle) < 0)
+
+
+def test_default_is_the_textbook_formula():
+    inv, attention = rope.inv_freq(64)
+    expected = [10000.0 ** (-2 * i / 64) for i in range(32)]
+    assert attention == 1.0
+    np.testing.assert_allclose(inv, expected, rtol=4e-16)
+    assert inv[0] == 1.0
+
+
+def test_linear_divides_by_the_factor():
+    inv, _ = rope.inv_freq(64, base=1e6, scaling={"type": "linear", "factor": 4.0})
+    plain, _ = rope.inv_freq(64, base=1e6)
+    np.testing.assert_array_equal(inv, plain / 4)  # division by a power of two is exact
+
+
+def test_partial_rotary_factor_and_rope_theta_from_the_dict():
+    scaling = {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
+    inv, _ = rope.inv_freq(128, scaling=scaling)
+    expected, _ = rope.inv_freq(128, base=1e6, rotary_dim=32)
+    assert inv.shape == (16,)
+    np.testing.assert_array_equal(inv, expected)
+    # agreeing explicit values are fine; HF's int() truncation is followed
+    np.testing.assert_array_equal(rope.inv_freq(128, base=1e6, rotary_dim=32, scaling=scaling)[0], expected)
+    assert rope.resolve(100, scaling={"partial_rotary_factor": 0.29}).rotary_dim == 28  # int(28.999...)
+
+
+def test_dynamic_depends_on_the_length_beyond_max_position_embeddings():
+    scaling = {"rope_type": "dynamic", "factor": 2.0}
+    plain, _ = rope.inv_freq(64)
+    for seq_len in (None, 1, 2048):
+        np.testing.assert_array_equal(
+            rope.inv_freq(64, scaling=scaling, seq_len=seq_len, max_position_embeddings=2048)[0], plain)
+    longer, _ = rope.inv_freq(64, scaling=scaling, seq_len=4096, max_position_embeddings=2048)
+    # base * (2 * 4096/2048 - 1) ** (64/62) = base * 3 ** (64/62)
+    new_base = 10000.0 * 3.0 ** (64 / 62)
+    np.testing.assert_allclose(longer, [new_base ** (-2 * i / 64) for i in range(32)], rtol=1e-14)
+    assert longer[0] == 1.0 and np.all(longer[1:] < plain[1:])
+
+
+def test_longrope_switches_to_long_factor_past_the_original_length():
+    scaling = longrope(32)
+    plain, _ = rope.inv_freq(64)
+    short = plain / np.array(scaling["short_factor"])
+    long = plain / np.array(scaling["long_factor"])
+    for seq_len, expected in ((None, short), (0, short), (4096, short), (4097, long), (100_000, long)):
+        inv, attention = rope.inv_freq(64, scaling=scaling, seq_len=seq_len, max_position_embeddings=131072)
+        np.testing.assert_allclose(inv, expected, rtol=4e-16)
+        assert attention == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)), rel=1e-15)
+
+
+def test_longrope_attention_factor_rules():
+    base = longrope(16)
+    assert rope.inv_freq(32, scaling={**base, "factor": 1.0})[1] == 1.0
+    assert rope.inv_freq(32, scaling={**base, "attention_factor": 0.5})[1] == 0.5
+    f = rope.inv_freq(32, scaling={**base, "factor": 8.0}, max_position_embeddings=4096)[1]
+    assert f == pytest.approx(math.sqrt(1 + math.log(8) / math.log(4096)), rel=1e-15)
+    # without factor: max_position_embeddings / original
+    assert rope.inv_freq(32, scaling=base, max_position_embeddings=4096)[1] == 1.0
+
+
+def test_yarn_attention_factor_rules():
+    f = 40.0
+    deepseek = {**YARN, "factor": f, "mscale": 1.0, "mscale_all_dim": 0.707}
+    expected = (0.1 * 1.0 * math.log(f) + 1) / (0.1 * 0.707 * math.log(f) + 1)
+    assert rope.inv_freq(64, scaling=deepseek)[1] == pytest.approx(expected, rel=1e-15)
+    equal = {**YARN, "mscale": 0.707, "mscale_all_dim": 0.707}
+    assert rope.inv_freq(64, scaling=equal)[1] == 1.0
+    assert rope.inv_freq(64, scaling={**YARN, "attention_factor": 1.25})[1] == 1.25
+    assert rope.inv_freq(64, scaling={**YARN, "mscale": 0})[1] == 0.1 * math.log(4) + 1  # 0 counts as absent
+    assert rope.inv_freq(64, scaling={**YARN, "factor": 1.0})[1] == 1.0
+
+
+def test_yarn_without_truncation_uses_the_real_bounds():
+    spec = rope.resolve(128, scaling={**YARN, "truncate": False})
+    low, high = _scaling.yarn_correction_range(spec)
+    assert 20 < low < 21 and 45 < high < 46
+    assert low == pytest.approx(128 * math.log(4096 / (32 * 2 * math.pi)) / (2 * math.log(1e4)), rel=1e-15)
+
+
+def test_original_max_position_embeddings_defaults_to_max_position_embeddings():
+    a = rope.inv_freq(128, scaling={"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=4096)
+    b = rope.inv_freq(128, scaling=YARN)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1]
+
+
+def test_yarn_explicit_factor_wins_over_the_implicit_ratio():
+    """Current HF (since transformers 4.56): an explicit factor is used even when
+    max_position_embeddings / original_max_position_embeddings says otherwise."""
+    explicit = rope.inv_freq(128, scaling=YARN, max_position_embeddings=32768)
+    assert explicit[1] == 0.1 * math.log(4) + 1  # factor 4, not 32768/4096 = 8
+    np.testing.assert_array_equal(explicit[0], rope.inv_freq(128, scaling=YARN)[0])
+
+
+def test_legacy_type_key_su_alias_and_ignored_keys():
+    a = rope.inv_freq(64, scaling={"type": "linear", "factor": 2.0})
+    b = rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "finetuned": True, "mrope_section": [1]})
+    c = rope.inv_freq(64, scaling={"rope_type": "linear", "type": "yarn", "factor": 2.0})  # rope_type wins
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[0], c[0])
+    lr = longrope(32)
+    d = rope.inv_freq(64, scaling={**lr, "rope_type": "su"}, seq_len=5000, max_position_embeddings=8192)
+    e = rope.inv_freq(64, scaling=lr, seq_len=5000, max_position_embeddings=8192)
+    np.testing.assert_array_equal(d[0], e[0])
+    assert rope.inv_freq(64, scaling={"rope_type": None})[1] == 1.0
+
+
+def test_returns_a_fresh_array_each_call():
+    first, _ = rope.inv_freq(32, scaling=LLAMA3)
+    first[:] = 0
+    again, _ = rope.inv_freq(32, scaling=LLAMA3)
+    assert again[0] == 1.0
+
+
+# =========================================================================== the exact twin
+
+#: (head_dim, kwargs, seq_len) covering every rope_type and branch
+TWIN_CASES = [
+    pytest.param(128, {}, None, id="default"),
+    pytest.param(96, {"base": 1e6}, None, id="default-96"),
+    pytest.param(2, {"base": 3.5}, None, id="default-2"),
+    pytest.param(80, {"scaling": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.4}},
+                 None, id="default-partial"),
+    pytest.param(128, {"base": 1e4, "scaling": {"rope_type": "linear", "factor": 3.0}}, None, id="linear"),
+    pytest.param(64, {"base": 7e5, "scaling": {"rope_type": "linear", "factor": 1.5}}, None, id="linear-1.5"),
+    pytest.param(128, {"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 2048},
+                 None, id="dynamic-init"),
+    pytest.param(128, {"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 2048},
+                 5000, id="dynamic-long"),
+    pytest.param(48, {"base": 5e5, "scaling": {"rope_type": "dynamic", "factor": 7.25},
+                      "max_position_embeddings": 4096}, 123_457, id="dynamic-48"),
+    pytest.param(128, {"base": 1e4, "scaling": YARN}, None, id="yarn"),
+    pytest.param(128, {"base": 1e4, "scaling": {**YARN, "truncate": False}}, None, id="yarn-no-truncate"),
+    pytest.param(64, {"base": 1e4, "scaling": {"rope_type": "yarn", "factor": 40.0, "mscale": 1.0,
+                                                "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                                                "original_max_position_embeddings": 4096}},
+                 None, id="yarn-deepseek"),
+    pytest.param(64, {"base": 15e4, "scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                 "beta_slow": 1.0, "truncate": False,
+                                                 "original_max_position_embeddings": 4096}},
+                 None, id="yarn-gpt-oss"),
+    pytest.param(64, {"base": 1e6, "scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 4, "beta_slow": 4,
+                                                "original_max_position_embeddings": 32768}},
+                 None, id="yarn-equal-betas"),
+    pytest.param(128, {"base": 5e5, "scaling": LLAMA3}, None, id="llama3"),
+    pytest.param(64, {"base": 5e5, "scaling": {**LLAMA3, "factor": 32.0, "high_freq_factor": 2.5}},
+                 None, id="llama3-32"),
+    pytest.param(96, {"scaling": {**longrope(48), "rope_theta": 1e4}, "max_position_embeddings": 131072},
+                 None, id="longrope-short"),
+    pytest.param(96, {"scaling": longrope(48), "max_position_embeddings": 131072}, 131072, id="longrope-long"),
+    pytest.param(64, {"scaling": {**longrope(16), "partial_rotary_factor": 0.5}, "max_position_embeddings": 8192},
+                 9000, id="longrope-partial"),
+]
+
+
+@pytest.mark.parametrize("head_dim, kwargs, seq_len", TWIN_CASES)
+def test_agrees_with_the_exact_twin(head_dim, kwargs, seq_len):
+    inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+    spec = rope.resolve(head_dim, **kwargs)
+    ref, ref_attention = twin.inv_freq(spec, seq_len)
+    assert inv.shape == (spec.rotary_dim // 2,) and inv.dtype == np.float64
+    assert ulps64(inv, ref) <= 1
+    assert ulps64([attention], [ref_attention]) <= 1
+    assert type(attention) is float
+
+
+def random_case(rng, kind):
+    head_dim = int(rng.choice([16, 32, 48, 64, 80, 128]))
+    kwargs = {"base": float(rng.choice([1e4, 5e5, 1e6])) * float(rng.uniform(0.5, 2))}
+    if rng.integers(4) == 0:
+        kwargs["rotary_dim"] = 2 * int(rng.integers(2, head_dim // 2 + 1))
+    n = (kwargs.get("rotary_dim") or head_dim) // 2
+    factor = float(rng.choice([1.0, 2.0, 4.0, 8.0, 40.0, rng.uniform(1, 64)]))
+    mpe = int(rng.choice([2048, 4096, 32768]))
+    seq_len = int(rng.integers(1, 4 * mpe))
+    s = {"rope_type": kind}
+    if kind in ("linear", "dynamic", "yarn", "llama3"):
+        s["factor"] = factor
+    if kind == "yarn":
+        s.update(beta_fast=float(rng.choice([32, 16, 8])), beta_slow=float(rng.choice([1, 2])),
+                 truncate=bool(rng.integers(2)), original_max_position_embeddings=mpe // 4)
+        if rng.integers(2):
+            s.update(mscale=float(rng.uniform(0.5, 1.5)), mscale_all_dim=float(rng.uniform(0.5, 1.5)))
+    if kind == "llama3":
+        lo = float(rng.choice([0.5, 1.0, 2.0]))
+        s.update(low_freq_factor=lo, high_freq_factor=lo * float(rng.choice([2.0, 4.0])),
+                 original_max_position_embeddings=int(rng.choice([2048, 8192])))
+    if kind == "longrope":
+        s.update(short_factor=[float(v) for v in rng.uniform(0.5, 3, n)],
+                 long_factor=[float(v) for v in rng.uniform(1, 60, n)], original_max_position_embeddings=mpe // 8)
+    return head_dim, {**kwargs, "scaling": s, "max_position_embeddings": mpe}, seq_len
+
+
+@pytest.mark.parametrize("kind", _scaling.ROPE_TYPES)
+def test_agrees_with_the_exact_twin_on_random_configs(kind):
+    rng = np.random.default_rng(_scaling.ROPE_TYPES.index(kind))
+    for _ in range(12):
+        head_dim, kwargs, seq_len = random_case(rng, kind)
+        inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+        ref, ref_attention = twin.inv_freq(rope.resolve(head_dim, **kwargs), seq_len)
+        assert ulps64(inv, ref) <= 1, (head_dim, kwargs, seq_len)
+        assert ulps64([attention], [ref_attention]) <= 1, (head_dim, kwargs, seq_len)
+
+
+def test_twin_correction_range_matches():
+    for scaling in (YARN, {**YARN, "truncate": False}, {**YARN, "beta_fast": 64, "beta_slow": 0.5}):
+        spec = rope.resolve(128, base=1e4, scaling=scaling)
+        assert _scaling.yarn_correction_range(spec) == tuple(float(v) for v in twin.yarn_correction_range(spec))
+
+
+# =========================================================================== HF transformers
+
+
+def hf_bound_ulps(spec, seq_len) -> float:
+    """How far HF's float32 evaluation may be from the real value, in float32 ULPs (relative).
+
+    * ~4 ULP: float32 ``pow``, the divisions and products each rule makes;
+    * the exponent ``2i/dim`` rounded to float32 changes ``base**x`` by up to ``ln(base)`` ULP
+      (nothing when ``dim`` is a power of two: then it is exact);
+    * Llama-3's medium band is quadratic in ``p_i``: its relative condition number is up to
+      ``1 + factor * high / (high - low)``, which multiplies the errors above;
+    * YaRN's ramp is evaluated in float32 (index and bounds rounded, then ``1 - ramp``); an
+      absolute ramp error ``e`` moves the result by up to ``(factor - 1) * e`` relative.
+    """
+    dim = spec.rotary_dim
+    ln_base = math.log(spec.base)
+    if spec.rope_type == "dynamic":
+        length = max(seq_len or 0, spec.max_position_embeddings)
+        ln_base += dim / (dim - 2) * math.log(spec.factor * length / spec.max_position_embeddings - spec.factor + 1)
+    err = 4 + (0 if dim & (dim - 1) == 0 else ln_base)
+    if spec.rope_type == "llama3":
+        err *= 1 + spec.factor * spec.high_freq_factor / (spec.high_freq_factor - spec.low_freq_factor)
+    if spec.rope_type == "yarn":
+        low, high = _scaling.yarn_correction_range(spec)
+        err += 2 * (spec.factor - 1) * (1 + (dim / 2 + high) / max(high - low, 1e-3))
+    return err
+
+
+@pytest.fixture(scope="module")
+def hf():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RotaryEmbeddingConfigMixin
+    from transformers.models.phi.modeling_phi import PhiRotaryEmbedding
+
+    class MinimalConfig(RotaryEmbeddingConfigMixin):
+        """Just the fields HF's rope functions read."""
+
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    def compute(head_dim, scaling, *, max_position_embeddings, seq_len=None):
+        config = MinimalConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                               max_position_embeddings=max_position_embeddings,
+                               rope_parameters=copy.deepcopy(scaling))
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind == "default":
+            # current HF keeps the default rule in each model's rotary class; Phi's is one
+            # that reads partial_rotary_factor (Llama's ignores it: Llama rotates whole heads)
+            config.standardize_rope_params()
+            inv, attention = PhiRotaryEmbedding.compute_default_rope_parameters(config)
+        else:
+            inv, attention = ROPE_INIT_FUNCTIONS[kind](config, None, seq_len=seq_len)
+        return inv.double().numpy(), attention
+
+    compute.init_functions = ROPE_INIT_FUNCTIONS
+    return compute
+
+
+#: HF-style rope dicts (rope_theta inside, as HF's standardisation leaves it), per rope_type
+HF_CASES = [
+    pytest.param(128, {"rope_type": "default", "rope_theta": 10000.0}, 4096, None, id="default"),
+    pytest.param(80, {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.4}, 4096, None,
+                 id="default-partial"),
+    pytest.param(128, {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, 16384, None, id="linear"),
+    pytest.param(128, {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 2048, None,
+                 id="dynamic-init"),
+    pytest.param(128, {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 2048, 6000,
+                 id="dynamic-long"),
+    pytest.param(96, {"rope_type": "dynamic", "rope_theta": 5e5, "factor": 4.0}, 4096, 50000, id="dynamic-96"),
+    pytest.param(128, {"rope_type": "yarn", "rope_theta": 1e4, **{k: v for k, v in YARN.items() if k != "rope_type"}},
+                 16384, None, id="yarn"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                      "beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 4096}, 163840, None,
+                 id="yarn-deepseek-v3"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 15e4, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 4096}, 131072, None, id="yarn-gpt-oss"),
+    pytest.param(128, {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "attention_factor": 1.2,
+                       "original_max_position_embeddings": 32768}, 131072, None, id="yarn-qwen-attn"),
+    pytest.param(128, {"rope_type": "llama3", "rope_theta": 5e5, **{k: v for k, v in LLAMA3.items()
+                                                                     if k != "rope_type"}}, 131072, None,
+                 id="llama3"),
+    pytest.param(64, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072, None,
+                 id="llama3.2-1b"),
+    pytest.param(96, {**longrope(48), "rope_theta": 1e4}, 131072, None, id="longrope-short"),
+    pytest.param(96, {**longrope(48), "rope_theta": 1e4}, 131072, 5000, id="longrope-long"),
+    pytest.param(96, {**longrope(48), "rope_theta": 1e4, "factor": 4.0, "attention_factor": 1.1}, 131072, 5000,
+                 id="longrope-explicit"),
+]
+
+
+@pytest.mark.parametrize("head_dim, scaling, mpe, seq_len", HF_CASES)
+def test_agrees_with_hf_transformers(hf, head_dim, scaling, mpe, seq_len):
+    ours, attention = rope.inv_freq(head_dim, scaling=scaling, seq_len=seq_len, max_position_embeddings=mpe)
+    theirs, their_attention = hf(head_dim, scaling, max_position_embeddings=mpe, seq_len=seq_len)
+    assert theirs.shape == ours.shape
+    spec = rope.resolve(head_dim, scaling=scaling, max_position_embeddings=mpe)
+    bound = hf_bound_ulps(spec, seq_len)
+    worst = float(np.max(np.abs(theirs - ours) / ours)) / 2**-24
+    assert worst <= bound, f"{worst:.2f} float32 ULP from HF, bound {bound:.1f}"
+    # HF's attention factor is a Python double; ours is the correctly rounded value
+    assert attention == pytest.approx(float(their_attention), rel=4e-16, abs=0)
+
+
+def test_hf_rope_types_are_all_covered(hf):
+    """A new rope_type in HF should be noticed here (``proportional`` is Gemma-specific)."""
+    assert set(hf.init_functions) - set(_scaling.ROPE_TYPES) <= {"proportional"}
+    covered = {p.values[1].get("rope_type") for p in HF_CASES}
+    assert covered == set(_scaling.ROPE_TYPES)
+
+
+@pytest.mark.parametrize("kind", _scaling.ROPE_TYPES)
+def test_agrees_with_hf_transformers_on_random_configs(hf, kind):
+    rng = np.random.default_rng(100 + _scaling.ROPE_TYPES.index(kind))
+    for _ in range(10):
+        head_dim, kwargs, seq_len = random_case(rng, kind)
+        scaling = {**kwargs["scaling"], "rope_theta": kwargs["base"]}
+        if "rotary_dim" in kwargs:  # express it as HF does
+            scaling["partial_rotary_factor"] = kwargs["rotary_dim"] / head_dim
+        mpe = kwargs["max_position_embeddings"]
+        ours, attention = rope.inv_freq(head_dim, scaling=scaling, seq_len=seq_len, max_position_embeddings=mpe)
+        theirs, their_attention = hf(head_dim, scaling, max_position_embeddings=mpe, seq_len=seq_len)
+        spec = rope.resolve(head_dim, scaling=scaling, max_position_embeddings=mpe)
+        worst = float(np.max(np.abs(theirs - ours) / ours)) / 2**-24
+        assert worst <= hf_bound_ulps(spec, seq_len), (head_dim, scaling, seq_len, worst)
+        assert attention == pytest.approx(float(their_attention), rel=4e-16, abs=0)
+
+
+# =========================================================================== bad input
+
+BAD = [
+    # (kwargs, exception, message fragment)
+    pytest.param({"scaling": {"rope_type": "ntk"}}, ValueError, r"scaling\['rope_type'\] 'ntk' is not supported",
+                 id="unknown-type"),
+    pytest.param({"scaling": {"type": "proportional"}}, ValueError, "not supported", id="unsupported-type"),
+    pytest.param({"scaling": {"rope_type": 3}}, TypeError, r"scaling\['rope_type'\] must be a string", id="type-int"),
+    pytest.param({"scaling": [("rope_type", "linear")]}, TypeError, "scaling must be a dict", id="scaling-list"),
+    pytest.param({"scaling": "linear"}, TypeError, "scaling must be a dict", id="scaling-str"),
+    pytest.param({"scaling": {"full_attention": {"rope_type": "default"}}}, ValueError, "per-layer",
+                 id="nested"),
+    pytest.param({"scaling": {"rope_type": "linear"}}, ValueError, r"scaling\['factor'\] is required",
+                 id="linear-no-factor"),
+    pytest.param({"scaling": {"rope_type": "dynamic"}, "max_position_embeddings": 10}, ValueError,
+                 r"scaling\['factor'\] is required", id="dynamic-no-factor"),
+    pytest.param({"scaling": {"rope_type": "yarn", "original_max_position_embeddings": 64}}, ValueError,
+                 r"scaling\['factor'\] is required", id="yarn-no-factor"),
+    pytest.param({"scaling": {**LLAMA3, "factor": None}}, TypeError, r"scaling\['factor'\] must be a number",
+                 id="llama3-null-factor"),
+    pytest.param({"scaling": {k: v for k, v in LLAMA3.items() if k != "factor"}}, ValueError,
+                 r"scaling\['factor'\] is required", id="llama3-no-factor"),
+    pytest.param({"scaling": {k: v for k, v in LLAMA3.items() if k != "low_freq_factor"}}, ValueError,
+                 r"scaling\['low_freq_factor'\] is required", id="llama3-no-low"),
+    pytest.param({"scaling": {**LLAMA3, "high_freq_factor": 1.0}}, ValueError, "must be greater than",
+                 id="llama3-high-not-above-low"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": 0.5}}, ValueError,
+                 r"scaling\['factor'\] must be >= 1", id="linear-factor-below-1"),
+    pytest.param({"scaling": {**YARN, "factor": 0.9}}, ValueError, r"must be >= 1", id="yarn-factor-below-1"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": "2"}}, TypeError, "must be a number",
+                 id="factor-str"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": True}}, TypeError, "must be a number",
+                 id="factor-bool"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": float("inf")}}, ValueError, "finite",
+                 id="factor-inf"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}}, ValueError,
+                 "max_position_embeddings is required", id="dynamic-no-mpe"),
+    pytest.param({"scaling": {"rope_type": "yarn", "factor": 2.0}}, ValueError,
+                 r"original_max_position_embeddings'\] \(or max_position_embeddings", id="yarn-no-original"),
+    pytest.param({"scaling": {**YARN, "original_max_position_embeddings": 4096.5}}, TypeError,
+                 "original_max_position_embeddings'] must be an integer", id="yarn-original-float"),
+    pytest.param({"scaling": {**YARN, "beta_fast": 1, "beta_slow": 8}}, ValueError, "beta_fast", id="yarn-betas"),
+    pytest.param({"scaling": {**YARN, "truncate": "no"}}, TypeError, "truncate", id="yarn-truncate-str"),
+    pytest.param({"scaling": {**YARN, "attention_factor": -1.0}}, ValueError, "attention_factor", id="yarn-attn-neg"),
+    pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "long_factor"}}, ValueError,
+                 r"scaling\['long_factor'\] is required", id="longrope-no-long"),
+    pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "short_factor"}}, ValueError,
+                 r"scaling\['short_factor'\] is required", id="longrope-no-short"),
+    pytest.param({"scaling": {**longrope(64), "short_factor": [1.0] * 63}}, ValueError,
+                 r"short_factor'\] must have rotary_dim/2 = 64 entries, got 63", id="longrope-short-length"),
+    pytest.param({"scaling": {**longrope(64), "partial_rotary_factor": 0.5}}, ValueError,
+                 r"short_factor'\] must have rotary_dim/2 = 32 entries, got 64", id="longrope-length-vs-partial"),
+    pytest.param({"scaling": {**longrope(64), "long_factor": 2.0}}, TypeError, "long_factor'] must be a list",
+                 id="longrope-scalar"),
+    pytest.param({"scaling": {**longrope(64), "long_factor": [0.0] * 64}}, ValueError, r"long_factor'\]\[0\]",
+                 id="longrope-zero"),
+    pytest.param({"scaling": longrope(64)}, ValueError, "longrope needs", id="longrope-no-factor-source"),
+    pytest.param({"rotary_dim": 63}, ValueError, "rotary_dim must be even", id="odd-rotary"),
+    pytest.param({"rotary_dim": 130}, ValueError, "rotary_dim must be <= head_dim = 128", id="rotary-too-big"),
+    pytest.param({"rotary_dim": 0}, ValueError, "rotary_dim must be >= 2", id="rotary-0"),
+    pytest.param({"rotary_dim": 64.0}, TypeError, "rotary_dim must be an integer", id="rotary-float"),
+    pytest.param({"scaling": {"partial_rotary_factor": 0.2}}, ValueError,
+                 r"rotary_dim \(int\(head_dim \* scaling\['partial_rotary_factor'\]\)\) must be even, got 25",
+                 id="odd-from-partial"),
+    pytest.param({"scaling": {"partial_rotary_factor": 1.5}}, ValueError, "must be <= 1", id="partial-above-1"),
+    pytest.param({"scaling": {"partial_rotary_factor": 0}}, ValueError, "must be > 0", id="partial-0"),
+    pytest.param({"rotary_dim": 64, "scaling": {"partial_rotary_factor": 0.25}}, ValueError,
+                 "contradicts", id="rotary-vs-partial"),
+    pytest.param({"base": 1.0}, ValueError, "base must be greater than 1", id="base-1"),
+    pytest.param({"base": float("nan")}, ValueError, "base must be finite", id="base-nan"),
+    pytest.param({"base": "1e4"}, TypeError, "base must be a real number", id="base-str"),
+    pytest.param({"base": True}, TypeError, "base must be a real number", id="base-bool"),
+    pytest.param({"scaling": {"rope_theta": -5.0}}, ValueError, r"scaling\['rope_theta'\] must be greater than 1",
+                 id="theta-negative"),
+    pytest.param({"scaling": {"rope_theta": "big"}}, TypeError, r"scaling\['rope_theta'\]", id="theta-str"),
+    pytest.param({"base": 1e4, "scaling": {"rope_theta": 5e5}}, ValueError, "contradicts", id="base-vs-theta"),
+    pytest.param({"seq_len": -1}, ValueError, "seq_len must be >= 0", id="seq-len-negative"),
+    pytest.param({"seq_len": 1.5}, TypeError, "seq_len must be an integer", id="seq-len-float"),
+    pytest.param({"max_position_embeddings": 0}, ValueError, "max_position_embeddings must be >= 1", id="mpe-0"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}, "rotary_dim": 2,
+                  "max_position_embeddings": 8}, ValueError, "rotary_dim must be >= 4", id="dynamic-dim-2"),
+]
+
+
+@pytest.mark.parametrize("kwargs, exc, message", BAD)
+def test_bad_input_names_the_argument(kwargs, exc, message):
+    kwargs = dict(kwargs)
+    scaling = kwargs.get("scaling")
+    before = copy.deepcopy(scaling)
+    with pytest.raises(exc, match=message):
+        rope.inv_freq(128, **kwargs)
+    assert scaling == before  # never modified, even on failure
+
+
+@pytest.mark.parametrize("head_dim, exc", [(1, ValueError), (65538, ValueError), (128.0, TypeError),
+                                           ("128", TypeError), (None, TypeError)])
+def test_bad_head_dim(head_dim, exc):
+    with pytest.raises(exc, match="head_dim"):
+        rope.inv_freq(head_dim)
+
+
+def test_the_scaling_dict_is_never_modified():
+    for scaling in (LLAMA3, YARN, longrope(64), {"type": "linear", "factor": 2}, {"rope_theta": 5e5}):
+        before = copy.deepcopy(scaling)
+        rope.inv_freq(128, scaling=scaling, max_position_embeddings=131072, seq_len=10**6)
+        assert scaling == before and list(scaling) == list(before)
+
+
+def test_read_only_mappings_and_numpy_scalars_are_accepted():
+    frozen = types.MappingProxyType({"rope_type": "linear", "factor": np.float32(2.0), "rope_theta": np.int64(10000)})
+    inv, _ = rope.inv_freq(np.int32(64), scaling=frozen, seq_len=np.uint16(5))
+    np.testing.assert_array_equal(inv, rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0})[0])
+    lr = longrope(32)
+    arr = {**lr, "short_factor": np.array(lr["short_factor"])}
+    np.testing.assert_array_equal(rope.inv_freq(64, scaling=arr, max_position_embeddings=4096)[0],
+                                  rope.inv_freq(64, scaling=lr, max_position_embeddings=4096)[0])
+
+
+def test_spec_is_hashable_and_frozen():
+    spec = rope.resolve(128, scaling=longrope(64), max_position_embeddings=4096)
+    assert hash(spec) == hash(rope.resolve(128, scaling=longrope(64), max_position_embeddings=4096))
+    with pytest.raises(AttributeError):
+        spec.base = 2.0
