@@ -131,10 +131,11 @@ def backend_handler(ctx, param, value):
     return name
 
 
-def check_output_path(path: str) -> str:
-    """Return ``path`` if fastpe can write a ``.npy`` there, else raise :class:`click.BadParameter`.
+def check_output_path(path: str, suffix: str = ".npy", writer: str = "fastpe") -> str:
+    """Return ``path`` if fastpe can write a ``suffix`` file there, else raise
+    :class:`click.BadParameter` (``writer`` names the command in the message).
 
-    Refused: an empty path, a directory, a name not ending in ``.npy``, a parent directory
+    Refused: an empty path, a directory, a name not ending in ``suffix``, a parent directory
     that does not exist or is not writable, and an existing file that is not a regular file
     (a device or a pipe: replacing it would be surprising).  An existing regular file is
     fine: it will be replaced, atomically.
@@ -142,10 +143,10 @@ def check_output_path(path: str) -> str:
     if not path:
         raise click.BadParameter("the output path is empty")
     if os.path.isdir(path) or path.endswith(("/", os.sep)):
-        raise click.BadParameter(f"{path!r} names a directory; give a file name ending in .npy")
+        raise click.BadParameter(f"{path!r} names a directory; give a file name ending in {suffix}")
     name = os.path.basename(path)
-    if not name.lower().endswith(".npy") or len(name) <= len(".npy"):
-        raise click.BadParameter(f"{path!r} does not end in .npy (fastpe writes .npy files)")
+    if not name.lower().endswith(suffix) or len(name) <= len(suffix):
+        raise click.BadParameter(f"{path!r} does not end in {suffix} ({writer} writes {suffix} files)")
     parent = os.path.dirname(path) or os.curdir
     if not os.path.isdir(parent):
         raise click.BadParameter(f"directory {parent!r} does not exist")

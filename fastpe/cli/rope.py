@@ -13,8 +13,6 @@ options given on the command line override the file.  The numbers come from
 from __future__ import annotations
 
 import json
-import os
-import stat
 import time
 
 import click
@@ -31,32 +29,8 @@ _CONFIG_KEYS = frozenset({
 
 
 def check_npz_path(path: str) -> str:
-    """Return ``path`` if an ``.npz`` can be written there, else raise :class:`click.BadParameter`.
-
-    The rules of :func:`options.check_output_path` (existing, writable directory; an
-    existing regular file is replaced atomically), for the ``.npz`` suffix.
-    """
-    if not path:
-        raise click.BadParameter("the output path is empty")
-    if os.path.isdir(path) or path.endswith(("/", os.sep)):
-        raise click.BadParameter(f"{path!r} names a directory; give a file name ending in .npz")
-    name = os.path.basename(path)
-    if not name.lower().endswith(".npz") or len(name) <= len(".npz"):
-        raise click.BadParameter(f"{path!r} does not end in .npz (fastpe rope writes .npz files)")
-    parent = os.path.dirname(path) or os.curdir
-    if not os.path.isdir(parent):
-        raise click.BadParameter(f"directory {parent!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"directory {parent!r} is not writable")
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return path
-    except OSError as exc:
-        raise click.BadParameter(f"{path!r} cannot be used: {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise click.BadParameter(f"{path!r} exists and is not a regular file")
-    return path
+    """:func:`options.check_output_path` for the ``.npz`` files this command writes."""
+    return options.check_output_path(path, suffix=".npz", writer="fastpe rope")
 
 
 def _npz_handler(ctx, param, value):
