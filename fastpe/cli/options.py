@@ -30,6 +30,8 @@ __all__ = [
     "InputError",
     "library_errors",
     "check_output_path",
+    "human_size",
+    "milliseconds",
     "d_model_handler",
     "max_len_handler",
     "base_handler",
@@ -129,6 +131,19 @@ def backend_handler(ctx, param, value):
     if reason is not None:
         raise click.BadParameter(f"{name!r} is not available here: {reason}")
     return name
+
+
+def human_size(nbytes: int) -> str:
+    """``4.0 MiB``-style sizes for the commands' summary lines."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
 
 
 def check_output_path(path: str, suffix: str = ".npy", writer: str = "fastpe") -> str:

@@ -105,14 +105,6 @@ def from_model_config(config: dict) -> dict:
     }
 
 
-def _size(nbytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter(f"must be >= 1, got {value}")
@@ -220,6 +212,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
             f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {layout}, rope_type {spec.rope_type}, "
-            f"base {spec.base:g}, attention_factor {attention:.8g}, {_size(cos.nbytes + sin.nbytes)}, "
-            f"backend {name}, {(computed - start) * 1e3:.1f} ms compute + {(written - computed) * 1e3:.1f} ms write"
+            f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(cos.nbytes + sin.nbytes)}, "
+            f"backend {name}, {options.milliseconds(computed - start)} compute + "
+            f"{options.milliseconds(written - computed)} write"
         )

@@ -9,18 +9,6 @@ import click
 from . import options
 
 
-def _size(nbytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
-
-
 @click.command(short_help="Write the (MAX_LEN, D_MODEL) float32 table to a .npy file.")
 @options.d_model_opt
 @options.max_len_opt
@@ -72,6 +60,6 @@ def table(ctx: click.Context, d_model: int, max_len: int, base: float, backend, 
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
-            f"wrote {path}: {array.dtype} {array.shape}, {_size(array.nbytes)}, backend {name}, "
-            f"{_ms(computed - start)} compute + {_ms(written - computed)} write"
+            f"wrote {path}: {array.dtype} {array.shape}, {options.human_size(array.nbytes)}, backend {name}, "
+            f"{options.milliseconds(computed - start)} compute + {options.milliseconds(written - computed)} write"
         )
