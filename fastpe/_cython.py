@@ -25,7 +25,7 @@ import numpy as np
 from . import _ext
 from ._plan import frequency_turns, sinusoid_turns
 from ._poly import COS_COEFFS, SIN_COEFFS
-from ._rope_plan import chunk_positions, chunks, geometry
+from ._rope_plan import apply_chunks
 
 if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
     # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
@@ -188,28 +188,14 @@ def rope_table(positions, inv_freq, attention_factor, out) -> None:
     _table(positions, inv_freq, attention_factor, out)
 
 
-_NO_K = np.empty(0, dtype=np.float32)
-
-
 def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
-    n_freq = len(inv_freq)
-    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
-    if k is None:
-        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
-    else:
-        _, hk, _, _, bk, shk, ssk = geometry(k)
-        xk = k.reshape(-1)
-    xq = q.reshape(-1)
     neox = layout == "neox"
-    rows_per_seq = 1 if positions.ndim == 1 else n_batch
-    for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
-        pos, pos_bstride = chunk_positions(positions, s0, s1)
-        table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
+    for pos, table, args, work in apply_chunks(q, k, positions, len(inv_freq)):
         _table(pos, inv_freq, attention_factor, table)
+        n_batch, s0, s1 = args[10:13]  # the order apply_chunks documents
         n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
 
-        def run(lo, hi, s0=s0, s1=s1, table=table, pos_bstride=pos_bstride):
-            _ext.rope_apply(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table,
-                            pos_bstride, neox, lo, hi)
+        def run(lo, hi, args=args):
+            _ext.rope_apply(*args, neox, lo, hi)
 
-        _split(run, n_items, n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq)
+        _split(run, n_items, work)

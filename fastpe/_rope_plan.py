@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["geometry", "chunks", "chunk_positions", "TABLE_BYTES"]
+__all__ = ["geometry", "chunks", "chunk_positions", "apply_chunks", "TABLE_BYTES"]
 
 #: the largest cos/sin table of doubles one chunk uses
 TABLE_BYTES = 32 << 20
@@ -50,3 +50,29 @@ def chunk_positions(positions: np.ndarray, s0: int, s1: int) -> tuple[np.ndarray
     if positions.ndim == 1:
         return positions[s0:s1], 0
     return np.ascontiguousarray(positions[:, s0:s1]).reshape(-1), s1 - s0
+
+
+_NO_K = np.empty(0, dtype=np.float32)
+
+
+def apply_chunks(q, k, positions, n_freq: int):
+    """The walk both compiled ``rope_apply`` take, chunk by chunk.
+
+    Yields ``(pos, table, args, work)``: the chunk's flat positions, an empty
+    ``(len(pos), 2, n_freq)`` table of doubles for the backend to fill with cos/sin, the
+    kernel's arguments ``(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table,
+    pos_bstride)`` and the chunk's work (pairs rotated).  ``k`` may be ``None``.
+    """
+    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
+    if k is None:
+        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
+    else:
+        _, hk, _, _, bk, shk, ssk = geometry(k)
+        xk = k.reshape(-1)
+    xq = q.reshape(-1)
+    rows_per_seq = 1 if positions.ndim == 1 else n_batch
+    for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
+        pos, pos_bstride = chunk_positions(positions, s0, s1)
+        table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
+        args = (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table, pos_bstride)
+        yield pos, table, args, n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq

@@ -20,7 +20,7 @@ from .._threading import configure
 THREADING = configure()
 
 from .._plan import frequency_turns, sinusoid_turns  # noqa: E402
-from .._rope_plan import chunk_positions, chunks, geometry  # noqa: E402
+from .._rope_plan import apply_chunks  # noqa: E402
 from . import kernels as _k  # noqa: E402
 
 __all__ = [
@@ -110,27 +110,7 @@ def rope_table(positions, inv_freq, attention_factor, out) -> None:
          positions, turns, steps, float(attention_factor), out)
 
 
-_NO_K = np.empty(0, dtype=np.float32)
-
-
 def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
-    turns = frequency_turns(inv_freq)
-    steps = _rope_steps(inv_freq)
-    n_freq = turns.shape[1]
-    af = float(attention_factor)
-    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
-    if k is None:
-        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
-    else:
-        _, hk, _, _, bk, shk, ssk = geometry(k)
-        xk = k.reshape(-1)
-    xq = q.reshape(-1)
-    neox = layout == "neox"
-    rows_per_seq = 1 if positions.ndim == 1 else n_batch
-    for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
-        pos, pos_bstride = chunk_positions(positions, s0, s1)
-        table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
-        rope_table(pos, inv_freq, af, table)
-        work = n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq
-        _run(_k.rope_apply_parallel, _k.rope_apply_serial, work,
-             xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table, pos_bstride, neox)
+    for pos, table, args, work in apply_chunks(q, k, positions, len(inv_freq)):
+        rope_table(pos, inv_freq, attention_factor, table)
+        _run(_k.rope_apply_parallel, _k.rope_apply_serial, work, *args, layout == "neox")
