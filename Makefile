@@ -11,7 +11,7 @@ BACKENDS := numba cython python
 
 all: test
 
-$(VENV)/.installed: pyproject.toml setup.py csrc/_ext.pyx csrc/fastpe_kernels.h
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.pyx csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# editable install: builds the Cython extension in place (fatal if FASTPE_REQUIRE_EXT=1)
