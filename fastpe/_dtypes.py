@@ -1,0 +1,183 @@
+"""Output dtypes: float32 (default), float64, float16 and bfloat16, each correctly rounded.
+
+Every table-producing function takes ``dtype``.  The kernels compute float32 (or float64)
+from the exact value; the narrower formats are *not* computed in low precision: a float16 or
+bfloat16 value is the nearest one to the exact real value.  Rounding the float32 once more
+is right everywhere but at one kind of point: a float32 that lies exactly halfway between
+two float16 (bfloat16) numbers, where the true value, just above or below it, decides the
+direction and round-half-even would guess.  About one value in 8,192 (float16) or 65,536
+(bfloat16) is such a tie; :func:`narrow` asks the caller's reference for those few.
+
+``bfloat16`` is :class:`ml_dtypes.bfloat16` (the type JAX and PyTorch's NumPy interop use);
+asking for it without ml_dtypes installed is a clear error.  Standard library and NumPy only
+at import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = [
+    "DTYPES",
+    "Format",
+    "resolve",
+    "format_of",
+    "round_ratio",
+    "round_fraction",
+    "round_interval",
+    "narrow",
+]
+
+#: accepted dtype names, the default first
+DTYPES: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point format: significand bits (with the implicit one) and the
+    exponent range of its normal numbers."""
+
+    name: str
+    mant_bits: int
+    emin: int
+    emax: int
+
+
+FORMATS: dict[str, Format] = {
+    "float32": Format("float32", 24, -126, 127),
+    "float64": Format("float64", 53, -1022, 1023),
+    "float16": Format("float16", 11, -14, 15),
+    "bfloat16": Format("bfloat16", 8, -126, 127),
+}
+
+
+def _bfloat16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(
+            "dtype='bfloat16' needs the ml_dtypes package (pip install ml_dtypes, or "
+            "pip install 'fastpe[bfloat16]')"
+        ) from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def resolve(dtype, name: str = "dtype") -> np.dtype:
+    """The NumPy dtype for ``dtype`` (a name, a NumPy dtype or scalar type); ``None`` means
+    float32.  Anything else is a :class:`TypeError` naming the argument and the choices."""
+    if dtype is None:
+        return np.dtype(np.float32)
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        if key == "bfloat16":
+            return _bfloat16()
+        if key in FORMATS:
+            return np.dtype(key)
+        raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
+    if dt.name in FORMATS and dt.kind in "fV":  # ml_dtypes' bfloat16 has kind 'V'
+        return dt if dt.name != "bfloat16" else _bfloat16()
+    raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dt.name}")
+
+
+def format_of(dtype: np.dtype) -> Format:
+    return FORMATS[np.dtype(dtype).name]
+
+
+# --------------------------------------------------------------------------- exact rounding
+
+
+def round_ratio(num: int, den: int, fmt: Format) -> float:
+    """``num / den`` (``den > 0``) rounded to the nearest number of ``fmt``, ties to even.
+
+    Exact integer arithmetic; returns a Python float holding that number (exact: every
+    format here fits a double), ``±inf`` on overflow, a signed zero on underflow.
+    """
+    negative = num < 0
+    a = -num if negative else num
+    if a == 0:
+        return -0.0 if negative else 0.0
+    e = a.bit_length() - den.bit_length()  # floor(log2(a / den)), or one more
+    if (a < den << e) if e >= 0 else (a << -e < den):
+        e -= 1
+    if e > fmt.emax:
+        return -math.inf if negative else math.inf
+    q = max(e, fmt.emin) - (fmt.mant_bits - 1)  # log2 of the quantum
+    if q >= 0:
+        unit = den << q
+        m, rem = divmod(a, unit)
+    else:
+        unit = den
+        m, rem = divmod(a << -q, den)
+    twice = rem << 1
+    if twice > unit or (twice == unit and m & 1):
+        m += 1
+    value = math.ldexp(m, q)
+    if value >= math.ldexp(1.0, fmt.emax + 1):
+        value = math.inf
+    return -value if negative else value
+
+
+def round_fraction(x: Fraction, fmt: Format) -> float:
+    """The number of ``fmt`` nearest to the exact rational ``x`` (ties to even)."""
+    x = Fraction(x)
+    return round_ratio(x.numerator, x.denominator, fmt)
+
+
+def round_interval(lo: Fraction, hi: Fraction, fmt: Format) -> float | None:
+    """The rounding of every point of ``[lo, hi]`` if they all round alike, else ``None``
+    (Ziv's test: rounding is monotonic, so checking both ends suffices)."""
+    a, b = round_fraction(lo, fmt), round_fraction(hi, fmt)
+    if a == b and math.copysign(1.0, a) == math.copysign(1.0, b):
+        return a
+    return None
+
+
+# --------------------------------------------------------------------------- narrowing
+
+
+def _ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
+    """Flat indices of the finite float32 values lying exactly halfway between two
+    neighbouring numbers of ``fmt``."""
+    x = x32.reshape(-1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        finite = np.isfinite(x) & (x != 0)
+        _, e = np.frexp(np.where(finite, x, 1.0))
+        e = np.maximum(e - 1, fmt.emin)  # floor(log2 |x|), clamped to the subnormal range
+        r = np.ldexp(x, (fmt.mant_bits - 1) - e)  # x in units of its quantum, exactly
+        half = np.abs(r - np.floor(r)) == 0.5
+    return np.flatnonzero(finite & half)
+
+
+def narrow(
+    x32: np.ndarray,
+    dtype: np.dtype,
+    correctly_rounded: Callable[[np.ndarray], Sequence[float]],
+) -> np.ndarray:
+    """``x32`` (float32, each the correctly rounded float32 of an exact value) in ``dtype``,
+    each element the correctly rounded ``dtype`` number of the *exact* value.
+
+    ``correctly_rounded(flat_indices)`` returns, for the few elements whose float32 is a
+    tie in ``dtype``, their correctly rounded values in ``dtype`` (as floats), computed from
+    the exact values (the reference).  float32 and float64 targets pass through ``astype``.
+    """
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return x32
+    out = x32.astype(dtype)
+    fmt = format_of(dtype)
+    if fmt.mant_bits >= 24:
+        return out
+    idx = _ties(x32, fmt)
+    if idx.size:
+        flat = out.reshape(-1)
+        flat[idx] = np.asarray(list(correctly_rounded(idx)), dtype=np.float64).astype(dtype)
+    return out
