@@ -26,6 +26,8 @@ cdef extern from "fastpe_kernels.h" nogil:
                                Py_ssize_t row_begin, Py_ssize_t row_end, double *scratch,
                                int wide)
     const int FASTPE_ROPE_SEQ
+    void fastpe_sincos_real(const double *x, const double *turns, Py_ssize_t n_freq,
+                            double *table, Py_ssize_t row_begin, Py_ssize_t row_end)
     void fastpe_rope_table(const uint32_t *positions, const double *turns, Py_ssize_t n_freq,
                            const double *steps, double af, double *table, Py_ssize_t row_begin,
                            Py_ssize_t row_end, double *scratch, int wide)
@@ -290,3 +292,20 @@ def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_s
     with nogil:
         fastpe_rope_apply(pq, hq, bq, shq, ssq, pk, hk, bk, shk, ssk, s_begin, s_end,
                           &table[0, 0, 0], n_freq, pos_bstride, neox, item_begin, item_end, wide)
+
+
+def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::1] table,
+                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+    """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(x), 2, n_freq)``) with the
+    exact-path ``cos, sin`` of the real positions ``x`` (finite, ``|x| < 2**32``)."""
+    if turns.shape[0] != 4:
+        raise ValueError(f"turns has shape ({turns.shape[0]}, {turns.shape[1]}), expected (4, n_freq)")
+    if row_end < 0:
+        row_end = table.shape[0]
+    if table.shape[0] != x.shape[0] or table.shape[1] != 2 or table.shape[2] != turns.shape[1]:
+        raise ValueError(f"table must have shape ({x.shape[0]}, 2, {turns.shape[1]})")
+    _check_rows(table.shape[0], row_begin, row_end)
+    if row_begin == row_end or turns.shape[1] == 0:
+        return
+    with nogil:
+        fastpe_sincos_real(&x[0], &turns[0, 0], turns.shape[1], &table[0, 0, 0], row_begin, row_end)

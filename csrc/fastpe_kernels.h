@@ -553,6 +553,79 @@ static void fastpe_sincos_steps(const double *turns, ptrdiff_t n_freq, double *s
 }
 
 /*
+ * Real positions (timesteps): (sin, cos) of 2*pi*x*(v1+v2+v3+v4) for a double |x| < 2**32,
+ * operation for operation the numba sincos_real_turns.  x is cut (Veltkamp) into xh + xl of
+ * at most 26 bits each, so the six products with the 21-bit words are exact and so are their
+ * fractional parts; they are summed with error-free two-sums, the fraction re-taken as the
+ * sum grows.
+ */
+#define FASTPE_TWO_SUM_FRAC_(s, b, e)                                                        \
+    do {                                                                                      \
+        double t_ = (s) + (b);                                                                \
+        double bb_ = t_ - (s);                                                                \
+        (e) += ((s) - (t_ - bb_)) + ((b) - bb_);                                              \
+        (s) = t_ - floor(t_);                                                                 \
+    } while (0)
+
+static void fastpe_sincos_real_turns(double x, double v1, double v2, double v3, double v4,
+                                     double *s_out, double *c_out)
+{
+    double big = 134217729.0 * x; /* 2**27 + 1 */
+    double xh = big - (big - x);
+    double xl = x - xh;
+    double a = xh * v1;
+    a = a - floor(a);
+    double b = xl * v1;
+    b = b - floor(b);
+    double s = a + b;
+    double bb = s - a;
+    double e = (a - (s - bb)) + (b - bb);
+    s = s - floor(s);
+    b = xh * v2;
+    b = b - floor(b);
+    FASTPE_TWO_SUM_FRAC_(s, b, e);
+    b = xl * v2;
+    b = b - floor(b);
+    FASTPE_TWO_SUM_FRAC_(s, b, e);
+    b = xh * v3;
+    b = b - floor(b);
+    FASTPE_TWO_SUM_FRAC_(s, b, e);
+    b = xl * v3;
+    b = b - floor(b);
+    FASTPE_TWO_SUM_FRAC_(s, b, e);
+    double t = s;
+    double n = floor(4.0 * t + 0.5);
+    double r = (t - 0.25 * n) + (e + x * v4);
+    double q = n - 4.0 * floor(0.25 * n);
+    double r2 = r * r;
+    double sp = r * (FASTPE_S0 + r2 * (FASTPE_S1 + r2 * (FASTPE_S2 + r2 * (FASTPE_S3
+                + r2 * (FASTPE_S4 + r2 * (FASTPE_S5 + r2 * (FASTPE_S6 + r2 * FASTPE_S7)))))));
+    double cp = FASTPE_C0 + r2 * (FASTPE_C1 + r2 * (FASTPE_C2 + r2 * (FASTPE_C3
+                + r2 * (FASTPE_C4 + r2 * (FASTPE_C5 + r2 * (FASTPE_C6 + r2 * FASTPE_C7))))));
+    int odd = (q == 1.0) | (q == 3.0);
+    double sv = odd ? cp : sp;
+    double cv = odd ? sp : cp;
+    double ssign = q >= 2.0 ? -1.0 : 1.0;
+    double csign = ((q == 1.0) | (q == 2.0)) ? -1.0 : 1.0;
+    *s_out = ssign * sv;
+    *c_out = csign * cv;
+}
+
+/* table[t][0][k], table[t][1][k] = cos, sin of x[t] and frequency k, rows [row_begin, row_end) */
+static void fastpe_sincos_real(const double *x, const double *turns, ptrdiff_t n_freq,
+                               double *table, ptrdiff_t row_begin, ptrdiff_t row_end)
+{
+    const double *v1 = turns, *v2 = turns + n_freq, *v3 = turns + 2 * n_freq,
+                 *v4 = turns + 3 * n_freq;
+    for (ptrdiff_t t = row_begin; t < row_end; t++) {
+        double *c = table + 2 * t * n_freq;
+        double *s = c + n_freq;
+        for (ptrdiff_t k = 0; k < n_freq; k++)
+            fastpe_sincos_real_turns(x[t], v1[k], v2[k], v3[k], v4[k], s + k, c + k);
+    }
+}
+
+/*
  * Entry points: wide != 0 lets the CPU pick its best copy (the normal case); wide == 0 runs
  * the baseline copy (tests use it to check that every copy gives the same bits).
  */

@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from . import _ext
+from . import _ext, _freq, _layout
 from ._plan import frequency_turns, sinusoid_turns
 from ._poly import COS_COEFFS, SIN_COEFFS
 from ._rope_plan import apply_chunks
@@ -38,6 +38,8 @@ __all__ = [
     "rope_cos_sin",
     "rope_table",
     "rope_apply",
+    "sincos_rows",
+    "sincos_real",
     "threads",
 ]
 
@@ -199,3 +201,47 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
             _ext.rope_apply(*args, neox, lo, hi)
 
         _split(run, n_items, work)
+
+
+# ----------------------------------------------------------------------- sinusoid families
+# The values of the numba kernels (fastpe._numba.kernels, "Sinusoid families"): the RoPE
+# doubles C, S with af = 1 (integer positions) or the real-position exact path, computed a
+# block of rows at a time into a small table, then laid out and rounded by fastpe._layout.
+
+
+@functools.lru_cache(maxsize=32)
+def _freq_steps(freqs) -> np.ndarray:
+    """The cached exact steps ``cos(m w_k), sin(m w_k)`` of a frequency set; read-only."""
+    turns = _freq.turns(freqs)
+    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _ext.sincos_steps(turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
+def _table_blocks(compute, n_rows: int, count: int, layout: str, out) -> None:
+    """``compute(lo, hi, table)`` fills the ``(hi - lo, 2, count)`` doubles of rows
+    ``[lo, hi)``; each thread works through its rows a cache-sized block at a time."""
+    block = max(16, 16384 // max(count, 1))
+
+    def run(lo, hi):
+        table = np.empty((min(block, hi - lo), 2, count))
+        for b0 in range(lo, hi, block):
+            b1 = min(hi, b0 + block)
+            part = table[:b1 - b0]
+            compute(b0, b1, part)
+            _layout.scatter(part, layout, out[b0:b1])
+
+    _split(run, n_rows, n_rows * count * 2 * FORWARD_COST)
+
+
+def sincos_rows(positions, freqs, layout, out) -> None:
+    turns, steps = _freq.turns(freqs), _freq_steps(freqs)
+    _table_blocks(lambda lo, hi, table: _ext.rope_table(positions[lo:hi], turns, steps, 1.0, table),
+                  positions.shape[0], turns.shape[1], layout, out)
+
+
+def sincos_real(x, freqs, layout, out) -> None:
+    turns = _freq.turns(freqs)
+    _table_blocks(lambda lo, hi, table: _ext.sincos_real(x[lo:hi], turns, table),
+                  x.shape[0], turns.shape[1], layout, out)

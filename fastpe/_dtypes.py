@@ -120,9 +120,9 @@ def round_ratio(num: int, den: int, fmt: Format) -> float:
     twice = rem << 1
     if twice > unit or (twice == unit and m & 1):
         m += 1
+    if m.bit_length() - 1 + q > fmt.emax:  # rounded up past the largest finite number
+        return -math.inf if negative else math.inf
     value = math.ldexp(m, q)
-    if value >= math.ldexp(1.0, fmt.emax + 1):
-        value = math.inf
     return -value if negative else value
 
 

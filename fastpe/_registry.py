@@ -30,6 +30,18 @@ finite float, ``layout`` ``"neox"`` or ``"gptj"``:
     ``(tokens, heads, head_dim)`` with ``positions`` ``(tokens,)``, or both
     ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
     (``uint32``, C-contiguous); head counts may differ, the other dimensions match.
+
+Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`` is a
+:class:`fastpe._freq.Geometric` (at most 1024 rad/position), ``layout`` one of
+``fastpe._layout.LAYOUTS``; ``out`` C-contiguous, writable, ``float32`` or ``float64``
+``(n, d)`` with ``d >= 2 * freqs.count - 1``:
+
+``sincos_rows(positions, freqs, layout, out)``
+    ``positions``: C-contiguous ``uint32`` ``(n,)``; each value is the RoPE double (anchored
+    product, exact path where ``|cos|`` or ``|sin| < 2**-14``) rounded to ``out``'s dtype.
+``sincos_real(x, freqs, layout, out)``
+    ``x``: C-contiguous finite ``float64`` ``(n,)``, ``|x| < 2**32``, each taken exactly;
+    every value from the real-position exact path.
 """
 
 from __future__ import annotations
@@ -53,6 +65,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation("rope_cos_sin", "RoPE cos/sin caches (float32) of arbitrary u32 positions"),
         Operation("rope_table", "RoPE cos/sin doubles, the values every RoPE kernel uses"),
         Operation("rope_apply", "RoPE rotation of q (and k) in place"),
+        Operation("sincos_rows", "sinusoid families: any geometric frequencies and layout, u32 positions"),
+        Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
     )
 }
 

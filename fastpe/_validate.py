@@ -258,3 +258,58 @@ def check_offset(offset, n: int) -> int:
     if offset + n > POSITION_LIMIT:
         raise ValueError(f"offset + seq must be <= 2**32, got {offset} + {n} = {offset + n}")
     return offset
+
+
+# --------------------------------------------------------------------------- sinusoid families
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+    """``value`` must be one of the strings ``choices``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_positive(name: str, value, *, high: float | None = None) -> float:
+    """A finite real ``> 0`` (and ``<= high``), as a Python float."""
+    result = check_finite_real(name, value)
+    if result <= 0:
+        raise ValueError(f"{name} must be > 0, got {result!r}")
+    if high is not None and result > high:
+        raise ValueError(f"{name} must be <= {high:g}, got {result!r}")
+    return result
+
+
+def check_real_positions(x, name: str = "t") -> np.ndarray:
+    """A 1-D array-like of finite reals with ``|x| < 2**32``, as a C-contiguous ``float64``
+    array (each value taken exactly; integers beyond 2**53 are rejected as inexact)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be an array of real numbers, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be a 1-D array of real numbers: {exc}") from None
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (or a scalar), got an array of shape {arr.shape}")
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    out = np.ascontiguousarray(arr, dtype=np.float64)
+    if out.size:
+        if not np.isfinite(out).all():
+            raise ValueError(f"{name} must be finite, got NaN or inf")
+        big = float(np.abs(out).max())
+        if big >= POSITION_LIMIT:
+            raise ValueError(f"{name} must be in (-2**32, 2**32), got {big!r}")
+    return out
+
+
+def check_table_out(out, shape: tuple[int, ...], dtypes: tuple[np.dtype, ...], name: str = "out") -> np.ndarray:
+    """``out`` as :func:`check_out` requires, of any of ``dtypes``."""
+    if isinstance(out, np.ndarray) and out.dtype not in dtypes:
+        names = ", ".join(d.name for d in dtypes)
+        raise TypeError(f"{name} must have dtype {names}, got {out.dtype}")
+    return check_out(out, shape, name, dtype=out.dtype if isinstance(out, np.ndarray) else np.float32)

@@ -19,6 +19,7 @@ from .._threading import configure
 
 THREADING = configure()
 
+from .. import _freq  # noqa: E402
 from .._plan import frequency_turns, sinusoid_turns  # noqa: E402
 from .._rope_plan import apply_chunks  # noqa: E402
 from . import kernels as _k  # noqa: E402
@@ -29,6 +30,8 @@ __all__ = [
     "rope_cos_sin",
     "rope_table",
     "rope_apply",
+    "sincos_rows",
+    "sincos_real",
     "threading_layer",
     "num_threads",
 ]
@@ -114,3 +117,28 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
     for pos, table, args, work in apply_chunks(q, k, positions, len(inv_freq)):
         rope_table(pos, inv_freq, attention_factor, table)
         _run(_k.rope_apply_parallel, _k.rope_apply_serial, work, *args, layout == "neox")
+
+
+# --------------------------------------------------------------------- sinusoid families
+
+
+@functools.lru_cache(maxsize=32)
+def _freq_steps(freqs: _freq.Geometric) -> np.ndarray:
+    """The cached exact steps ``cos(m w_k), sin(m w_k)`` of a frequency set, ``m < STEPS``."""
+    turns = _freq.turns(freqs)
+    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
+    _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
+    steps.setflags(write=False)
+    return steps
+
+
+def sincos_rows(positions, freqs, layout, out) -> None:
+    turns, steps = _freq.turns(freqs), _freq_steps(freqs)
+    _run(_k.sincos_rows_parallel, _k.sincos_rows_serial, out.size * 2,
+         positions, turns, steps, _k.LAYOUT_CODES[layout], out)
+
+
+def sincos_real(x, freqs, layout, out) -> None:
+    turns = _freq.turns(freqs)
+    _run(_k.sincos_real_parallel, _k.sincos_real_serial, out.size * 8,
+         x, turns, _k.LAYOUT_CODES[layout], out)

@@ -356,3 +356,129 @@ def _rope_apply(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s_begin, s_
 rope_table_parallel, rope_table_serial = kernel(_rope_table)
 rope_cos_sin_parallel, rope_cos_sin_serial = kernel(_rope_cos_sin)
 rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)
+
+
+# ---------------------------------------------------------------------------------------
+# Sinusoid families (fastpe._freq: any geometric frequency set, any layout, float32 or
+# float64 output).  Integer positions: each (position, frequency) pair is RoPE's value
+# (`_rope_row` with af = 1: the anchored product, or the exact path where |c| or |s| is
+# below TINY64), stored in out's dtype.  Real positions (timesteps): the exact path of
+# `sincos_real_turns` for every value.  Columns: sin of frequency k goes to `2k` (layout 0,
+# interleaved), `k` (1, halves) or `count + k` (2, halves with cosines first); its cosine to
+# `2k + 1`, `count + k` or `k`; a column past the row's end is dropped and columns from
+# 2 * count on are zero.
+
+LAYOUT_CODES = {"interleaved": 0, "halves": 1, "halves_cos": 2}
+
+
+@inline
+def _scatter(c, s, layout, o):
+    n = c.shape[0]
+    d = o.shape[0]
+    if layout == 0:
+        for k in range(n):
+            o[2 * k] = s[k]
+            if 2 * k + 1 < d:
+                o[2 * k + 1] = c[k]
+    else:
+        first = s if layout == 1 else c
+        second = c if layout == 1 else s
+        for k in range(n):
+            o[k] = first[k]
+        for k in range(min(n, d - n)):
+            o[n + k] = second[k]
+    for j in range(2 * n, d):
+        o[j] = 0.0
+
+
+def _sincos_rows(positions, turns, steps, layout, out):
+    n = positions.shape[0]
+    n_freq = turns.shape[1]
+    n_blocks = (n + ROPE_ROWS - 1) // ROPE_ROWS
+    for blk in prange(n_blocks):
+        sa = np.empty(n_freq)
+        ca = np.empty(n_freq)
+        c = np.empty(n_freq)
+        s = np.empty(n_freq)
+        anchor = np.int64(-1)
+        lo = blk * ROPE_ROWS
+        hi = min(n, lo + ROPE_ROWS)
+        for t in range(lo, hi):
+            p = np.int64(positions[t])
+            m = p % STEPS
+            if p - m != anchor:
+                anchor = p - m
+                _anchor(np.float64(anchor), turns, sa, ca)
+            _rope_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], 1.0, c, s)
+            _scatter(c, s, layout, out[t])
+
+
+@inline
+def sincos_real_turns(x, v1, v2, v3, v4):
+    """``(sin, cos)`` of ``2*pi*x*(v1+v2+v3+v4)`` for a real ``|x| < 2**32``.
+
+    ``x`` is cut (Veltkamp) into ``xh + xl``, 26 bits each at most, so every product with a
+    21-bit word is exact, as are their fractional parts; six of them are summed with
+    error-free two-sums (fractions re-taken as the sum grows), as in :func:`sincos_turns`.
+    """
+    big = 134217729.0 * x  # 2**27 + 1
+    xh = big - (big - x)
+    xl = x - xh
+    a = xh * v1
+    a = a - np.floor(a)
+    b = xl * v1
+    b = b - np.floor(b)
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    s = s - np.floor(s)
+    b = xh * v2
+    b = b - np.floor(b)
+    t = s + b
+    bb = t - s
+    e += (s - (t - bb)) + (b - bb)
+    s = t - np.floor(t)
+    b = xl * v2
+    b = b - np.floor(b)
+    t = s + b
+    bb = t - s
+    e += (s - (t - bb)) + (b - bb)
+    s = t - np.floor(t)
+    b = xh * v3
+    b = b - np.floor(b)
+    t = s + b
+    bb = t - s
+    e += (s - (t - bb)) + (b - bb)
+    s = t - np.floor(t)
+    b = xl * v3
+    b = b - np.floor(b)
+    t = s + b
+    bb = t - s
+    e += (s - (t - bb)) + (b - bb)
+    t = t - np.floor(t)
+    n = np.floor(4.0 * t + 0.5)
+    r = (t - 0.25 * n) + (e + x * v4)
+    q = n - 4.0 * np.floor(0.25 * n)
+    r2 = r * r
+    sp = r * (S0 + r2 * (S1 + r2 * (S2 + r2 * (S3 + r2 * (S4 + r2 * (S5 + r2 * (S6 + r2 * S7)))))))
+    cp = C0 + r2 * (C1 + r2 * (C2 + r2 * (C3 + r2 * (C4 + r2 * (C5 + r2 * (C6 + r2 * C7))))))
+    odd = (q == 1.0) | (q == 3.0)
+    sv = cp if odd else sp
+    cv = sp if odd else cp
+    ssign = -1.0 if q >= 2.0 else 1.0
+    csign = -1.0 if (q == 1.0) | (q == 2.0) else 1.0
+    return ssign * sv, csign * cv
+
+
+def _sincos_real(x, turns, layout, out):
+    n_freq = turns.shape[1]
+    for t in prange(x.shape[0]):
+        c = np.empty(n_freq)
+        s = np.empty(n_freq)
+        for k in range(n_freq):
+            s[k], c[k] = sincos_real_turns(x[t], turns[0, k], turns[1, k], turns[2, k], turns[3, k])
+        _scatter(c, s, layout, out[t])
+
+
+sincos_rows_parallel, sincos_rows_serial = kernel(_sincos_rows)
+sincos_real_parallel, sincos_real_serial = kernel(_sincos_real)

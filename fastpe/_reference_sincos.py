@@ -1,0 +1,119 @@
+"""The reference for the sinusoid families: exact, standard library only, any output format.
+
+The oracle behind layouts, denominators, timescales, grids and timesteps (the frequency
+sets of :mod:`fastpe._freq`), in every output dtype.  Its route differs from the kernels'
+(split words from a power chain, polynomials, anchored products):
+
+1. each frequency on its own, ``w_k = exp(first - k * step)`` in :mod:`decimal`, read as a
+   binary fixed-point integer ``F`` with ``|w_k 2**W - F| <= 1``;
+2. the angle ``theta = x * w_k`` for the *exact* rational ``x`` (an integer position, or a
+   double timestep), ``T = floor(x F)``, off by at most ``|x| + 1`` units;
+3. reduction by the nearest multiple of pi/2 and the two Taylor series in fixed point, as in
+   :mod:`fastpe._reference_rope` (whose pi and series it reuses), every error counted;
+4. Ziv's loop: when both ends of ``[v - e, v + e]`` round to the same number of the target
+   format, that is the correctly rounded value; otherwise twice the bits.
+
+The loop ends because ``sin`` and ``cos`` of a non-zero algebraic number are transcendental
+(Lindemann), and every ``x * w_k`` here is algebraic (all parameters are doubles, ``n``
+rational); ``x = 0`` is answered directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+from . import _dtypes
+from ._freq import Geometric, log_terms
+from ._reference_rope import FIRST_BITS, MAX_BITS, _pi, _series
+
+__all__ = ["sin_cos", "rows"]
+
+#: headroom for the reduction: multiples of pi/2 stay below 2**43 (|x| < 2**32, w <= 1024)
+_GUARD = 48
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _frequency_fixed(freqs: Geometric, k: int, w: int) -> int:
+    """``F`` with ``|w_k * 2**w - F| <= 1``: ``w_k`` by its own exponential, to
+    ``w * log10(2) + 15`` digits (``w_k <= 1024``, so that is ample)."""
+    digits = int(w * 0.30103) + 15
+    with localcontext() as ctx:
+        ctx.prec = digits
+        first, step = log_terms(freqs)
+        value = (first - k * step).exp()
+        return int((value * (Decimal(2) ** w)).to_integral_value(rounding="ROUND_FLOOR"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cos_sin_fixed(x: Fraction, freqs: Geometric, k: int, bits: int) -> tuple[int, int, int, int]:
+    """``(C, S, E, W)``: ``|cos(x w_k) - C / 2**W| <= E / 2**W``, and the same for ``S``."""
+    w = bits + _GUARD
+    f = _frequency_fixed(freqs, k, w)
+    t = (x.numerator * f) // x.denominator  # x * w_k * 2**w, within |x| + 1 units
+    err_t = abs(x) + 2
+    half_pi = _pi(w + 8) >> 9
+    q = (2 * t + half_pi) // (2 * half_pi)
+    r = t - q * half_pi
+    err_r = err_t + 2 * abs(q) + 2
+    s, n_s = _series(r, w, odd=True)
+    c, n_c = _series(r, w, odd=False)
+    err = math.ceil(2 * err_r) + 3 * max(n_s, n_c) + 2
+    quadrant = q & 3
+    if quadrant == 0:
+        return c, s, err, w
+    if quadrant == 1:
+        return -s, c, err, w
+    if quadrant == 2:
+        return -c, -s, err, w
+    return s, -c, err, w
+
+
+def sin_cos(x, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
+    """Correctly rounded ``sin(x w_k)`` and ``cos(x w_k)`` in ``fmt`` (as Python floats), for
+    an integer or a finite float ``x`` taken at its exact value."""
+    x = Fraction(x)
+    if x == 0:
+        return 0.0, 1.0
+    bits = FIRST_BITS
+    while bits <= MAX_BITS:
+        c, s, e, w = _cos_sin_fixed(x, freqs, k, bits)
+        scale = Fraction(1, 1 << w)
+        rs = _dtypes.round_interval((s - e) * scale, (s + e) * scale, fmt)
+        rc = _dtypes.round_interval((c - e) * scale, (c + e) * scale, fmt)
+        if rs is not None and rc is not None:
+            return rs, rc
+        bits *= 2
+    raise RuntimeError("reference sincos: undecided")  # unreachable, see the module docstring
+
+
+def columns(count: int, d: int, layout: str) -> list[tuple[int | None, int | None]]:
+    """``(sin column, cos column)`` of each frequency (``None`` past the row's end)."""
+    cols = []
+    for k in range(count):
+        if layout == "interleaved":
+            js, jc = 2 * k, 2 * k + 1
+        elif layout == "halves":
+            js, jc = k, count + k
+        else:  # "halves_cos"
+            js, jc = count + k, k
+        cols.append((js if js < d else None, jc if jc < d else None))
+    return cols
+
+
+def rows(xs, freqs: Geometric, layout: str, d: int, fmt: _dtypes.Format) -> list[list[float]]:
+    """One row of ``d`` correctly rounded values per position (zeros past ``2 * count``)."""
+    cols = columns(freqs.count, d, layout)
+    out = []
+    for x in xs:
+        row = [0.0] * d
+        for k, (js, jc) in enumerate(cols):
+            s, c = sin_cos(x, freqs, k, fmt)
+            if js is not None:
+                row[js] = s
+            if jc is not None:
+                row[jc] = c
+        out.append(row)
+    return out
