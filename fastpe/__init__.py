@@ -9,16 +9,17 @@ from ._api import forward, table
 from ._backends import available_backends
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._info import info
+from ._sinusoid import add_, fairseq_embedding, fairseq_positions, timestep
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
     # submodules with their own namespace load on first use, keeping `import fastpe` cheap
-    if name == "rope":
+    if name in ("rope", "grid"):
         import importlib
 
-        return importlib.import_module("fastpe.rope")
+        return importlib.import_module(f"fastpe.{name}")
     raise AttributeError(f"module 'fastpe' has no attribute {name!r}")
 
 
@@ -28,6 +29,10 @@ __all__ = [
     "DEFAULT_BASE",
     "forward",
     "table",
+    "add_",
+    "timestep",
+    "fairseq_positions",
+    "fairseq_embedding",
     "available_backends",
     "info",
     "__version__",

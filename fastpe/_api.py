@@ -8,13 +8,13 @@ from . import _backends, _dtypes
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._validate import POSITION_LIMIT, check_int, check_no_overlap, check_positions, check_table_out
 
-__all__ = ["forward", "table", "table_rows"]
+__all__ = ["forward", "table", "table_rows", "out_dtypes", "fill_rows", "fill_real", "narrow_into"]
 
 #: rows of float32 scratch narrowed to float16/bfloat16 at a time (bounded extra memory)
 _NARROW_VALUES = 1 << 20
 
 
-def _out_dtypes() -> tuple[np.dtype, ...]:
+def out_dtypes() -> tuple[np.dtype, ...]:
     names = ["float32", "float64", "float16"]
     try:
         _dtypes.resolve("bfloat16")
@@ -25,59 +25,89 @@ def _out_dtypes() -> tuple[np.dtype, ...]:
     return tuple(_dtypes.resolve(n) for n in names)
 
 
-def _column_owner(config: PosEncConfig, j: int) -> tuple[int, bool]:
-    """``(k, is_cos)`` of column ``j`` (a non-zero column)."""
-    if config.layout == "interleaved":
+def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
+    """``(k, is_cos)`` of column ``j`` (a non-zero column) of a row with ``count``
+    frequencies in ``layout`` (see :mod:`fastpe._layout`)."""
+    if layout == "interleaved":
         return j // 2, bool(j & 1)
-    count = config.n_freq
-    return (j, False) if j < count else (j - count, True)
+    first_is_cos = layout == "halves_cos"
+    return (j, first_is_cos) if j < count else (j - count, not first_is_cos)
 
 
-def _fill32(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
-    """float32 or float64 rows: ``positions`` (uint32) or, when ``None``, ``start, start+1, ...``"""
-    if out.dtype == np.float32 and config.is_spec:
-        if positions is None:
-            module.sinusoid_range(start, config.d_model, config.base, out)
-        else:
-            module.sinusoid_forward(positions, config.d_model, config.base, out)
-        return
-    if positions is None:
-        positions = np.arange(start, start + out.shape[0], dtype=np.uint32)
-    module.sincos_rows(positions, config.frequencies, config.layout, out)
-
-
-def _fill(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
-    """Rows in ``out``'s dtype.  float16/bfloat16: float32 a block at a time, narrowed with
-    ties decided by the exact reference (see :mod:`fastpe._dtypes`)."""
-    n = out.shape[0]
-    if n == 0:
-        return
-    if out.dtype in (np.float32, np.float64):
-        _fill32(module, config, positions, start, out)
-        return
-    from . import _reference_sincos
-
-    d = config.d_model
+def narrow_into(out: np.ndarray, fill32, exact) -> None:
+    """Fill ``out`` (float16 or bfloat16, ``(n, d)``) a block of rows at a time:
+    ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed with
+    its ties decided by ``exact(r, j, fmt)``, the correctly rounded value of element
+    ``(r, j)`` (see :func:`fastpe._dtypes.narrow`)."""
+    n, d = out.shape
     fmt = _dtypes.format_of(out.dtype)
-    freqs = config.frequencies
-    block = max(1, _NARROW_VALUES // d)
+    block = max(1, _NARROW_VALUES // max(d, 1))
     scratch = np.empty((min(block, n), d), dtype=np.float32)
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
         part = scratch[:r1 - r0]
-        pos = None if positions is None else positions[r0:r1]
-        _fill32(module, config, pos, start + r0, part)
+        fill32(r0, r1, part)
 
-        def ties(idx, r0=r0, pos=pos):
-            values = []
-            for flat in idx.tolist():
-                r, j = divmod(flat, d)
-                p = start + r0 + r if pos is None else int(pos[r])
-                k, is_cos = _column_owner(config, j)
-                values.append(_reference_sincos.sin_cos(p, freqs, k, fmt)[is_cos])
-            return values
+        def ties(idx, r0=r0):
+            return [exact(r0 + flat // d, flat % d, fmt) for flat in idx.tolist()]
 
         out[r0:r1] = _dtypes.narrow(part, out.dtype, ties)
+
+
+def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray,
+              spec: tuple[int, float] | None = None) -> None:
+    """Rows of ``freqs`` in ``layout`` and ``out``'s dtype for ``positions`` (uint32) or, when
+    ``None``, ``start, start + 1, ...``.  ``spec=(d_model, base)`` routes float32 to the
+    spec's own kernels."""
+    n = out.shape[0]
+    if n == 0:
+        return
+    if out.dtype == np.float32 and spec is not None:
+        if positions is None:
+            module.sinusoid_range(start, spec[0], spec[1], out)
+        else:
+            module.sinusoid_forward(positions, spec[0], spec[1], out)
+    elif out.dtype in (np.float32, np.float64):
+        if positions is None:
+            positions = np.arange(start, start + n, dtype=np.uint32)
+        module.sincos_rows(positions, freqs, layout, out)
+    else:
+        from . import _reference_sincos
+
+        def fill32(r0, r1, part):
+            pos = None if positions is None else positions[r0:r1]
+            fill_rows(module, freqs, layout, pos, start + r0, part, spec)
+
+        def exact(r, j, fmt):
+            p = start + r if positions is None else int(positions[r])
+            k, is_cos = column_owner(layout, freqs.count, j)
+            return _reference_sincos.sin_cos(p, freqs, k, fmt)[is_cos]
+
+        narrow_into(out, fill32, exact)
+
+
+def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
+    """Rows at the real positions ``x`` (float64), in ``out``'s dtype."""
+    if out.shape[0] == 0:
+        return
+    if out.dtype in (np.float32, np.float64):
+        module.sincos_real(x, freqs, layout, out)
+        return
+    from . import _reference_sincos
+
+    def fill32(r0, r1, part):
+        module.sincos_real(x[r0:r1], freqs, layout, part)
+
+    def exact(r, j, fmt):
+        k, is_cos = column_owner(layout, freqs.count, j)
+        return _reference_sincos.sin_cos(float(x[r]), freqs, k, fmt)[is_cos]
+
+    narrow_into(out, fill32, exact)
+
+
+def _fill(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
+    spec = (config.d_model, config.base) if config.is_spec else None
+    fill_rows(module, config.frequencies, config.layout, positions, start, out, spec)
 
 
 def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | None = None):
@@ -114,7 +144,7 @@ def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | 
     if not isinstance(config, PosEncConfig):
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
     pos = check_positions(positions)
-    check_table_out(out, (pos.shape[0], config.d_model), _out_dtypes())
+    check_table_out(out, (pos.shape[0], config.d_model), out_dtypes())
     check_no_overlap(out, positions)
     _, module = _backends.resolve(backend)
     _fill(module, config, pos, 0, out)
@@ -151,7 +181,7 @@ def table(
         _, module = _backends.resolve(backend)
         out = np.empty((config.max_len, config.d_model), dtype=dt)
     else:
-        check_table_out(out, (config.max_len, config.d_model), _out_dtypes())
+        check_table_out(out, (config.max_len, config.d_model), out_dtypes())
         _, module = _backends.resolve(backend)
     _fill(module, config, None, 0, out)
     return out
@@ -165,7 +195,7 @@ def table_rows(config: PosEncConfig, start: int, out: np.ndarray, *, backend: st
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
     start = check_int("start", start, low=0)
     n = out.shape[0] if isinstance(out, np.ndarray) and out.ndim == 2 else 0
-    check_table_out(out, (n, config.d_model), _out_dtypes())
+    check_table_out(out, (n, config.d_model), out_dtypes())
     if start + n > POSITION_LIMIT:
         raise ValueError(f"start + len(out) must be <= 2**32, got {start} + {n}")
     _, module = _backends.resolve(backend)

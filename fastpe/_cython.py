@@ -40,6 +40,7 @@ __all__ = [
     "rope_apply",
     "sincos_rows",
     "sincos_real",
+    "grid_gather",
     "threads",
 ]
 
@@ -245,3 +246,24 @@ def sincos_real(x, freqs, layout, out) -> None:
     turns = _freq.turns(freqs)
     _table_blocks(lambda lo, hi, table: _ext.sincos_real(x[lo:hi], turns, table),
                   x.shape[0], turns.shape[1], layout, out)
+
+
+def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
+    """The grid copy (no numerics): per block of leading-axis slices, one broadcast
+    assignment per axis and half, on threads; NumPy releases the GIL for the copies."""
+    q = table.shape[1] // 2
+    shape = tuple(int(s) for s in sizes)
+    grid = out[first_row:].reshape(shape + (out.shape[1],))
+
+    def run(lo, hi):
+        part = grid[lo:hi]
+        for a, size in enumerate(shape):
+            coords = np.arange(lo, hi) if a == 0 else np.arange(size)
+            view = [1] * len(shape)
+            view[a] = len(coords)
+            src = table[coords].reshape(tuple(view) + (2 * q,))
+            so, co = int(sin_off[a]), int(cos_off[a])
+            part[..., so:so + q] = src[..., :q]
+            part[..., co:co + q] = src[..., q:]
+
+    _split(run, shape[0], grid.size)

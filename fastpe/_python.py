@@ -21,6 +21,7 @@ __all__ = [
     "rope_apply",
     "sincos_rows",
     "sincos_real",
+    "grid_gather",
 ]
 
 
@@ -109,3 +110,21 @@ def sincos_real(x, freqs, layout, out) -> None:
     rows = _reference_sincos.rows(x.tolist(), freqs, layout, out.shape[1], fmt)
     if rows:
         out[...] = np.array(rows, dtype=np.float64)
+
+
+def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
+    """Token by token: decompose the index into coordinates, copy each axis's values."""
+    q = table.shape[1] // 2
+    sizes = [int(s) for s in sizes]
+    n_tok = math.prod(sizes)
+    rows = table.tolist()
+    for token in range(n_tok):
+        rem, coords = token, []
+        for size in reversed(sizes):
+            coords.append(rem % size)
+            rem //= size
+        coords.reverse()
+        for a, c in enumerate(coords):
+            for k in range(q):
+                out[first_row + token, int(sin_off[a]) + k] = rows[c][k]
+                out[first_row + token, int(cos_off[a]) + k] = rows[c][q + k]

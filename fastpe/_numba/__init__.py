@@ -32,6 +32,7 @@ __all__ = [
     "rope_apply",
     "sincos_rows",
     "sincos_real",
+    "grid_gather",
     "threading_layer",
     "num_threads",
 ]
@@ -142,3 +143,8 @@ def sincos_real(x, freqs, layout, out) -> None:
     turns = _freq.turns(freqs)
     _run(_k.sincos_real_parallel, _k.sincos_real_serial, out.size * 8,
          x, turns, _k.LAYOUT_CODES[layout], out)
+
+
+def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
+    _run(_k.grid_gather_parallel, _k.grid_gather_serial, (out.shape[0] - first_row) * out.shape[1],
+         table, sizes, sin_off, cos_off, int(first_row), out)

@@ -482,3 +482,33 @@ def _sincos_real(x, turns, layout, out):
 
 sincos_rows_parallel, sincos_rows_serial = kernel(_sincos_rows)
 sincos_real_parallel, sincos_real_serial = kernel(_sincos_real)
+
+
+# ---------------------------------------------------------------------------------------
+# Grids (fastpe.grid): tokens in row-major order over `sizes` (slowest axis first); token t
+# copies, for each axis a, the first half of row `coord_a(t)` of the 1-D table to columns
+# sin_off[a] .. + q and its second half to cos_off[a] .. + q.  A pure copy, done on the
+# values' bit patterns (uint16/32/64 views), so it serves every dtype.
+
+
+def _grid_gather(table, sizes, sin_off, cos_off, first_row, out):
+    q = table.shape[1] // 2
+    n_axes = sizes.shape[0]
+    n_tok = 1
+    for a in range(n_axes):
+        n_tok *= sizes[a]
+    for t in prange(n_tok):
+        row = out[first_row + t]
+        rem = t
+        for a in range(n_axes - 1, -1, -1):
+            coord = rem % sizes[a]
+            rem //= sizes[a]
+            src = table[coord]
+            so = sin_off[a]
+            co = cos_off[a]
+            for k in range(q):
+                row[so + k] = src[k]
+                row[co + k] = src[q + k]
+
+
+grid_gather_parallel, grid_gather_serial = kernel(_grid_gather)
