@@ -42,6 +42,13 @@ Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`
 ``sincos_real(x, freqs, layout, out)``
     ``x``: C-contiguous finite ``float64`` ``(n,)``, ``|x| < 2**32``, each taken exactly;
     every value from the real-position exact path.
+``grid_gather(table, sizes, sin_off, cos_off, first_row, out)``
+    a pure copy on bit patterns (``table`` and ``out`` are the same unsigned-integer view of
+    the values): ``table`` ``(L, 2q)`` holds ``[sin | cos]`` of coordinates ``0 .. L-1``;
+    ``sizes``, ``sin_off``, ``cos_off`` are ``int64`` per axis (slowest first); token ``t``
+    (row ``first_row + t`` of ``out``, row-major over ``sizes``) gets, for each axis ``a``
+    with coordinate ``c``, ``table[c, :q]`` at columns ``sin_off[a] ..`` and
+    ``table[c, q:]`` at ``cos_off[a] ..``.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ OPERATIONS: dict[str, Operation] = {
         Operation("rope_apply", "RoPE rotation of q (and k) in place"),
         Operation("sincos_rows", "sinusoid families: any geometric frequencies and layout, u32 positions"),
         Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
+        Operation("grid_gather", "2-D/3-D sin-cos grids: each axis's values copied into place"),
     )
 }
 
