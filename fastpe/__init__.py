@@ -9,6 +9,7 @@ from ._api import forward, table
 from ._backends import available_backends
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._info import info
+from ._save import save_table
 from ._sinusoid import add_, fairseq_embedding, fairseq_positions, timestep
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "DEFAULT_BASE",
     "forward",
     "table",
+    "save_table",
     "add_",
     "timestep",
     "fairseq_positions",

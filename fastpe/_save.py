@@ -1,0 +1,686 @@
+"""Tables larger than memory: :func:`save_table` streams rows into ``.npy``, ``.npz`` or
+``.safetensors`` files, and every file records the spec that made it (:func:`load_spec`).
+
+Memory.  The table is computed and written in chunks of rows whose buffers fit in
+``chunk_bytes``; one chunk buffer is allocated and reused, so the peak memory is the budget
+whatever the table's size.  Each chunk goes to the file with ``file.write`` of the buffer.
+``numpy.lib.format.open_memmap`` was the obvious alternative and was measured: the pages of
+a shared file mapping count in the process's RSS as they are written (up to the whole file,
+until the kernel writes them back and reclaims them), so writing a file larger than memory
+through a memory map grows RSS with the file and puts the machine under memory pressure.
+Plain writes go through the page cache, which the kernel can always write back and drop, and
+leave the RSS flat (``bench/stream_rss.py`` measures it).
+
+Files.  The format is chosen by the extension:
+
+``.npy``          the ``numpy.lib.format`` header, then the rows; the bytes are those of
+                  ``numpy.save(fastpe.table(...))``.  A sidecar ``PATH.json`` holds the spec.
+``.npz``          a stored (uncompressed) ZIP64 archive, as ``numpy.savez`` writes, with two
+                  entries: ``spec`` (the spec's JSON text as a 0-d string array) and
+                  ``table``, streamed into the archive member.  Timestamps are fixed, so
+                  the same spec gives the same bytes.
+``.safetensors``  the 8-byte little-endian header length, the JSON header (tensor ``table``,
+                  ``"__metadata__": {"spec": JSON}``, padded with spaces to 8 bytes), then
+                  the little-endian rows.  Requires the ``safetensors`` package (fastpe
+                  writes the file itself, streaming; the package is what reads it).
+
+bfloat16 is ``ml_dtypes.bfloat16``; NumPy has no standard code for it, so in ``.npy`` and
+``.npz`` it is stored as NumPy stores it (``'<V2'``: load, then ``.view(ml_dtypes.bfloat16)``)
+and in ``.safetensors`` as ``BF16``.
+
+Spec.  ``{"fastpe": VERSION, "function": "table", "params": {...}}`` where ``params`` are
+every :class:`~fastpe.PosEncConfig` field and ``dtype``: exactly the keyword arguments of
+:func:`save_table` (and of :func:`fastpe.table`) that define the values, so
+``save_table(path, **load_spec(other)["params"])`` re-creates ``other``'s table.  The
+backend is not recorded: every backend computes the same bits.
+
+Safety.  Every argument is checked, and the free space of the target's file system compared
+with the exact size of what will be written, before any file is created.  Files are written
+to temporary files in the target's directory (:mod:`fastpe._atomic`) and renamed into place
+only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
+no temporary file remains (a file already at the target is kept).  For ``.npy`` the data are
+written and synced first, then the sidecar is renamed into place, then the data: the new
+data never sit at their name without their complete sidecar.  Should the data's rename fail
+after the sidecar's, the sidecar is taken back (the previous one restored, if there was one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import io
+import json
+import os
+import secrets
+import shutil
+import stat
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+from . import _api, _backends, _dtypes
+from ._atomic import TEMP_PREFIX, atomic_write
+from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
+from ._validate import check_int
+
+__all__ = [
+    "save_table",
+    "load_spec",
+    "parse_spec",
+    "SavedTable",
+    "FORMATS",
+    "DEFAULT_CHUNK_BYTES",
+    "SIDECAR_SUFFIX",
+    "output_size",
+]
+
+#: the extensions save_table writes, the default first
+FORMATS: tuple[str, ...] = (".npy", ".npz", ".safetensors")
+#: the default chunk budget: large enough that per-chunk overheads vanish
+DEFAULT_CHUNK_BYTES = 256 << 20
+#: a ``.npy`` file's spec sits next to it, in ``PATH + SIDECAR_SUFFIX``
+SIDECAR_SUFFIX = ".json"
+#: the entry (``.npz`` member, safetensors tensor) holding the table, and the spec's entry
+TABLE_ENTRY = "table"
+SPEC_ENTRY = "spec"
+#: the only function a spec can name so far
+SPEC_FUNCTION = "table"
+_SPEC_KEYS = ("fastpe", "function", "params")
+
+#: ZIP timestamps are fixed so that a spec always gives the same bytes (1980-01-01, the
+#: earliest date a ZIP header can hold)
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_ZIP_MODE = (stat.S_IFREG | 0o644) << 16
+
+_SAFETENSORS_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16"}
+
+#: transient bytes per value while float16/bfloat16 rows are computed, measured with
+#: tracemalloc: :func:`fastpe._api.table_rows` computes them in float32 a block of at most
+#: ``_api._NARROW_VALUES`` values at a time and narrows each block (the float32 scratch, the
+#: narrowed copy and the float64 tie scan of :func:`fastpe._dtypes.narrow`: ~51 bytes a
+#: value).  float32 and float64 rows are computed in place.  tests/test_save.py checks the
+#: peak against the budget.
+_NARROW_BYTES_PER_VALUE = 52
+
+
+def _narrow_block() -> int:
+    return int(getattr(_api, "_NARROW_VALUES", 1 << 20))
+
+
+@dataclass(frozen=True)
+class SavedTable:
+    """What :func:`save_table` wrote.
+
+    ``path`` the file; ``sidecar`` its spec file (``.npy``) or ``None``; ``spec`` the spec
+    recorded; ``shape``/``dtype`` the table's; ``nbytes`` the table's data bytes (the file
+    is a header larger); ``backend`` the backend that computed it; ``compute_seconds`` and
+    ``write_seconds`` the time spent computing rows and writing them.
+    """
+
+    path: str
+    sidecar: str | None
+    spec: dict
+    shape: tuple[int, int]
+    dtype: str
+    nbytes: int
+    backend: str
+    compute_seconds: float
+    write_seconds: float
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def format_of(path) -> str:
+    """The format (one of :data:`FORMATS`) that ``path``'s extension asks for, else a
+    :class:`ValueError` naming the accepted extensions."""
+    name = os.path.basename(os.fspath(path))
+    ext = os.path.splitext(name)[1].lower()
+    if ext not in FORMATS or len(name) <= len(ext):
+        raise ValueError(
+            f"path must end in {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, got {os.fspath(path)!r}"
+        )
+    return ext
+
+
+def require_safetensors() -> None:
+    """Fail clearly when the ``safetensors`` package (needed to read the file) is missing."""
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "writing .safetensors needs the safetensors package: pip install safetensors "
+            "(or pip install 'fastpe[safetensors]')"
+        ) from None
+
+
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    target = os.fspath(path)
+    if isinstance(target, bytes):
+        raise TypeError("path must be a str or os.PathLike of str, got bytes")
+    if not target:
+        raise ValueError("path is empty")
+    return target
+
+
+def _check_place(target: str) -> None:
+    """The directory must exist and be writable; ``target`` must not be a directory or a
+    special file (replacing a device or a pipe would surprise)."""
+    directory = os.path.dirname(target) or os.curdir
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, f"directory {directory!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"directory {directory!r} is not writable")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, f"{target!r} is a directory")
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{target!r} exists and is not a regular file")
+
+
+def _check_progress(progress) -> None:
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable(rows_done, rows_total) or None, got {type(progress).__name__}")
+
+
+def _chunk_bytes(rows: int, d_model: int, dtype: np.dtype) -> int:
+    """Every byte held while a chunk of ``rows`` rows is computed and written: the chunk,
+    and for float16/bfloat16 the narrowing scratch (a backend's own fixed workspace, under
+    1 MiB, aside)."""
+    values = rows * d_model
+    scratch = 0
+    if dtype.itemsize < 4:
+        scratch = min(values, _narrow_block()) * _NARROW_BYTES_PER_VALUE
+    return values * dtype.itemsize + scratch
+
+
+def _rows_per_chunk(d_model: int, dtype: np.dtype, chunk_bytes: int) -> int:
+    """The most rows whose chunk fits in ``chunk_bytes`` (at least one, else ValueError)."""
+    if _chunk_bytes(1, d_model, dtype) > chunk_bytes:
+        raise ValueError(
+            f"chunk_bytes must hold at least one row: {_chunk_bytes(1, d_model, dtype)} bytes for "
+            f"d_model={d_model} in {dtype.name} (the row and its scratch), got {chunk_bytes}"
+        )
+    lo, hi = 1, max(1, chunk_bytes // (d_model * dtype.itemsize))
+    while lo < hi:  # the cost is increasing in rows: bisect for the largest that fits
+        mid = (lo + hi + 1) // 2
+        if _chunk_bytes(mid, d_model, dtype) <= chunk_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _human(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{nbytes} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_space(target: str, needed: int) -> None:
+    """Refuse, before writing, a table that cannot fit in the target's file system."""
+    directory = os.path.dirname(target) or os.curdir
+    free = shutil.disk_usage(directory).free
+    if needed > free:
+        raise OSError(
+            errno.ENOSPC,
+            f"not enough free space for {target}: it needs {needed} bytes ({_human(needed)}), "
+            f"{directory!r} has {free} bytes ({_human(free)}) free",
+        )
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _config_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(PosEncConfig) if f.init)
+
+
+def _make_spec(config: PosEncConfig, dtype: np.dtype) -> dict:
+    params = {name: getattr(config, name) for name in _config_fields()}
+    params["dtype"] = dtype.name
+    return {"fastpe": _version(), "function": SPEC_FUNCTION, "params": params}
+
+
+def _spec_text(spec: dict) -> str:
+    return json.dumps(spec, indent=2) + "\n"
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0]
+
+
+def parse_spec(spec, source: str = "spec") -> dict:
+    """Check a spec (a dict, or its JSON text) and return it normalised.
+
+    ``source`` names it in error messages.  Raises :class:`ValueError` (or
+    :class:`TypeError` for a parameter of the wrong type) when it is not JSON, names another
+    function, lacks or adds parameters, holds a bad value (the library's own checks), or
+    was written by a fastpe of another major version.
+    """
+    if isinstance(spec, (str, bytes)):
+        try:
+            spec = json.loads(spec)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{source} must be a JSON object with keys {', '.join(_SPEC_KEYS)}, got {type(spec).__name__}")
+    missing = [k for k in _SPEC_KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"{source} is not a fastpe spec: it lacks {', '.join(map(repr, missing))}")
+    extra = sorted(set(spec) - set(_SPEC_KEYS))
+    if extra:
+        raise ValueError(f"{source} has unknown keys {', '.join(map(repr, extra))}; a spec has {', '.join(_SPEC_KEYS)}")
+    version, function, params = spec["fastpe"], spec["function"], spec["params"]
+    if not isinstance(version, str) or not version.split(".", 1)[0].isdigit():
+        raise ValueError(f"{source}: 'fastpe' must be a version string like '1.2.0', got {version!r}")
+    current = _version()
+    if _major(version) != _major(current):
+        raise ValueError(
+            f"{source} was written by fastpe {version}, whose major version differs from this "
+            f"fastpe {current}: its parameters may mean something else here"
+        )
+    if function != SPEC_FUNCTION:
+        raise ValueError(f"{source} names function {function!r}; fastpe can re-run {SPEC_FUNCTION!r} only")
+    if not isinstance(params, dict):
+        raise ValueError(f"{source}: 'params' must be an object, got {type(params).__name__}")
+    known = (*_config_fields(), "dtype")
+    unknown = [k for k in params if k not in known]
+    if unknown:
+        raise ValueError(f"{source}: unknown params {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    absent = [k for k in known if k not in params]
+    if absent:
+        raise ValueError(f"{source}: params lack {', '.join(map(repr, absent))}")
+    try:
+        config = PosEncConfig(**{name: params[name] for name in _config_fields()})
+        dtype = _dtypes.resolve(params["dtype"])
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{source}: params: {exc}") from None
+    normal = _make_spec(config, dtype)
+    normal["fastpe"] = version
+    return normal
+
+
+def load_spec(path) -> dict:
+    """The spec recorded for a table: read from a sidecar ``.json`` (or any spec file), from
+    a ``.npy`` file's sidecar, or from inside a ``.npz`` or ``.safetensors`` file.
+
+    Returns the normalised spec (see :func:`parse_spec`), whose ``params`` are keyword
+    arguments for :func:`save_table` and :func:`fastpe.table`.  A missing file is
+    :class:`FileNotFoundError`; anything malformed is a :class:`ValueError` naming the file.
+    """
+    source = _check_path(path)
+    ext = os.path.splitext(source)[1].lower()
+    if ext == ".npy":
+        sidecar = source + SIDECAR_SUFFIX
+        if not os.path.exists(sidecar):
+            raise FileNotFoundError(errno.ENOENT, f"{source} has no spec: its sidecar {sidecar} does not exist")
+        return load_spec(sidecar)
+    if ext == ".npz":
+        text = _npz_spec(source)
+    elif ext == ".safetensors":
+        text = _safetensors_spec(source)
+    else:  # a spec file, whatever its name
+        with open(source, "rb") as f:
+            text = f.read()
+    return parse_spec(text, source)
+
+
+def _npz_spec(source: str) -> str:
+    import zipfile
+
+    if not os.path.exists(source):
+        raise FileNotFoundError(errno.ENOENT, f"{source} does not exist")
+    try:
+        archive = np.load(source, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{source} is not a readable .npz file: {exc}") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{source} holds a single array, not an .npz archive")
+    with archive:
+        if SPEC_ENTRY not in archive.files:
+            raise ValueError(f"{source} holds no {SPEC_ENTRY!r} entry (not written by fastpe?)")
+        try:
+            value = archive[SPEC_ENTRY]
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{source}: its {SPEC_ENTRY!r} entry cannot be read: {exc}") from None
+    if not (isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind == "U"):
+        raise ValueError(f"{source}: its {SPEC_ENTRY!r} entry is not a JSON string")
+    return str(value[()])
+
+
+def _safetensors_spec(source: str) -> str:
+    require_safetensors()
+    from safetensors import safe_open
+
+    if not os.path.exists(source):
+        raise FileNotFoundError(errno.ENOENT, f"{source} does not exist")
+    try:
+        with safe_open(source, framework="numpy") as f:
+            metadata = f.metadata() or {}
+    except Exception as exc:  # safetensors raises its own SafetensorError for a bad file
+        raise ValueError(f"{source} is not a readable .safetensors file: {exc}") from None
+    if SPEC_ENTRY not in metadata:
+        raise ValueError(f"{source} has no {SPEC_ENTRY!r} in its __metadata__ (not written by fastpe?)")
+    return metadata[SPEC_ENTRY]
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The header ``numpy.save`` writes for a C-ordered array of ``dtype`` and ``shape``."""
+    buf = io.BytesIO()
+    header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    try:
+        npy_format.write_array_header_1_0(buf, header)
+    except ValueError:  # a header too long for format 1.0 (not for 2-D shapes, kept for safety)
+        buf = io.BytesIO()
+        npy_format.write_array_header_2_0(buf, header)
+    return buf.getvalue()
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    npy_format.write_array(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _safetensors_header(dtype: np.dtype, shape: tuple[int, int], nbytes: int, spec_json: str) -> bytes:
+    header = {
+        "__metadata__": {SPEC_ENTRY: spec_json},
+        TABLE_ENTRY: {"dtype": _SAFETENSORS_CODES[dtype.name], "shape": list(shape), "data_offsets": [0, nbytes]},
+    }
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)  # the data start 8-byte aligned, as safetensors pads
+    return struct.pack("<Q", len(text)) + text
+
+
+def _zip_size(members: list[tuple[str, int, bool]]) -> int:
+    """The size of a stored ZIP archive holding ``members`` ``(name, size, force_zip64)`` in
+    order, as :mod:`zipfile` writes it to a seekable file (no data descriptors): local
+    headers (with a ZIP64 extra when forced or large), data, the central directory (with a
+    ZIP64 extra for sizes or offsets past ``zipfile.ZIP64_LIMIT``) and the end records."""
+    import zipfile
+    limit = zipfile.ZIP64_LIMIT
+    offset = 0
+    central = 0
+    for name, size, force in members:
+        encoded = len(name.encode("utf-8"))
+        zip64 = force or size * 1.05 > limit
+        header_offset = offset
+        offset += 30 + encoded + (20 if zip64 else 0) + size
+        extra = (2 if size > limit else 0) + (1 if header_offset > limit else 0)
+        central += 46 + encoded + (4 + 8 * extra if extra else 0)
+    end = 22
+    if len(members) > zipfile.ZIP_FILECOUNT_LIMIT or offset > limit or central > limit:
+        end += 56 + 20  # the ZIP64 end record and its locator
+    return offset + central + end
+
+
+def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="float32", **params) -> int:
+    """The exact number of bytes :func:`save_table` writes for these arguments (the data
+    file plus, for ``.npy``, its sidecar): what the free-space check compares."""
+    fmt = format_of(_check_path(path))
+    config = PosEncConfig(d_model, max_len, **params)
+    dt = _dtypes.resolve(dtype)
+    return _Layout(fmt, config, dt, _make_spec(config, dt)).total
+
+
+class _Layout:
+    """The bytes around the rows for one format: what comes before them, after them, and
+    the exact sizes."""
+
+    def __init__(self, fmt: str, config: PosEncConfig, dtype: np.dtype, spec: dict):
+        self.fmt = fmt
+        self.shape = (config.max_len, config.d_model)
+        self.dtype = dtype
+        self.nbytes = config.max_len * config.d_model * dtype.itemsize
+        self.spec_text = _spec_text(spec)
+        self.sidecar_bytes = b""
+        if fmt == ".npy":
+            self.header = _npy_header(dtype, self.shape)
+            self.sidecar_bytes = self.spec_text.encode("utf-8")
+            self.size = len(self.header) + self.nbytes
+        elif fmt == ".npz":
+            self.header = _npy_header(dtype, self.shape)
+            self.spec_npy = _npy_bytes(np.array(self.spec_text))
+            self.size = _zip_size([
+                (SPEC_ENTRY + ".npy", len(self.spec_npy), False),
+                (TABLE_ENTRY + ".npy", len(self.header) + self.nbytes, True),
+            ])
+        else:
+            self.header = _safetensors_header(dtype, self.shape, self.nbytes, self.spec_text)
+            self.size = len(self.header) + self.nbytes
+        self.total = self.size + len(self.sidecar_bytes)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class _Stream:
+    """Computes the table chunk by chunk into one reused buffer and hands each chunk's bytes
+    to ``write``; times both halves and reports progress."""
+
+    def __init__(self, config, dtype, rows_per_chunk, backend, progress):
+        self.config = config
+        self.dtype = dtype
+        self.rows = rows_per_chunk
+        self.backend = backend
+        self.progress = progress
+        self.compute = 0.0
+        self.write = 0.0
+
+    def run(self, write: Callable[[memoryview], object], little_endian: bool = False) -> None:
+        total = self.config.max_len
+        buf = np.empty((min(self.rows, total), self.config.d_model), dtype=self.dtype)
+        swap = little_endian and sys.byteorder != "little"
+        done = 0
+        while done < total:
+            n = min(self.rows, total - done)
+            chunk = buf[:n]
+            t0 = time.perf_counter()
+            _api.table_rows(self.config, done, chunk, backend=self.backend)
+            if swap:  # pragma: no cover - big-endian hosts only
+                chunk.byteswap(inplace=True)
+            t1 = time.perf_counter()
+            write(memoryview(chunk.reshape(-1).view(np.uint8)))
+            self.write += time.perf_counter() - t1
+            self.compute += t1 - t0
+            done += n
+            if self.progress is not None:
+                self.progress(done, total)
+
+
+def _write_npy(f, layout: _Layout, stream: _Stream) -> None:
+    f.write(layout.header)
+    stream.run(f.write)
+
+
+def _write_npz(f, layout: _Layout, stream: _Stream) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        spec_info = zipfile.ZipInfo(SPEC_ENTRY + ".npy", date_time=_ZIP_EPOCH)
+        spec_info.external_attr = _ZIP_MODE
+        archive.writestr(spec_info, layout.spec_npy)
+        info = zipfile.ZipInfo(TABLE_ENTRY + ".npy", date_time=_ZIP_EPOCH)
+        info.external_attr = _ZIP_MODE
+        info.file_size = len(layout.header) + layout.nbytes
+        with archive.open(info, "w", force_zip64=True) as member:
+            member.write(layout.header)
+            stream.run(member.write)
+
+
+def _write_safetensors(f, layout: _Layout, stream: _Stream) -> None:
+    f.write(layout.header)
+    stream.run(f.write, little_endian=True)
+
+
+_WRITERS = {".npy": _write_npy, ".npz": _write_npz, ".safetensors": _write_safetensors}
+
+
+def _identity(fileobj) -> tuple[int, int]:
+    st = os.fstat(fileobj.fileno())
+    return st.st_dev, st.st_ino
+
+
+def _is(path: str, identity: tuple[int, int] | None) -> bool:
+    """Whether ``path`` is (still) the file ``identity`` names."""
+    if identity is None:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == identity
+
+
+def _keep_copy(path: str) -> str | None:
+    """A hard link to an existing regular file at ``path``, to restore it should the new one
+    have to be taken back; ``None`` if there is none or linking is not supported."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    directory, name = os.path.split(path)
+    copy = os.path.join(directory, f"{TEMP_PREFIX}{name}.{secrets.token_hex(6)}.old.tmp")
+    try:
+        os.link(path, copy)
+    except OSError:
+        return None
+    return copy
+
+
+def _commit(target: str, sidecar: str | None, layout: _Layout, stream: _Stream) -> None:
+    """Write the data (and the sidecar) through temporary files; rename the sidecar, then
+    the data; on failure leave the targets as they were."""
+    data_id = side_id = None
+    old_sidecar = None
+    try:
+        with atomic_write(target) as f:
+            data_id = _identity(f)
+            _WRITERS[layout.fmt](f, layout, stream)
+            f.flush()
+            os.fsync(f.fileno())  # the slow part before the sidecar appears, not after
+            if sidecar is not None:
+                old_sidecar = _keep_copy(sidecar)
+                with atomic_write(sidecar) as s:
+                    side_id = _identity(s)
+                    s.write(layout.sidecar_bytes)
+    except BaseException:
+        if _is(sidecar, side_id) and not _is(target, data_id):
+            # the sidecar reached its name, the data did not: take the sidecar back
+            with contextlib.suppress(OSError):
+                if old_sidecar is not None:
+                    os.replace(old_sidecar, sidecar)
+                    old_sidecar = None
+                else:
+                    os.unlink(sidecar)
+        raise
+    finally:
+        if old_sidecar is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(old_sidecar)
+
+
+def save_table(
+    path,
+    d_model: int,
+    max_len: int = DEFAULT_MAX_LEN,
+    *,
+    base: float = DEFAULT_BASE,
+    layout: str = "interleaved",
+    denominator: str = "d",
+    min_timescale: float = 1.0,
+    max_timescale: float | None = None,
+    dtype="float32",
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    backend: str | None = None,
+    progress: Callable[[int, int], object] | None = None,
+) -> SavedTable:
+    """Write the ``(max_len, d_model)`` table of :func:`fastpe.table` to ``path`` without
+    ever holding it in memory; return a :class:`SavedTable`.
+
+    The values are bit-identical to ``fastpe.table(d_model, max_len, base=..., ...,
+    dtype=dtype)``.  The format follows the extension: ``.npy`` (plus the sidecar
+    ``PATH.json`` holding the spec), ``.npz`` (entries ``table`` and ``spec``) or
+    ``.safetensors`` (tensor ``table``, the spec in ``__metadata__["spec"]``; needs the
+    ``safetensors`` package).  Read the spec back with :func:`load_spec`.
+
+    Parameters
+    ----------
+    path:
+        Target file; its directory must exist.  An existing file is replaced atomically.
+    d_model, max_len, base, layout, denominator, min_timescale, max_timescale, dtype:
+        As for :func:`fastpe.table`.
+    chunk_bytes:
+        Memory budget of one chunk of rows: every buffer held while a chunk is computed and
+        written fits in it (for float16/bfloat16 that includes the float32 values they are
+        narrowed from).  Must hold at least one row.  Default 256 MiB.
+    backend:
+        As for :func:`fastpe.table`.
+    progress:
+        ``None`` or a callable ``progress(rows_done, rows_total)``, called after each
+        chunk is written.  An exception it raises (``KeyboardInterrupt`` included) stops
+        the write and leaves nothing behind.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad arguments, before anything is created.
+    ImportError
+        ``.safetensors`` without the ``safetensors`` package.
+    OSError
+        A missing or unwritable directory (before anything is created), not enough free
+        space (``errno.ENOSPC``, before anything is created), or a failure while writing.
+    """
+    target = _check_path(path)
+    fmt = format_of(target)
+    config = PosEncConfig(
+        d_model, max_len, base=base, layout=layout, denominator=denominator,
+        min_timescale=min_timescale, max_timescale=max_timescale,
+    )
+    dt = _dtypes.resolve(dtype)
+    chunk_bytes = check_int("chunk_bytes", chunk_bytes, low=1)
+    rows = _rows_per_chunk(config.d_model, dt, chunk_bytes)
+    _check_progress(progress)
+    backend_name, _ = _backends.resolve(backend)
+    if fmt == ".safetensors":
+        require_safetensors()
+    sidecar = target + SIDECAR_SUFFIX if fmt == ".npy" else None
+    _check_place(target)
+    if sidecar is not None:
+        _check_place(sidecar)
+    spec = _make_spec(config, dt)
+    layout_ = _Layout(fmt, config, dt, spec)
+    _check_space(target, layout_.total)
+
+    stream = _Stream(config, dt, rows, backend_name, progress)
+    _commit(target, sidecar, layout_, stream)
+    return SavedTable(
+        path=target, sidecar=sidecar, spec=spec, shape=layout_.shape, dtype=dt.name,
+        nbytes=layout_.nbytes, backend=backend_name, compute_seconds=stream.compute,
+        write_seconds=stream.write,
+    )
