@@ -1,0 +1,231 @@
+"""Lazy dask arrays of fastpe tables, computed block by block where dask runs them.
+
+::
+
+    import fastpe.dask
+
+    x = fastpe.dask.table(1024, 2**31)          # (2**31, 1024) float32; nothing computed yet
+    x[10**9 : 10**9 + 8].compute()              # computes one row block only
+    x.to_zarr("pe.zarr")                        # or .store(memmap): block by block
+
+Each block of the array is one small task: the configuration, the block's row and column
+ranges and a reference to :func:`_block`.  A task computes the rows of its own block (the
+positions ``start .. stop-1`` of the table) with fastpe's kernels and keeps its columns, so
+no task ever holds the whole table and building the array computes nothing.  The tasks
+pickle, so the threaded, process and distributed schedulers all work; worker processes only
+need fastpe (and dask) importable.
+
+Every block is bit-identical to the same slice of :func:`fastpe.table` with the same
+arguments and backend: the kernels compute each value from its position alone (anchoring a
+fresh product every 64 rows), so where a block starts changes nothing.  The automatic row
+blocks are still multiples of 64 rows, which keeps each block on whole anchor runs.
+
+Needs ``dask[array]`` (``pip install 'fastpe[dask]'``); ``import fastpe`` never imports it.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+try:
+    import dask.array as da
+    from dask.array.core import Array, normalize_chunks
+    from dask.base import tokenize
+    from dask.blockwise import blockwise as _blockwise_layer
+    from dask.layers import ArraySliceDep
+except ImportError as exc:  # pragma: no cover - exercised by a test that hides dask
+    raise ImportError(
+        "fastpe.dask needs dask's array package: pip install 'fastpe[dask]' "
+        f"(or pip install 'dask[array]') ({exc})"
+    ) from exc
+
+from . import _api, _backends
+from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
+from ._dtypes import resolve as _resolve_dtype
+
+__all__ = ["table", "forward", "ROW_ALIGN"]
+
+#: the kernels' anchor spacing; automatic row blocks are a multiple of it
+ROW_ALIGN = 64
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def _fill_rows(config: PosEncConfig, start: int, out: np.ndarray, backend: str | None) -> None:
+    """Fill ``out`` ``(n, d_model)`` with the table rows of positions ``start .. start+n-1``.
+
+    ``fastpe._api.table_rows`` is the table's own path (the same kernel call as
+    :func:`fastpe.table`, every dtype); ``forward`` over the positions gives the same bits
+    for float32 where that function is absent.
+    """
+    table_rows = getattr(_api, "table_rows", None)
+    if table_rows is not None:
+        table_rows(config, start, out, backend=backend)
+    else:
+        positions = np.arange(start, start + out.shape[0], dtype=np.uint32)
+        _api.forward(positions, config, out, backend=backend)
+
+
+def _block(slices: tuple[slice, slice], config: PosEncConfig, dtype: np.dtype, backend: str | None) -> np.ndarray:
+    """One block of the table: rows ``slices[0]``, columns ``slices[1]``."""
+    rows, cols = slices
+    out = np.empty((rows.stop - rows.start, config.d_model), dtype=dtype)
+    if out.shape[0]:
+        _fill_rows(config, rows.start, out, backend)
+    if cols.start == 0 and cols.stop == config.d_model:
+        return out
+    # a copy, so the block does not keep the full-width rows alive
+    return np.ascontiguousarray(out[:, cols])
+
+
+def _forward_block(positions: np.ndarray, config: PosEncConfig, out_dtype: np.dtype, backend: str | None) -> np.ndarray:
+    out = np.empty((positions.shape[0], config.d_model), dtype=out_dtype)
+    return _api.forward(positions, config, out, backend=backend)
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def _check_backend(backend) -> str | None:
+    # an explicit name must be known and load here; workers resolve ``None`` themselves
+    if backend is None:
+        return None
+    name, _ = _backends.resolve(backend)
+    return name
+
+
+def _check_dtype(dtype) -> np.dtype:
+    dt = _resolve_dtype(dtype)
+    if dt != np.float32 and getattr(_api, "table_rows", None) is None:
+        raise TypeError(
+            f"dtype {dt.name} needs fastpe's table_rows, which this fastpe lacks; use float32"
+        )
+    return dt
+
+
+def _auto_rows(chunks) -> bool:
+    """Whether the row blocks are left to the automatic choice (then aligned to 64)."""
+    if isinstance(chunks, str):
+        return chunks == "auto"
+    if isinstance(chunks, dict):
+        return chunks.get(0, chunks.get(-2)) == "auto"
+    if isinstance(chunks, (tuple, list)) and chunks:
+        return isinstance(chunks[0], str) and chunks[0] == "auto"
+    return False
+
+
+def _aligned(rows: tuple[int, ...], max_len: int) -> tuple[int, ...]:
+    """Regular row blocks of the first automatic size rounded down to a multiple of 64."""
+    size = max(ROW_ALIGN, rows[0] - rows[0] % ROW_ALIGN)
+    if size >= max_len:
+        return (max_len,)
+    full, rest = divmod(max_len, size)
+    return (size,) * full + ((rest,) if rest else ())
+
+
+def _normalize(chunks, shape: tuple[int, int], dtype: np.dtype) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """dask's chunk normalisation, with ``"auto"`` meaning full-width rows in 64-row
+    multiples (the kernels compute whole rows, so splitting columns only repeats work)."""
+    if isinstance(chunks, str) and chunks == "auto":
+        spec = ("auto", -1)
+    else:
+        spec = chunks
+    if isinstance(spec, (bool, np.bool_)) or spec is None:
+        raise TypeError(f"chunks must be 'auto', an int, a tuple or a dict, got {chunks!r}")
+    if isinstance(spec, numbers.Integral) and spec <= 0 and spec != -1:
+        raise ValueError(f"chunks must be positive (or -1 for a whole dimension), got {chunks!r}")
+    try:
+        rows, cols = normalize_chunks(spec, shape, dtype=dtype)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise ValueError(f"chunks {chunks!r} do not fit the shape {shape}: {exc}") from None
+    if any(c <= 0 for c in rows + cols):
+        raise ValueError(f"chunks must be positive, got {chunks!r}")
+    if _auto_rows(chunks):
+        rows = _aligned(rows, shape[0])
+    return rows, cols
+
+
+def table(
+    d_model: int,
+    max_len: int = DEFAULT_MAX_LEN,
+    *,
+    chunks="auto",
+    base: float = DEFAULT_BASE,
+    dtype="float32",
+    backend: str | None = None,
+    **config,
+) -> da.Array:
+    """The ``(max_len, d_model)`` table as a lazy :class:`dask.array.Array`.
+
+    Computing any part of it gives the same bits as that part of
+    ``fastpe.table(d_model, max_len, base=base, dtype=dtype, backend=backend, **config)``;
+    nothing is computed until then, and each block is computed by its own small task.
+
+    Parameters
+    ----------
+    d_model, max_len, base:
+        As in :func:`fastpe.table` (``max_len`` up to ``2**32``).
+    chunks:
+        ``"auto"`` (default): whole rows, the row count a multiple of 64 chosen from dask's
+        ``array.chunk-size`` setting.  Otherwise anything :func:`dask.array.core.normalize_chunks`
+        accepts for a 2-D shape: an int (square blocks), a pair such as ``(4096, -1)`` or
+        ``("auto", 256)``, explicit block sizes ``((100, 37), (64, 64))``, or a dict.
+        Splitting columns works but each column block recomputes its whole rows.
+    dtype:
+        ``"float32"`` (default), ``"float64"``, ``"float16"`` or ``"bfloat16"``, as
+        :func:`fastpe._dtypes.resolve` reads them.
+    backend:
+        A backend name (checked here, used by every task) or ``None``: each worker applies
+        ``$FASTPE_BACKEND`` or its fastest available backend.
+    **config:
+        Further :class:`fastpe.PosEncConfig` fields, passed through unchanged.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad arguments (including ``chunks``), at once, before any task exists.
+    """
+    cfg = PosEncConfig(d_model, max_len, base, **config)
+    dt = _check_dtype(dtype)
+    name_backend = _check_backend(backend)
+    shape = (cfg.max_len, cfg.d_model)
+    blocks = _normalize(chunks, shape, dt)
+
+    name = "fastpe-table-" + tokenize(cfg, dt.str, dt.name, blocks, name_backend)
+    # one blockwise layer whose only input is each block's (rows, columns) slices: the graph
+    # stays symbolic (a handful of objects, whatever the number of blocks) until a scheduler
+    # asks for the blocks it needs
+    layer = _blockwise_layer(
+        _block, name, "ij", ArraySliceDep(blocks), "ij", numblocks={},
+        config=cfg, dtype=dt, backend=name_backend,
+    )
+    return Array(layer, name, blocks, dtype=dt, meta=np.empty((0, 0), dtype=dt))
+
+
+def forward(positions, config: PosEncConfig, *, dtype="float32", backend: str | None = None) -> da.Array:
+    """The encoding of a 1-D dask array of positions: a lazy ``(n, d_model)`` array.
+
+    Row blocks follow ``positions``' blocks; each task calls :func:`fastpe.forward` on its
+    block with an ``out`` of ``dtype``, so the values are bit-identical to it.  The positions' values are checked when
+    the blocks are computed (a bad one raises there); their kind and shape are checked now.
+    """
+    if not isinstance(config, PosEncConfig):
+        raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
+    if not isinstance(positions, da.Array):
+        positions = da.asarray(positions)
+    if positions.ndim != 1:
+        raise ValueError(f"positions must be 1-D, got an array of shape {positions.shape}")
+    if positions.dtype.kind not in "iuf":
+        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    dt = _resolve_dtype(dtype)
+    name_backend = _check_backend(backend)
+    return da.map_blocks(
+        # (map_blocks takes ``dtype`` for itself: the block function's is ``out_dtype``)
+        _forward_block, positions, config=config, out_dtype=dt, backend=name_backend, dtype=dt,
+        new_axis=1, chunks=(positions.chunks[0], (config.d_model,)),
+        meta=np.empty((0, 0), dtype=dt),
+        name="fastpe-forward-" + tokenize(positions, config, dt.str, dt.name, name_backend),
+    )

@@ -1,0 +1,287 @@
+"""fastpe.dask: lazy tables whose blocks are bit-identical to fastpe.table."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+import dask  # noqa: E402
+
+import fastpe  # noqa: E402
+import fastpe.dask as fd  # noqa: E402
+from fastpe import _api  # noqa: E402
+
+from conftest import fastpe_env  # noqa: E402
+
+#: irregular row and column blocks, none a multiple of 64
+IRREGULAR = ((1, 63, 70, 29), (5, 30, 15))
+
+
+def _blocks_equal(x, expected: np.ndarray) -> None:
+    """Every block of ``x`` computed on its own equals that slice of ``expected``, bit for bit."""
+    row0 = 0
+    for i, rows in enumerate(x.chunks[0]):
+        col0 = 0
+        for j, cols in enumerate(x.chunks[1]):
+            block = x.blocks[i, j].compute(scheduler="sync")
+            assert block.dtype == expected.dtype and block.shape == (rows, cols)
+            want = expected[row0 : row0 + rows, col0 : col0 + cols]
+            assert block.tobytes() == want.tobytes(), (i, j)
+            col0 += cols
+        row0 += rows
+
+
+def test_irregular_blocks_match_table(backend):
+    x = fd.table(50, 163, chunks=IRREGULAR, base=500.0, backend=backend)
+    assert isinstance(x, da.Array)
+    assert x.shape == (163, 50) and x.dtype == np.float32 and x.chunks == IRREGULAR
+    expected = fastpe.table(50, 163, base=500.0, backend=backend)
+    _blocks_equal(x, expected)
+    assert x.compute(scheduler="sync").tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("chunks", [50, (50, -1), ((200, 113), (33, 31)), {0: 129, 1: -1}, ("auto", 17)])
+def test_chunk_forms(fast_backend, chunks):
+    x = fd.table(64, 313, chunks=chunks, backend=fast_backend)
+    expected = fastpe.table(64, 313, backend=fast_backend)
+    assert x.compute(scheduler="sync").tobytes() == expected.tobytes()
+    _blocks_equal(x, expected)
+
+
+def test_odd_d_model_and_far_positions(fast_backend):
+    # the last rows of a 2**32-row table: the largest positions there are
+    x = fd.table(33, 2**32, chunks=((2**32 - 1000, 1000), -1), backend=fast_backend)
+    part = x[-150:].compute()
+    positions = np.arange(2**32 - 150, 2**32, dtype=np.uint32)
+    want = fastpe.forward(positions, fastpe.PosEncConfig(33), np.empty((150, 33), np.float32), backend=fast_backend)
+    assert part.tobytes() == want.tobytes()
+
+
+def test_auto_rows_are_multiples_of_64():
+    with dask.config.set({"array.chunk-size": "64KiB"}):
+        x = fd.table(100, 1000)
+    rows, cols = x.chunks
+    assert cols == (100,)  # whole rows
+    assert len(rows) > 1 and all(r % 64 == 0 for r in rows[:-1])
+    assert rows[0] == (64 * 1024 // 400) // 64 * 64  # 163 rows fit in 64 KiB -> 128
+    assert x.compute().tobytes() == fastpe.table(100, 1000).tobytes()
+
+
+def test_auto_rows_never_below_64_and_short_tables_are_one_block():
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        assert fd.table(4096, 1000).chunks[0][:2] == (64, 64)
+    assert fd.table(8, 10).chunks == ((10,), (8,))
+
+
+def test_threads_scheduler():
+    x = fd.table(96, 700, chunks=(100, 40))
+    got = x.compute(scheduler="threads", num_workers=2)
+    assert got.tobytes() == fastpe.table(96, 700).tobytes()
+
+
+@pytest.mark.slow
+def test_processes_scheduler():
+    # fresh worker processes import fastpe and compute their blocks there
+    x = fd.table(16, 200, chunks=(70, 16))
+    got = x.compute(scheduler="processes", num_workers=2)
+    assert got.tobytes() == fastpe.table(16, 200).tobytes()
+
+
+def test_tasks_pickle_and_are_small():
+    x = fd.table(1024, 2**24, chunks=(4096, -1), base=12345.0)
+    (one,) = dask.optimize(x.blocks[1000, 0])
+    graph = dict(one.__dask_graph__())
+    blob = pickle.dumps(graph)
+    assert len(blob) < 10_000
+    # and the unpickled task computes the block (what a process or distributed worker does)
+    restored = pickle.loads(blob)
+    got = dask.get(restored, (one.name, 0, 0))
+    positions = np.arange(1000 * 4096, 1001 * 4096, dtype=np.uint32)
+    want = fastpe.forward(positions, fastpe.PosEncConfig(1024, base=12345.0), np.empty((4096, 1024), np.float32))
+    assert got.tobytes() == want.tobytes()
+
+
+def test_store_into_memmap(tmp_path):
+    x = fd.table(48, 500, chunks=((130, 370), (20, 28)))
+    target = np.lib.format.open_memmap(tmp_path / "pe.npy", mode="w+", dtype=np.float32, shape=x.shape)
+    da.store(x, target, scheduler="threads")
+    target.flush()
+    del target
+    assert np.load(tmp_path / "pe.npy").tobytes() == fastpe.table(48, 500).tobytes()
+
+
+def test_store_into_numpy():
+    x = fd.table(10, 99, chunks=(31, 4))
+    target = np.full(x.shape, np.nan, dtype=np.float32)
+    x.store(target)
+    assert target.tobytes() == fastpe.table(10, 99).tobytes()
+
+
+def test_to_zarr_round_trip(tmp_path):
+    pytest.importorskip("zarr")
+    x = fd.table(40, 300, chunks=(128, -1), base=777.0)
+    path = str(tmp_path / "pe.zarr")
+    x.to_zarr(path)
+    back = da.from_zarr(path).compute()
+    assert back.dtype == np.float32
+    assert back.tobytes() == fastpe.table(40, 300, base=777.0).tobytes()
+
+
+def test_building_a_huge_table_is_lazy(monkeypatch):
+    calls = []
+    real = fd._fill_rows
+
+    def counting(config, start, out, backend):
+        calls.append((start, out.shape))
+        real(config, start, out, backend)
+
+    monkeypatch.setattr(fd, "_fill_rows", counting)
+    tracemalloc.start()
+    try:
+        x = fd.table(1024, 2**31)  # 8 TiB of float32
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert calls == []
+    assert peak < 16 * 2**20
+    assert x.shape == (2**31, 1024) and x.nbytes == 2**43
+    assert all(r % 64 == 0 for r in x.chunks[0])
+
+    y = fd.table(1024, 2**31, chunks=((2**31 - 1024, 1024), -1))
+    part = y[2**31 - 3 :, :7].compute(scheduler="sync")
+    assert calls == [(2**31 - 1024, (1024, 1024))]  # one block computed, nothing else
+    positions = np.arange(2**31 - 3, 2**31, dtype=np.uint32)
+    want = fastpe.forward(positions, fastpe.PosEncConfig(1024), np.empty((3, 1024), np.float32))[:, :7]
+    assert part.tobytes() == want.tobytes()
+
+
+def test_same_arguments_same_name_different_arguments_different_name():
+    assert fd.table(8, 100).name == fd.table(8, 100).name
+    assert fd.table(8, 100).name != fd.table(8, 100, base=2.0).name
+    assert fd.table(8, 100).name != fd.table(8, 100, chunks=(10, -1)).name
+
+
+def _table_takes_dtype() -> bool:
+    return "dtype" in inspect.signature(fastpe.table).parameters
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_other_dtypes(dtype):
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    if getattr(_api, "table_rows", None) is None:
+        with pytest.raises(TypeError, match="dtype"):
+            fd.table(8, 100, dtype=dtype)
+        return
+    if not _table_takes_dtype():
+        pytest.skip("fastpe.table does not take dtype in this fastpe")
+    x = fd.table(70, 300, chunks=((100, 200), (33, 37)), dtype=dtype)
+    expected = fastpe.table(70, 300, dtype=dtype)
+    assert x.dtype == expected.dtype
+    _blocks_equal(x, expected)
+
+
+def test_extra_config_fields_reach_posencconfig():
+    with pytest.raises(TypeError, match="no_such_field"):
+        fd.table(8, 100, no_such_field=1)
+
+
+def test_config_fields_pass_through():
+    fields = {"layout": "halves", "denominator": "half-1", "min_timescale": 2.0, "max_timescale": 5000.0}
+    if not set(fields) <= set(inspect.signature(fastpe.PosEncConfig).parameters):
+        pytest.skip("this fastpe's PosEncConfig lacks the table families' fields")
+    x = fd.table(41, 150, chunks=((50, 100), (7, 34)), **fields)
+    expected = fastpe.table(41, 150, **fields)
+    _blocks_equal(x, expected)
+    with pytest.raises(ValueError, match="layout"):
+        fd.table(8, 100, layout="sideways")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"d_model": 0}, ValueError, "d_model"),
+        ({"d_model": 8.0}, TypeError, "d_model"),
+        ({"max_len": 0}, ValueError, "max_len"),
+        ({"max_len": 2**32 + 1}, ValueError, "max_len"),
+        ({"base": 1.0}, ValueError, "base"),
+        ({"chunks": 0}, ValueError, "chunks"),
+        ({"chunks": -5}, ValueError, "chunks"),
+        ({"chunks": None}, TypeError, "chunks"),
+        ({"chunks": True}, TypeError, "chunks"),
+        ({"chunks": ((50, 40), (8,))}, ValueError, "chunks"),
+        ({"chunks": (10, 10, 10)}, ValueError, "chunks"),
+        ({"chunks": "lots"}, ValueError, "chunks"),
+        ({"dtype": "int8"}, TypeError, "dtype"),
+        ({"backend": "fortran"}, ValueError, "backend"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match):
+    args = {"d_model": 8, "max_len": 100, **kwargs}
+    with pytest.raises(error, match=match):
+        fd.table(args.pop("d_model"), args.pop("max_len"), **args)
+
+
+def test_forward_over_dask_positions(fast_backend):
+    positions = np.array([0, 1, 63, 64, 65, 10**6, 2**31, 2**32 - 1, 5, 7], dtype=np.uint32)
+    config = fastpe.PosEncConfig(24, base=321.0)
+    x = fd.forward(da.from_array(positions, chunks=3), config, backend=fast_backend)
+    assert x.shape == (10, 24) and x.chunks == ((3, 3, 3, 1), (24,))
+    want = fastpe.forward(positions, config, np.empty((10, 24), np.float32), backend=fast_backend)
+    assert x.compute().tobytes() == want.tobytes()
+    # a plain array is wrapped as one block
+    assert fd.forward(positions, config).compute().tobytes() == fastpe.forward(
+        positions, config, np.empty((10, 24), np.float32)).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_forward_other_dtypes(dtype):
+    positions = np.array([3, 64, 2**32 - 1, 12345], dtype=np.uint32)
+    config = fastpe.PosEncConfig(10)
+    out = np.empty((4, 10), dtype=dtype)
+    try:
+        want = fastpe.forward(positions, config, out)
+    except TypeError:
+        pytest.skip(f"fastpe.forward does not write {dtype} in this fastpe")
+    x = fd.forward(da.from_array(positions, chunks=3), config, dtype=dtype)
+    assert x.dtype == np.dtype(dtype)
+    assert x.compute().tobytes() == want.tobytes()
+
+
+def test_forward_bad_input():
+    config = fastpe.PosEncConfig(4)
+    with pytest.raises(TypeError, match="config"):
+        fd.forward(da.arange(5), {"d_model": 4})
+    with pytest.raises(ValueError, match="1-D"):
+        fd.forward(da.zeros((2, 2), dtype=np.int64), config)
+    with pytest.raises(TypeError, match="integers"):
+        fd.forward(da.from_array(np.array(["a", "b"])), config)
+    with pytest.raises(TypeError, match="dtype"):
+        fd.forward(da.arange(5), config, dtype="int32")
+    # values are checked where the block is computed
+    with pytest.raises(ValueError, match="positions must be >= 0"):
+        fd.forward(da.from_array(np.array([1, -1])), config).compute()
+
+
+def test_without_dask_the_error_names_the_install(monkeypatch):
+    for name in ("dask", "dask.array", "fastpe.dask"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, "dask", None)
+    with pytest.raises(ImportError, match=r"pip install 'fastpe\[dask\]'"):
+        importlib.import_module("fastpe.dask")
+
+
+def test_import_fastpe_does_not_import_dask(tmp_path):
+    code = "import sys, fastpe; print(sorted(m for m in sys.modules if m.split('.')[0] == 'dask'))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
