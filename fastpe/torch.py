@@ -1,0 +1,378 @@
+"""PyTorch modules backed by fastpe's exact tables: an optional bridge.
+
+PyTorch is an optional peer of fastpe, never a requirement: ``import fastpe`` does not
+import it, and only this module does.  Without torch installed, ``import fastpe.torch``
+raises an :class:`ImportError` that says so.
+
+* :class:`SinusoidalPositionalEncoding` -- a drop-in for the ``PositionalEncoding`` module
+  of PyTorch's "Language Modeling with nn.Transformer" tutorial, whose table is fastpe's
+  exact float32 table (the tutorial's float32 ``exp``/``sin``/``cos`` drift from the true
+  values as positions grow) and which grows when a longer input arrives.
+* :class:`RotaryEmbedding` -- RoPE for ``(q, k)`` with every Hugging Face scaling rule
+  (:mod:`fastpe.rope`); CPU float32 tensors rotate in place through fastpe's kernels,
+  anything else through torch with fastpe's exact cos/sin caches.
+"""
+
+from __future__ import annotations
+
+import copy
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - exercised in a child interpreter
+    raise ImportError(
+        "fastpe.torch needs PyTorch, an optional peer of fastpe that is not installed here; "
+        "install it with `pip install torch` (the rest of fastpe works without it)"
+    ) from exc
+
+import numpy as np
+
+from . import _api, rope
+from ._config import DEFAULT_BASE, PosEncConfig
+from ._validate import (
+    POSITION_LIMIT,
+    check_d_model,
+    check_finite_real,
+    check_int,
+    check_layout,
+    check_max_len,
+    check_offset,
+    check_position_grid,
+)
+from .rope import _scaling
+
+__all__ = ["SinusoidalPositionalEncoding", "RotaryEmbedding"]
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _check_tensor(name: str, x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _as_index(name: str, value, low: int = 0) -> int:
+    """An integer argument that may also arrive as a one-element integer tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer, got a tensor of shape {tuple(value.shape)} "
+                            f"and dtype {value.dtype}")
+        value = int(value.item())
+    return check_int(name, value, low=low)
+
+
+# ============================================================================ sinusoidal
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the sinusoidal positional encoding to ``x``, then applies dropout.
+
+    A drop-in for the ``PositionalEncoding`` module of PyTorch's "Language Modeling with
+    nn.Transformer" tutorial (``pe[:, 0::2] = sin``, ``pe[:, 1::2] = cos``, base 10000;
+    ``forward`` returns ``dropout(x + pe[:seq_len])``), with three differences that matter:
+
+    * the table is :func:`fastpe.table`: every value within one float32 ULP of the true
+      ``sin(p * w_i)`` / ``cos(p * w_i)``, where the tutorial's float32 arithmetic is off by
+      up to ``p * 2**-24`` radians; an odd ``d_model`` ends with a sine column;
+    * inputs longer than the table grow it (to at least twice its length, computed by
+      fastpe) instead of failing, and ``forward(x, offset=n)`` encodes positions
+      ``n .. n + seq - 1`` (decoding with a key/value cache);
+    * ``batch_first=True`` (the default) takes ``(batch, seq, d_model)``; ``False`` takes the
+      tutorial's ``(seq, batch, d_model)``.  An unbatched ``(seq, d_model)`` also works.
+
+    The table is the buffer ``pe`` of shape ``(max_len, d_model)``, non-persistent: it is
+    not in ``state_dict()`` (it is recomputed exactly, never learned), and follows
+    ``.to(device)`` / ``.to(dtype)`` / ``.half()`` as any buffer does; growth keeps its
+    device and dtype.  A checkpoint saved with the tutorial's module, whose ``pe`` is
+    persistent, still loads (strictly): its ``pe`` entry is ignored.
+
+    ``x + pe`` follows torch's type promotion (a float16 ``x`` with a float32 table gives
+    float32), as in the tutorial; convert the module with ``.to(dtype)`` to match ``x``.
+
+    Parameters
+    ----------
+    d_model:
+        Size of each position's vector, ``1 .. 65536``.
+    max_len:
+        Rows computed up front, ``>= 1``; longer inputs grow the table.
+    dropout:
+        Dropout probability in ``[0, 1]`` (an ``nn.Dropout`` applied after the addition).
+    batch_first:
+        ``True``: ``x`` is ``(batch, seq, d_model)``; ``False``: ``(seq, batch, d_model)``.
+    """
+
+    pe: torch.Tensor
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0, batch_first: bool = True):
+        super().__init__()
+        self.d_model = check_d_model(d_model)
+        max_len = check_max_len(max_len)
+        p = check_finite_real("dropout", dropout)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout must be in [0, 1], got {p!r}")
+        self.batch_first = _check_bool("batch_first", batch_first)
+        self.dropout = nn.Dropout(p)
+        table = _api.table(self.d_model, max_len)
+        self.register_buffer("pe", torch.from_numpy(table), persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        """Rows in the table now (it grows with the inputs)."""
+        return int(self.pe.shape[0])
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, batch_first={self.batch_first}"
+
+    def _grow(self, needed: int) -> None:
+        """Extend ``pe`` to at least ``needed`` rows (at least doubling, so a stream of ever
+        longer inputs costs amortised linear work); only the new rows are computed, by
+        fastpe, bit-identical to a table built that long from the start."""
+        old = self.max_len
+        new = min(max(needed, 2 * old), POSITION_LIMIT)
+        rows = np.empty((new - old, self.d_model), dtype=np.float32)
+        _api.forward(np.arange(old, new, dtype=np.int64), PosEncConfig(self.d_model, new, DEFAULT_BASE), rows)
+        grown = torch.empty((new, self.d_model), device=self.pe.device, dtype=self.pe.dtype)
+        grown[:old] = self.pe
+        grown[old:] = torch.from_numpy(rows)  # converted to the buffer's dtype and device
+        self.pe = grown
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``dropout(x + pe[offset : offset + seq])``, broadcast over the batch.
+
+        ``x``: ``(batch, seq, d_model)`` (``batch_first``), ``(seq, batch, d_model)``
+        (otherwise) or ``(seq, d_model)``.  ``offset``: the first position, ``>= 0`` (an int
+        or a one-element integer tensor).
+        """
+        _check_tensor("x", x)
+        if x.ndim not in (2, 3):
+            layout = "(batch, seq, d_model)" if self.batch_first else "(seq, batch, d_model)"
+            raise ValueError(f"x must have shape {layout} or (seq, d_model), got {tuple(x.shape)}")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have d_model = {self.d_model} values in its last dimension, "
+                             f"got shape {tuple(x.shape)}")
+        offset = _as_index("offset", offset)
+        seq = x.shape[1] if x.ndim == 3 and self.batch_first else x.shape[0]
+        end = offset + seq
+        if end > POSITION_LIMIT:
+            raise ValueError(f"offset + seq must be <= 2**32, got {offset} + {seq} = {end}")
+        if end > self.max_len:
+            self._grow(end)
+        pe = self.pe[offset:end]
+        if x.ndim == 3 and not self.batch_first:
+            pe = pe.unsqueeze(1)  # (seq, 1, d_model) against (seq, batch, d_model)
+        return self.dropout(x + pe)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the tutorial's module saved `pe`; ours is recomputed, so a stored one is not unexpected
+        state_dict.pop(prefix + "pe", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+# ================================================================================ rotary
+
+
+def _rotate_neox(x: torch.Tensor) -> torch.Tensor:
+    """HF's ``rotate_half``: ``(x1, x2) -> (-x2, x1)`` over the two halves."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotate_gptj(x: torch.Tensor) -> torch.Tensor:
+    """The interleaved twin: each adjacent pair ``(a, b) -> (-b, a)``."""
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def _fast_path_ok(t: torch.Tensor) -> bool:
+    """Whether fastpe's kernel may rotate ``t`` in place through ``t.numpy()``."""
+    return (t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+            and not t.requires_grad and type(t) is torch.Tensor)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embeddings for queries and keys: ``q, k = rope(q, k, positions)``.
+
+    Configured as :func:`fastpe.rope.inv_freq` is, with the model's ``rope_scaling`` /
+    ``rope_parameters`` dict verbatim (``default``, ``linear``, ``dynamic``, ``yarn``,
+    ``llama3``, ``longrope``).  ``layout="neox"`` pairs dimension ``i`` with
+    ``i + rotary_dim/2`` (HF Llama's ``rotate_half``); ``"gptj"`` pairs ``2i`` with
+    ``2i + 1``.  Dimensions past ``rotary_dim`` pass through unchanged.
+
+    Two paths, one result:
+
+    * **In place** -- when ``q`` and ``k`` are both contiguous float32 CPU tensors that do not
+      require grad, fastpe's kernel rotates them in place through their ``.numpy()`` views
+      (no copy) and ``forward`` returns the *same* tensors.  Their autograd version counters
+      are bumped, so a graph that saved the old values fails loudly instead of silently
+      using the rotated ones.  Results are bit-identical to :func:`fastpe.rope.apply_qk_`.
+    * **Torch** -- for anything else (another device or dtype, a non-contiguous view, or a
+      tensor that requires grad, which numpy must never modify) ``forward`` returns new
+      tensors computed by torch as HF does (``x * cos + rotate(x) * sin``) with fastpe's
+      exact cos/sin caches moved to the tensor's device; the inputs are left unchanged and
+      gradients flow.  float64 uses the caches' doubles; float32, float16 and bfloat16
+      compute in float32 and round once to their dtype.  float64 results rounded to
+      float32 equal the in-place path's bits; float32 ones are within a few ULP.
+
+    Always use the returned tensors: whether the inputs were rotated depends on the path.
+
+    Parameters
+    ----------
+    head_dim:
+        Size of one head (the last dimension of ``q`` and ``k``).
+    base:
+        RoPE theta.  ``None`` takes the dict's ``rope_theta`` (else 10000); an explicit
+        value that contradicts the dict is a ``ValueError``.
+    scaling:
+        ``None`` or an HF rope dict (copied; later changes to it have no effect).
+    layout:
+        ``"neox"`` or ``"gptj"``.
+    rotary_dim:
+        Rotated leading dimensions of each head (even); default ``head_dim`` or the dict's
+        ``partial_rotary_factor``.
+    max_position_embeddings:
+        The model config's field, needed by ``dynamic`` and the default original length of
+        ``yarn``, ``llama3`` and ``longrope``.
+
+    The module holds no parameters or buffers (its ``state_dict`` is empty).
+    """
+
+    def __init__(self, head_dim: int, base=10000.0, scaling=None, layout: str = "neox", rotary_dim=None,
+                 *, max_position_embeddings=None):
+        super().__init__()
+        self.layout = check_layout(layout)
+        self.spec = rope.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                                 max_position_embeddings=max_position_embeddings)
+        self.head_dim = self.spec.head_dim
+        self.rotary_dim = self.spec.rotary_dim
+        self.base = self.spec.base
+        # what every call passes to fastpe.rope, already validated
+        self._kwargs = dict(base=base, rotary_dim=rotary_dim, scaling=copy.deepcopy(scaling),
+                            max_position_embeddings=max_position_embeddings, layout=self.layout)
+
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base!r}, "
+                f"rope_type={self.spec.rope_type!r}, layout={self.layout!r}")
+
+    def cos_sin(self, positions, *, seq_len=None, dtype=torch.float32, device=None):
+        """The ``(len(positions), rotary_dim)`` cos and sin caches as torch tensors.
+
+        As :func:`fastpe.rope.cos_sin` (multiplied by the attention factor, in this module's
+        layout), converted to ``dtype`` on ``device``: float32 values are within 1 ULP of
+        exact, float64 ones are the doubles fastpe's kernels round from.  A drop-in for the
+        ``(cos, sin)`` of HF's rotary modules (``cos[positions]``).
+        """
+        pos = _positions_numpy(positions)
+        if pos.ndim != 1:
+            raise ValueError(f"positions must be 1-D, got shape {pos.shape}")
+        dtype = torch.float32 if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a torch floating dtype, got {dtype!r}")
+        return self._cos_sin(check_position_grid(pos, ((pos.shape[0],),)), seq_len, dtype, device)
+
+    def _cos_sin(self, pos: np.ndarray, seq_len, dtype, device):
+        """Caches for flat, validated ``pos``, from the kernels' doubles (float32 of a double
+        is what fastpe's float32 cache holds, so one computation serves every dtype)."""
+        cos, sin = rope.cos_sin(pos, self.head_dim, seq_len=seq_len, dtype=np.float64, **self._kwargs)
+        if dtype != torch.float64:
+            cos, sin = cos.astype(np.float32), sin.astype(np.float32)
+        cos_t = torch.from_numpy(cos).to(device=device, dtype=dtype)
+        sin_t = torch.from_numpy(sin).to(device=device, dtype=dtype)
+        return cos_t, sin_t
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions=None, *, offset=None, seq_len=None):
+        """Rotate ``q`` and ``k`` by RoPE at ``positions``; return ``(q_rotated, k_rotated)``.
+
+        Shapes, as :func:`fastpe.rope.apply_qk_`: ``(batch, heads, seq, head_dim)`` with
+        ``positions`` ``(seq,)`` or ``(batch, seq)``, or ``(tokens, heads, head_dim)`` with
+        ``(tokens,)``; ``q`` and ``k`` may differ in their head counts only.  ``positions``:
+        integers in ``[0, 2**32)`` -- a tensor on any device, an array or a list; or
+        ``None`` with ``offset`` for ``offset, offset + 1, ...`` (both ``None``: from 0).
+        ``seq_len``: the length dynamic NTK and LongRoPE see (default: the largest position
+        plus one, as HF's forward pass).  See the class notes for which path runs and
+        whether the inputs are modified.
+        """
+        _check_tensor("q", q)
+        _check_tensor("k", k)
+        n_seq = _check_qk(q, k, self.head_dim)
+        if positions is not None and offset is not None:
+            raise TypeError("pass positions or offset, not both")
+        if positions is None:
+            start = check_offset(_as_index("offset", 0 if offset is None else offset), n_seq)
+            pos = np.arange(start, start + n_seq, dtype=np.int64)
+        else:
+            shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
+            pos = check_position_grid(_positions_numpy(positions), shapes)
+        seq_len = _scaling.check_seq_len(seq_len)
+
+        if _fast_path_ok(q) and _fast_path_ok(k):
+            qn, kn = q.numpy(), k.numpy()
+            if np.may_share_memory(qn, kn):
+                raise ValueError("k must not share memory with q (both are rotated in place)")
+            rope.apply_qk_(qn, kn, pos, head_dim=self.head_dim, seq_len=seq_len, **self._kwargs)
+            torch.autograd.graph.increment_version((q, k))
+            return q, k
+        caches: dict = {}  # one cos/sin computation per working dtype, shared by q and k
+        return self._rotate_torch(q, pos, seq_len, caches), self._rotate_torch(k, pos, seq_len, caches)
+
+    def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict) -> torch.Tensor:
+        """HF's ``x * cos + rotate(x) * sin`` over the first ``rotary_dim`` values, out of place."""
+        if x.numel() == 0:
+            return x.clone()
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if work not in caches:
+            caches[work] = self._cos_sin(pos.reshape(-1), seq_len, work, x.device)
+        cos, sin = caches[work]
+        rd = self.rotary_dim
+        if x.ndim == 3:  # (tokens, heads, d): one row per token, shared by the heads
+            cos, sin = cos[:, None], sin[:, None]
+        else:  # (batch, heads, seq, d) with positions (seq,) or (batch, seq)
+            shape = (1, 1, pos.shape[-1], rd) if pos.ndim == 1 else (pos.shape[0], 1, pos.shape[1], rd)
+            cos, sin = cos.reshape(shape), sin.reshape(shape)
+        xw = x.to(work)
+        rot = xw[..., :rd]
+        turned = _rotate_neox(rot) if self.layout == "neox" else _rotate_gptj(rot)
+        out = rot * cos + turned * sin
+        if rd < x.shape[-1]:
+            out = torch.cat((out, xw[..., rd:]), dim=-1)
+        return out.to(x.dtype)
+
+
+def _positions_numpy(positions) -> np.ndarray:
+    """Positions as a numpy array (validated by fastpe's own checks afterwards)."""
+    if isinstance(positions, torch.Tensor):
+        return positions.detach().cpu().numpy()
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"positions must be integers, got {type(positions).__name__}")
+    try:
+        return np.asarray(positions)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"positions must be an array of integers: {exc}") from None
+
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor, head_dim: int) -> int:
+    """Shapes and dtypes of ``q`` and ``k``, as :func:`fastpe.rope.apply_qk_` requires them;
+    return the sequence length."""
+    for name, t in (("q", q), ("k", k)):
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        if t.ndim not in (3, 4):
+            raise ValueError(f"{name} must have shape (tokens, heads, head_dim) or "
+                             f"(batch, heads, seq, head_dim), got {tuple(t.shape)}")
+        if t.shape[-1] != head_dim:
+            raise ValueError(f"{name} must have head_dim = {head_dim} values in its last dimension, "
+                             f"got shape {tuple(t.shape)}")
+    if k.ndim != q.ndim:
+        raise ValueError(f"k must have the layout of q: got shapes {tuple(q.shape)} and {tuple(k.shape)}")
+    axes = {0: "tokens"} if q.ndim == 3 else {0: "batch", 2: "seq"}
+    for axis, what in axes.items():
+        if k.shape[axis] != q.shape[axis]:
+            raise ValueError(f"k must have the {what} of q ({q.shape[axis]}), got {k.shape[axis]}")
+    if k.device != q.device:
+        raise ValueError(f"k must be on the device of q ({q.device}), got {k.device}")
+    return q.shape[0] if q.ndim == 3 else q.shape[2]
+

@@ -1,0 +1,676 @@
+"""fastpe.torch: the PyTorch modules against their peers.
+
+* SinusoidalPositionalEncoding against the PyTorch tutorial's ``PositionalEncoding``
+  (written out below: float32 ``exp``/``sin``/``cos``), within that formula's float32
+  error, and bit for bit against ``fastpe.table``; growth, layouts, dropout, buffers.
+* RotaryEmbedding: the in-place path bit for bit against ``fastpe.rope.apply_qk_``; HF
+  transformers' ``apply_rotary_pos_emb`` within float32 error; the torch path (float64,
+  non-contiguous, autograd, 16-bit) against the in-place path.
+
+torch is an optional peer of fastpe: without it this module is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional peer of fastpe")
+
+import fastpe  # noqa: E402
+from fastpe import rope  # noqa: E402
+from fastpe.torch import RotaryEmbedding, SinusoidalPositionalEncoding  # noqa: E402
+
+from conftest import fastpe_env  # noqa: E402
+
+
+def table(d_model: int, max_len: int) -> torch.Tensor:
+    return torch.from_numpy(fastpe.table(d_model, max_len))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+# ================================================================== the tutorial's module
+
+
+class TutorialPositionalEncoding(torch.nn.Module):
+    """The formula of PyTorch's "Language Modeling with nn.Transformer" tutorial:
+    (seq, batch, d_model) inputs, float32 arithmetic, a persistent ``pe`` buffer."""
+
+    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
+        super().__init__()
+        self.dropout = torch.nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(0)])
+
+
+def tutorial_bound(max_len: int) -> torch.Tensor:
+    """How far the tutorial's float32 values may be from the true ones, per position.
+
+    Its angle ``p * w`` carries ``w``'s error from float32 ``exp`` of a rounded argument
+    (``|arg| <= ln 10000 < 9.3``: a relative error below ``2**-19.7``) plus the product's
+    rounding (``2**-24`` relative, ``w <= 1``), and sin/cos add about an ULP of 1: in all
+    below ``p * 2**-19 + 2**-22``.  fastpe is within one float32 ULP of the true value."""
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    return p * 2.0**-19 + 2.0**-22
+
+
+@pytest.mark.parametrize("d_model", [16, 66, 128])
+def test_matches_the_tutorial_within_its_float32_error(d_model):
+    torch.manual_seed(0)
+    max_len = 1024
+    theirs = TutorialPositionalEncoding(d_model, dropout=0.0, max_len=max_len)
+    ours = SinusoidalPositionalEncoding(d_model, max_len=max_len, batch_first=False)
+    x = torch.randn(max_len, 2, d_model)
+    a, b = ours(x), theirs(x)
+    assert a.shape == b.shape and a.dtype == b.dtype == torch.float32
+    diff = (a.double() - b.double()).abs().amax(dim=1)  # (seq, d_model)
+    assert (diff <= tutorial_bound(max_len)).all()
+    # the tables themselves: the tutorial's error grows with the position, ours does not
+    delta = (ours.pe.double() - theirs.pe[:, 0].double()).abs()
+    assert (delta <= tutorial_bound(max_len)).all()
+    assert delta[-100:].max() > 2**-16  # the tutorial's drift is far larger than a float32 ULP
+
+
+@pytest.mark.parametrize("d_model", [1, 7, 16, 33])
+def test_table_is_fastpe_table_bit_for_bit(d_model):
+    m = SinusoidalPositionalEncoding(d_model, max_len=50)
+    assert same_bits(m.pe, table(d_model, 50))
+    assert same_bits(m(torch.zeros(3, 50, d_model))[2], table(d_model, 50))
+
+
+def test_default_arguments():
+    m = SinusoidalPositionalEncoding(8)
+    assert m.max_len == 5000 and m.batch_first is True and m.dropout.p == 0.0
+    assert "d_model=8" in repr(m) and "max_len=5000" in repr(m)
+
+
+# ================================================================================ layouts
+
+
+def test_batch_first_both_ways_and_unbatched():
+    torch.manual_seed(1)
+    pe = table(12, 20)
+    x = torch.randn(3, 20, 12)  # (batch, seq, d)
+    out = SinusoidalPositionalEncoding(12, 20, batch_first=True)(x)
+    assert same_bits(out, x + pe[None])
+
+    xs = x.transpose(0, 1).contiguous()  # (seq, batch, d)
+    out_s = SinusoidalPositionalEncoding(12, 20, batch_first=False)(xs)
+    assert same_bits(out_s, xs + pe[:, None])
+    assert same_bits(out_s.transpose(0, 1), out)
+
+    for batch_first in (True, False):  # (seq, d): no batch
+        m = SinusoidalPositionalEncoding(12, 20, batch_first=batch_first)
+        assert same_bits(m(x[0, :7]), x[0, :7] + pe[:7])
+
+
+def test_shorter_inputs_take_the_first_rows():
+    x = torch.ones(2, 5, 4)
+    assert same_bits(SinusoidalPositionalEncoding(4, 100)(x), x + table(4, 5))
+
+
+# ================================================================================= growth
+
+
+def test_growth_equals_a_table_built_that_long():
+    torch.manual_seed(2)
+    m = SinusoidalPositionalEncoding(10, max_len=8)
+    x = torch.randn(2, 37, 10)
+    out = m(x)
+    assert m.max_len == 37  # more than double: exactly what is needed
+    assert same_bits(out, SinusoidalPositionalEncoding(10, max_len=37)(x))
+    assert same_bits(m.pe, table(10, 37))
+
+    out = m(torch.zeros(1, 40, 10))  # a little longer: at least doubles
+    assert m.max_len == 74
+    assert same_bits(m.pe, table(10, 74))
+    assert same_bits(out[0], table(10, 40))
+
+
+def test_growth_keeps_dtype_and_device():
+    m = SinusoidalPositionalEncoding(6, max_len=4).to(torch.float64)
+    out = m(torch.zeros(1, 9, 6, dtype=torch.float64))
+    assert m.pe.dtype == torch.float64 and out.dtype == torch.float64
+    assert same_bits(m.pe, table(6, 9).double())
+
+    # a device other than the CPU, without a GPU: only the growth itself (the first addition
+    # on "meta" tensors loads seconds of torch's meta kernels)
+    meta = SinusoidalPositionalEncoding(6, max_len=4).to("meta")
+    meta._grow(9)
+    assert meta.pe.device.type == "meta" and meta.max_len == 9 and meta.pe.dtype == torch.float32
+
+
+def test_growth_is_not_in_state_dict_and_keeps_buffer_non_persistent():
+    m = SinusoidalPositionalEncoding(4, max_len=2)
+    m(torch.zeros(1, 5, 4))
+    assert dict(m.named_buffers()).keys() == {"pe"}
+    assert "pe" not in m.state_dict()
+
+
+# ================================================================================= offset
+
+
+def test_offset_encodes_later_positions():
+    torch.manual_seed(3)
+    m = SinusoidalPositionalEncoding(8, max_len=16)
+    x = torch.randn(2, 3, 8)
+    assert same_bits(m(x, offset=5), x + table(8, 8)[5:8])
+    assert same_bits(m(x, offset=torch.tensor(5)), m(x, offset=5))
+    # a cache that decodes past the table grows it
+    out = m(x[:, :1], offset=40)
+    assert m.max_len == 41
+    assert same_bits(out, x[:, :1] + table(8, 41)[40:41])
+    # token by token equals the whole sequence at once
+    seq = torch.randn(1, 6, 8)
+    steps = torch.cat([m(seq[:, i:i + 1], offset=i) for i in range(6)], dim=1)
+    assert same_bits(steps, m(seq))
+
+
+def test_offset_seq_first():
+    x = torch.zeros(3, 2, 8)  # (seq, batch, d)
+    m = SinusoidalPositionalEncoding(8, max_len=4, batch_first=False)
+    out = m(x, offset=2)
+    assert same_bits(out[:, 1], table(8, 5)[2:5])
+
+
+# ======================================================================= dropout, buffers
+
+
+def test_dropout_eval_is_identity_and_train_zeroes_a_fraction():
+    torch.manual_seed(4)
+    m = SinusoidalPositionalEncoding(64, max_len=128, dropout=0.5)
+    x = torch.full((8, 128, 64), 3.0)  # x + pe >= 2: a zero can only come from dropout
+    plain = x + table(64, 128)
+    assert same_bits(m.eval()(x), plain)
+
+    out = m.train()(x)
+    dropped = out == 0
+    assert 0.45 < dropped.float().mean().item() < 0.55
+    assert same_bits(out[~dropped], (plain * 2.0)[~dropped])  # survivors scaled by 1/(1-p)
+
+
+def test_state_dict_has_no_table():
+    m = SinusoidalPositionalEncoding(8, max_len=10)
+    assert len(m.state_dict()) == 0
+    assert "pe" in dict(m.named_buffers())
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.pos = SinusoidalPositionalEncoding(8, max_len=10)
+
+    assert set(Model().state_dict()) == {"proj.weight", "proj.bias"}
+
+
+def test_loads_a_tutorial_checkpoint_strictly():
+    class Tutorial(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.pos = TutorialPositionalEncoding(8, max_len=10)
+
+    class Ours(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.pos = SinusoidalPositionalEncoding(8, max_len=10, batch_first=False)
+
+    saved = Tutorial().state_dict()
+    assert "pos.pe" in saved
+    model = Ours()
+    result = model.load_state_dict(saved, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    assert "pos.pe" in saved  # the caller's dict is left as it was
+    assert torch.equal(model.proj.weight, saved["proj.weight"])
+    assert same_bits(model.pos.pe, table(8, 10))
+
+
+def test_to_float64_and_back():
+    m = SinusoidalPositionalEncoding(8, max_len=10).to(torch.float64)
+    assert m.pe.dtype == torch.float64
+    assert same_bits(m.pe, table(8, 10).double())  # float32 values, exactly widened
+    x = torch.randn(2, 10, 8, dtype=torch.float64)
+    assert same_bits(m(x), x + table(8, 10).double())
+    m.float()
+    assert same_bits(m.pe, table(8, 10))
+    m.half()
+    assert same_bits(m.pe, table(8, 10).half())
+
+
+# ============================================================================= bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        pytest.param({"d_model": 0}, ValueError, "d_model must be >= 1", id="d-zero"),
+        pytest.param({"d_model": 2.0}, TypeError, "d_model must be an integer", id="d-float"),
+        pytest.param({"d_model": True}, TypeError, "d_model must be an integer", id="d-bool"),
+        pytest.param({"d_model": 8, "max_len": 0}, ValueError, "max_len must be >= 1", id="len-zero"),
+        pytest.param({"d_model": 8, "max_len": "9"}, TypeError, "max_len must be an integer", id="len-str"),
+        pytest.param({"d_model": 8, "dropout": -0.1}, ValueError, r"dropout must be in \[0, 1\]", id="p-neg"),
+        pytest.param({"d_model": 8, "dropout": 1.5}, ValueError, r"dropout must be in \[0, 1\]", id="p-big"),
+        pytest.param({"d_model": 8, "dropout": float("nan")}, ValueError, "dropout must be finite", id="p-nan"),
+        pytest.param({"d_model": 8, "dropout": "0.1"}, TypeError, "dropout must be a real", id="p-str"),
+        pytest.param({"d_model": 8, "batch_first": 1}, TypeError, "batch_first must be True or False", id="bf"),
+    ],
+)
+def test_bad_construction(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        SinusoidalPositionalEncoding(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "x, kwargs, exc, message",
+    [
+        pytest.param(torch.zeros(2, 3, 7), {}, ValueError, "d_model = 8 values in its last", id="last-dim"),
+        pytest.param(torch.zeros(8), {}, ValueError, r"x must have shape \(batch, seq, d_model\)", id="1-d"),
+        pytest.param(torch.zeros(1, 2, 3, 8), {}, ValueError, r"x must have shape", id="4-d"),
+        pytest.param(np.zeros((2, 3, 8), np.float32), {}, TypeError, "x must be a torch.Tensor", id="numpy"),
+        pytest.param(torch.zeros(2, 3, 8), {"offset": -1}, ValueError, "offset must be >= 0", id="offset-neg"),
+        pytest.param(torch.zeros(2, 3, 8), {"offset": 1.0}, TypeError, "offset must be an integer", id="offset-float"),
+        pytest.param(torch.zeros(2, 3, 8), {"offset": torch.tensor([1, 2])}, TypeError, "offset must be an integer",
+                     id="offset-tensor"),
+        pytest.param(torch.zeros(2, 3, 8), {"offset": 2**32 - 2}, ValueError, r"offset \+ seq must be <= 2\*\*32",
+                     id="offset-past-u32"),
+    ],
+)
+def test_bad_forward(x, kwargs, exc, message):
+    m = SinusoidalPositionalEncoding(8, max_len=4)
+    with pytest.raises(exc, match=message):
+        m(x, **kwargs)
+    assert m.max_len == 4  # nothing grew
+
+
+# ======================================================================= RotaryEmbedding
+
+
+def randn(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float32).to(dtype)
+
+
+SCALINGS = [
+    pytest.param(None, id="default"),
+    pytest.param({"rope_type": "linear", "factor": 2.0}, id="linear"),
+    pytest.param({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 32}, id="llama3"),
+    pytest.param({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, id="yarn"),
+]
+
+#: (q shape, k shape, positions)
+SHAPES = [
+    pytest.param((2, 4, 9, 32), (2, 2, 9, 32), np.arange(3, 12), id="bhsd-seq"),
+    pytest.param((2, 4, 9, 32), (2, 1, 9, 32), np.array([np.arange(9), np.arange(50, 59)]), id="bhsd-batch-seq"),
+    pytest.param((9, 4, 32), (9, 2, 32), np.arange(100, 109) * 7, id="thd"),
+]
+
+
+def reference_qk(q, k, positions, **kw):
+    """fastpe.rope.apply_qk_ on numpy copies."""
+    qn, kn = q.detach().numpy().copy(), k.detach().numpy().copy()
+    rope.apply_qk_(qn, kn, np.asarray(positions), **kw)
+    return torch.from_numpy(qn), torch.from_numpy(kn)
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("scaling", SCALINGS)
+@pytest.mark.parametrize("q_shape, k_shape, positions", SHAPES)
+def test_in_place_path_is_apply_qk_bit_for_bit(layout, scaling, q_shape, k_shape, positions):
+    q, k = randn(*q_shape, seed=1), randn(*k_shape, seed=2)
+    want_q, want_k = reference_qk(q, k, positions, layout=layout, scaling=scaling)
+    module = RotaryEmbedding(32, scaling=scaling, layout=layout)
+    before = q._version
+    out_q, out_k = module(q, k, torch.as_tensor(positions))
+    assert out_q is q and out_k is k  # rotated in place, the same tensors returned
+    assert same_bits(q, want_q) and same_bits(k, want_k)
+    assert q._version > before  # autograd sees the modification
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("scaling", SCALINGS)
+@pytest.mark.parametrize("q_shape, k_shape, positions", SHAPES)
+def test_float64_torch_path_rounds_to_the_in_place_bits(layout, scaling, q_shape, k_shape, positions):
+    """The torch path in float64 uses the doubles the kernels round from, and the same
+    operations, so rounding its result to float32 gives the kernel's bits."""
+    q, k = randn(*q_shape, seed=3), randn(*k_shape, seed=4)
+    module = RotaryEmbedding(32, scaling=scaling, layout=layout)
+    q64, k64 = q.double(), k.double()
+    out_q, out_k = module(q64, k64, positions)
+    assert out_q is not q64 and out_q.dtype == torch.float64
+    assert same_bits(q64, q.double())  # inputs untouched on the torch path
+    fast_q, fast_k = module(q, k, positions)
+    assert same_bits(out_q.float(), fast_q) and same_bits(out_k.float(), fast_k)
+
+
+def float32_close(a, b, x, ulps=4):
+    """``|a - b|`` within ``ulps`` float32 ULPs of the inputs' scale (rotation of pairs
+    with ``|x1| + |x2| <= 2 max|x|``)."""
+    scale = 2 * x.abs().amax(dim=-1, keepdim=True).double()
+    assert ((a.double() - b.double()).abs() <= ulps * 2.0**-24 * scale).all()
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_torch_path_non_contiguous(layout):
+    base = randn(2, 9, 4, 32, seed=5)  # (batch, seq, heads, d): the transposed view is strided
+    q = base.transpose(1, 2)
+    k = randn(2, 9, 2, 32, seed=6).transpose(1, 2)
+    assert not q.is_contiguous()
+    module = RotaryEmbedding(32, layout=layout)
+    out_q, out_k = module(q, k, torch.arange(9))
+    assert same_bits(base, randn(2, 9, 4, 32, seed=5))  # untouched
+    fast_q, fast_k = module(q.contiguous(), k.contiguous(), torch.arange(9))
+    float32_close(out_q, fast_q, q)
+    float32_close(out_k, fast_k, k)
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_torch_path_with_autograd(layout):
+    module = RotaryEmbedding(16, layout=layout)
+    q = randn(1, 2, 5, 16, seed=7).requires_grad_()
+    k = randn(1, 1, 5, 16, seed=8).requires_grad_()
+    out_q, out_k = module(q, k, torch.arange(5))
+    assert out_q is not q and out_q.requires_grad
+    (out_q.square().sum() + out_k.sum()).backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    # a rotation preserves norms: the gradient of |Rq|^2 is 2q
+    assert torch.allclose(q.grad, 2 * q.detach(), rtol=1e-5, atol=1e-6)
+    fast_q, _ = module(q.detach().clone(), k.detach().clone(), torch.arange(5))
+    float32_close(out_q.detach(), fast_q, q.detach())
+
+
+def test_gradcheck_float64():
+    module = RotaryEmbedding(8, scaling={"rope_type": "linear", "factor": 2.0})
+    q = randn(1, 2, 3, 8, seed=9, dtype=torch.float64).requires_grad_()
+    k = randn(1, 1, 3, 8, seed=10, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: module(a, b, torch.arange(3)), (q, k))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_torch_path_16_bit(dtype, layout):
+    """Computed in float32 and rounded once: within one ULP of the dtype of the in-place
+    result on the same (16-bit) inputs."""
+    module = RotaryEmbedding(32, layout=layout)
+    q, k = randn(2, 4, 9, 32, seed=11, dtype=dtype), randn(2, 2, 9, 32, seed=12, dtype=dtype)
+    out_q, out_k = module(q, k, torch.arange(9))
+    assert out_q.dtype == dtype and out_k.dtype == dtype
+    fast_q, fast_k = module(q.float(), k.float(), torch.arange(9))
+    eps = torch.finfo(dtype).eps
+    for out, fast in ((out_q, fast_q), (out_k, fast_k)):
+        assert ((out.float() - fast).abs() <= eps * fast.abs() + 2 * torch.finfo(dtype).tiny).all()
+
+
+def test_partial_rotary_leaves_the_tail():
+    scaling = {"rope_type": "default", "partial_rotary_factor": 0.5}
+    module = RotaryEmbedding(32, scaling=scaling)
+    assert module.rotary_dim == 16
+    q, k = randn(2, 3, 4, 32, seed=13), randn(2, 1, 4, 32, seed=14)
+    q0, k0 = q.clone(), k.clone()
+    t_q, t_k = module(q.double(), k.double(), torch.arange(4))
+    module(q, k, torch.arange(4))
+    assert same_bits(q[..., 16:], q0[..., 16:]) and same_bits(t_q[..., 16:].float(), q0[..., 16:])
+    assert same_bits(t_q.float(), q) and same_bits(t_k.float(), k)
+    want_q, _ = reference_qk(q0, k0, np.arange(4), scaling=scaling)
+    assert same_bits(q, want_q)
+
+
+def test_linear_scaling_matches_fastpe_rope():
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    module = RotaryEmbedding(16, scaling=scaling)
+    cos, sin = module.cos_sin(torch.arange(40))
+    want = rope.cos_sin(np.arange(40), 16, scaling=scaling)
+    assert same_bits(cos, torch.from_numpy(want[0])) and same_bits(sin, torch.from_numpy(want[1]))
+    # position 2p with linear factor 2 rotates as p does without scaling
+    plain = RotaryEmbedding(16)
+    assert same_bits(module.cos_sin(torch.arange(0, 40, 2))[0], plain.cos_sin(torch.arange(20))[0])
+    q, k = randn(3, 2, 16, seed=15), randn(3, 1, 16, seed=16)
+    want_q, want_k = reference_qk(q, k, [0, 9, 40], scaling=scaling)
+    module(q, k, [0, 9, 40])
+    assert same_bits(q, want_q) and same_bits(k, want_k)
+
+
+@pytest.mark.parametrize("path", ["in-place", "torch"])
+def test_dynamic_follows_the_positions_and_seq_len(path):
+    """Dynamic NTK: the length is the largest position plus one, or seq_len, on both paths."""
+    scaling = {"rope_type": "dynamic", "factor": 2.0}
+    module = RotaryEmbedding(16, scaling=scaling, max_position_embeddings=8)
+    dtype = torch.float32 if path == "in-place" else torch.float64
+    for positions, seq_len in ((np.arange(20, 24), None), (np.arange(4), 64)):
+        q, k = randn(4, 2, 16, seed=17), randn(4, 1, 16, seed=18)
+        want_q, want_k = reference_qk(q, k, positions, scaling=scaling, max_position_embeddings=8,
+                                      seq_len=seq_len)
+        out_q, out_k = module(q.to(dtype), k.to(dtype), torch.as_tensor(positions), seq_len=seq_len)
+        assert same_bits(out_q.float(), want_q) and same_bits(out_k.float(), want_k)
+
+
+def test_positions_forms_and_offset():
+    module = RotaryEmbedding(8)
+    q, k = randn(1, 2, 5, 8, seed=19), randn(1, 1, 5, 8, seed=20)
+    want = reference_qk(q, k, np.arange(7, 12))
+    forms = [torch.arange(7, 12), torch.arange(7, 12, dtype=torch.int32), np.arange(7, 12), list(range(7, 12)),
+             torch.arange(7, 12)[None]]
+    for positions in forms:
+        got = module(q.clone(), k.clone(), positions)
+        assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+    for dtype in (torch.float32, torch.float64):
+        got = module(q.clone(), k.clone(), offset=7)
+        assert same_bits(got[0], want[0])
+        got = module(q.clone().to(dtype), k.clone().to(dtype), offset=torch.tensor(7))
+        assert same_bits(got[0].float(), want[0])
+    got = module(q.clone(), k.clone())  # from position 0
+    assert same_bits(got[0], reference_qk(q, k, np.arange(5))[0])
+
+
+def test_empty_inputs():
+    module = RotaryEmbedding(8)
+    for dtype in (torch.float32, torch.float64):
+        q, k = torch.zeros(1, 2, 0, 8, dtype=dtype), torch.zeros(1, 1, 0, 8, dtype=dtype)
+        out_q, out_k = module(q, k, torch.arange(0))
+        assert out_q.shape == q.shape and out_k.shape == k.shape
+
+
+def test_state_dict_is_empty_and_repr():
+    module = RotaryEmbedding(64, base=5e5, layout="gptj")
+    assert len(module.state_dict()) == 0
+    assert "rotary_dim=64" in repr(module) and "'gptj'" in repr(module)
+    assert module.base == 5e5 and module.head_dim == 64
+
+
+def test_base_none_takes_rope_theta_from_the_dict():
+    scaling = {"rope_type": "default", "rope_theta": 5e5}
+    assert RotaryEmbedding(16, base=None, scaling=scaling).base == 5e5
+    with pytest.raises(ValueError, match="contradicts"):
+        RotaryEmbedding(16, scaling=scaling)  # the default 10000 is an explicit base
+
+
+def test_scaling_dict_is_copied():
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    module = RotaryEmbedding(8, scaling=scaling)
+    scaling["factor"] = 4.0
+    q, k = randn(2, 1, 8, seed=21), randn(2, 1, 8, seed=22)
+    want = reference_qk(q, k, [3, 4], scaling={"rope_type": "linear", "factor": 2.0})
+    module(q, k, [3, 4])
+    assert same_bits(q, want[0])
+
+
+def test_in_place_rotation_is_visible_to_autograd():
+    """A graph that saved ``q`` fails loudly after the in-place rotation, rather than
+    differentiating with the rotated values."""
+    w = torch.ones(8, requires_grad=True)
+    q, k = randn(2, 1, 8, seed=23), randn(2, 1, 8, seed=24)
+    y = (q * w).sum()  # saves q for w's gradient
+    RotaryEmbedding(8)(q, k, [0, 1])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_cos_sin_method():
+    module = RotaryEmbedding(16, layout="gptj", scaling={"rope_type": "yarn", "factor": 4.0,
+                                                          "original_max_position_embeddings": 8})
+    want = rope.cos_sin(np.arange(30), 16, layout="gptj", scaling=module._kwargs["scaling"], dtype=np.float64)
+    cos64, sin64 = module.cos_sin(np.arange(30), dtype=torch.float64)
+    assert same_bits(cos64, torch.from_numpy(want[0])) and same_bits(sin64, torch.from_numpy(want[1]))
+    cos, _ = module.cos_sin(np.arange(30))
+    assert same_bits(cos, torch.from_numpy(want[0].astype(np.float32)))
+    with pytest.raises(ValueError, match="positions must be 1-D"):
+        module.cos_sin(np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(TypeError, match="dtype must be a torch floating dtype"):
+        module.cos_sin(np.arange(3), dtype=torch.int64)
+
+
+# ------------------------------------------------------------------------------- vs HF
+
+
+@pytest.fixture(scope="module")
+def hf_apply():
+    pytest.importorskip("transformers", reason="transformers is an optional peer")
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    return apply_rotary_pos_emb
+
+
+@pytest.mark.parametrize("positions", [np.arange(16), np.array([[*range(16)], [*range(1000, 1016)]])],
+                         ids=["seq", "batch-seq"])
+def test_matches_hf_apply_rotary_pos_emb_with_fastpe_caches(hf_apply, positions):
+    """HF's float32 rotation with fastpe's caches: within a few float32 ULPs of ours."""
+    module = RotaryEmbedding(64, scaling={"rope_type": "linear", "factor": 2.0})
+    q, k = randn(2, 4, 16, 64, seed=25), randn(2, 2, 16, 64, seed=26)
+    cos, sin = module.cos_sin(positions.reshape(-1))
+    cos, sin = cos.reshape(*positions.shape, 64), sin.reshape(*positions.shape, 64)
+    if positions.ndim == 1:
+        cos, sin = cos[None], sin[None]
+    hq, hk = hf_apply(q, k, cos, sin)
+    out_q, out_k = module(q.clone(), k.clone(), positions)
+    float32_close(hq, out_q, q)
+    float32_close(hk, out_k, k)
+
+
+def test_matches_hf_with_torch_float32_caches(hf_apply):
+    """HF end to end in float32 (its inv_freq, angle and cos/sin): their angle is off by a
+    few float32 ULPs of ``p * inv_freq`` (``inv_freq <= 1``), so the rotations agree within
+    ``p * 2**-22`` radians plus the float32 rotation's own rounding."""
+    head_dim, n = 64, 48
+    inv = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.arange(n).float()[:, None] * inv[None]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    q, k = randn(1, 4, n, head_dim, seed=27), randn(1, 2, n, head_dim, seed=28)
+    hq, hk = hf_apply(q, k, emb.cos()[None], emb.sin()[None])
+    out_q, out_k = RotaryEmbedding(head_dim)(q.clone(), k.clone(), torch.arange(n))
+    angle = torch.arange(n)[:, None].float() * 2.0**-22 + 2.0**-21
+    for theirs, ours, x in ((hq, out_q, q), (hk, out_k, k)):
+        assert ((theirs - ours).abs() <= angle * 2 * x.abs().amax(dim=-1, keepdim=True)).all()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        pytest.param({"head_dim": 7}, ValueError, "must be even", id="odd"),
+        pytest.param({"head_dim": 8, "layout": "llama"}, ValueError, "layout must be one of", id="layout"),
+        pytest.param({"head_dim": 8, "scaling": {"rope_type": "linear"}}, ValueError, "factor", id="no-factor"),
+        pytest.param({"head_dim": 8, "scaling": "linear"}, TypeError, "scaling must be a dict", id="scaling-str"),
+        pytest.param({"head_dim": 8, "rotary_dim": 16}, ValueError, "rotary_dim", id="rotary-too-big"),
+        pytest.param({"head_dim": 8, "base": 1.0}, ValueError, "base must be greater than 1", id="base"),
+    ],
+)
+def test_rotary_bad_construction(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        RotaryEmbedding(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "q, k, args, kwargs, exc, message",
+    [
+        pytest.param(torch.zeros(1, 2, 3, 6), torch.zeros(1, 1, 3, 6), (torch.arange(3),), {}, ValueError,
+                     "q must have head_dim = 8", id="head-dim"),
+        pytest.param(torch.zeros(2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.arange(2),), {}, ValueError,
+                     "k must have the layout of q", id="ndim-mismatch"),
+        pytest.param(torch.zeros(3, 8), torch.zeros(3, 8), (torch.arange(3),), {}, ValueError,
+                     r"q must have shape \(tokens, heads, head_dim\)", id="2-d"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 4, 8), (torch.arange(3),), {}, ValueError,
+                     "k must have the seq of q", id="seq-mismatch"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.arange(4),), {}, ValueError,
+                     "positions must have shape", id="positions-shape"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.tensor([0, -1, 2]),), {}, ValueError,
+                     "positions must be >= 0", id="negative"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {"offset": 1}, TypeError,
+                     "not both", id="both"),
+        pytest.param(torch.zeros(1, 2, 3, 8, dtype=torch.int32), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {},
+                     TypeError, "q must be a floating-point tensor", id="int-q"),
+        pytest.param(np.zeros((1, 2, 3, 8), np.float32), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {},
+                     TypeError, "q must be a torch.Tensor", id="numpy-q"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (), {"offset": 2**32 - 2}, ValueError,
+                     r"offset \+ seq must be <= 2\*\*32", id="offset-past-u32"),
+    ],
+)
+def test_rotary_bad_forward(q, k, args, kwargs, exc, message):
+    q0 = q.clone() if isinstance(q, torch.Tensor) else None
+    with pytest.raises(exc, match=message):
+        RotaryEmbedding(8)(q, k, *args, **kwargs)
+    if q0 is not None:
+        assert torch.equal(q, q0)
+
+
+def test_rotary_shared_memory_is_refused():
+    qk = torch.randn(2, 1, 4, 8)
+    with pytest.raises(ValueError, match="share memory"):
+        RotaryEmbedding(8)(qk[0:1], qk[0:1], torch.arange(4))
+
+
+# ================================================================================ imports
+
+
+def run(code: str, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=fastpe_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_import_fastpe_does_not_import_torch(tmp_path):
+    proc = run(
+        """
+        import sys
+        import fastpe, fastpe.rope
+        fastpe.table(8, 4)
+        assert "torch" not in sys.modules, "torch was imported"
+        """,
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_without_torch_the_bridge_says_to_install_it(tmp_path):
+    proc = run(
+        """
+        import sys
+        sys.modules["torch"] = None  # as if torch were not installed
+        import fastpe
+        fastpe.table(8, 4)
+        try:
+            import fastpe.torch
+        except ImportError as exc:
+            print("ImportError:", exc)
+        """,
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "ImportError: fastpe.torch needs PyTorch" in proc.stdout
+    assert "pip install torch" in proc.stdout
