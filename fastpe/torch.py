@@ -28,8 +28,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a child interprete
 
 import numpy as np
 
-from . import _api, rope
-from ._config import DEFAULT_BASE, PosEncConfig
+from . import PosEncConfig, rope, table
+from . import forward as sinusoid_forward  # not to be read as the modules' forward
+from ._config import DEFAULT_BASE
 from ._validate import (
     POSITION_LIMIT,
     check_d_model,
@@ -118,8 +119,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"dropout must be in [0, 1], got {p!r}")
         self.batch_first = _check_bool("batch_first", batch_first)
         self.dropout = nn.Dropout(p)
-        table = _api.table(self.d_model, max_len)
-        self.register_buffer("pe", torch.from_numpy(table), persistent=False)
+        self.register_buffer("pe", torch.from_numpy(table(self.d_model, max_len)), persistent=False)
 
     @property
     def max_len(self) -> int:
@@ -136,7 +136,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         old = self.max_len
         new = min(max(needed, 2 * old), POSITION_LIMIT)
         rows = np.empty((new - old, self.d_model), dtype=np.float32)
-        _api.forward(np.arange(old, new, dtype=np.int64), PosEncConfig(self.d_model, new, DEFAULT_BASE), rows)
+        sinusoid_forward(np.arange(old, new, dtype=np.int64), PosEncConfig(self.d_model, new, DEFAULT_BASE), rows)
         grown = torch.empty((new, self.d_model), device=self.pe.device, dtype=self.pe.dtype)
         grown[:old] = self.pe
         grown[old:] = torch.from_numpy(rows)  # converted to the buffer's dtype and device
