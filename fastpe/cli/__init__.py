@@ -20,9 +20,11 @@ import click
 
 from .. import __version__
 from .check import check
+from .grid import grid
 from .info import info
 from .rope import rope
 from .table import table
+from .timestep import timestep
 
 __all__ = ["main"]
 
@@ -104,4 +106,6 @@ def main(ctx: click.Context, verbose: int, quiet: int) -> None:
 main.add_command(table)
 main.add_command(info)
 main.add_command(check)
+main.add_command(grid)
+main.add_command(timestep)
 main.add_command(rope)

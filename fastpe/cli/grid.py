@@ -1,0 +1,157 @@
+"""``fastpe grid``: write a 2-D (image) or 3-D (video) sin-cos position grid to a ``.npy`` file.
+
+The numbers come from :mod:`fastpe.grid`; this module parses, names the file and writes it.
+It also holds what ``fastpe grid`` and ``fastpe timestep`` share: the ``--dtype`` option and
+:func:`write_npy`, which computes and saves an array atomically.
+
+bfloat16 in ``.npy``.  NumPy has no bfloat16: ``numpy.save`` of an ``ml_dtypes.bfloat16``
+array writes the anonymous type ``'<V2'``, which ``numpy.load`` returns as raw void records
+that neither arithmetic nor ``torch.from_numpy`` accept.  These commands therefore store a
+bfloat16 array as its 16-bit patterns, dtype ``uint16``, which every reader can load;
+``numpy.load(path).view(ml_dtypes.bfloat16)`` (or ``torch.from_numpy(...).view(torch.bfloat16)``)
+gives the values back, bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import click
+
+from .._dtypes import DTYPES
+from .._validate import POSITION_LIMIT
+from . import options
+
+__all__ = ["grid", "dtype_opt", "npy_array", "default_path", "write_npy", "summary"]
+
+#: the note every command writing bfloat16 to .npy shows in its help
+BFLOAT16_NOTE = (
+    "bfloat16 is stored as its raw bits, dtype uint16 (NumPy has no bfloat16 type): "
+    "read it back with numpy.load(PATH).view(ml_dtypes.bfloat16)."
+)
+
+dtype_opt = click.option(
+    "--dtype",
+    type=click.Choice(DTYPES, case_sensitive=False),
+    default=DTYPES[0],
+    show_default=True,
+    help="Output format; float16/bfloat16 are the correctly rounded exact values. " + BFLOAT16_NOTE,
+)
+
+
+def npy_array(array):
+    """``array`` as it goes into a ``.npy`` file: bfloat16 as its ``uint16`` bit patterns."""
+    import numpy as np
+
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
+def _stored_as(array) -> str:
+    """What the summary line adds after the shape: how bfloat16 was stored."""
+    return " as uint16 bits" if array.dtype.name == "bfloat16" else ""
+
+
+def default_path(name: str) -> str:
+    """``name`` in the current directory, checked as ``-o`` would be (exit status 2 if not)."""
+    try:
+        return options.check_output_path(name)
+    except click.BadParameter as exc:
+        raise options.InputError(f"default output path: {exc.message}; use -o") from None
+
+
+def write_npy(path: str, compute: Callable[[], object]):
+    """Run ``compute()`` (a library call) and save its array to ``path`` atomically.
+
+    Returns ``(array, compute_seconds, write_seconds)``.  The temporary file is created
+    first, so an unwritable place fails before the work; the library's ``ValueError`` /
+    ``TypeError`` become exit status 2, and on any failure or Ctrl-C nothing is left at
+    ``path`` (a file already there is kept).
+    """
+    import numpy as np
+
+    from .._atomic import atomic_write
+
+    try:
+        with atomic_write(path) as f:
+            start = time.perf_counter()
+            with options.library_errors():
+                array = compute()
+            computed = time.perf_counter()
+            np.save(f, npy_array(array), allow_pickle=False)
+    except OSError as exc:  # e.g. a full disk (exit status 1)
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+    return array, computed - start, time.perf_counter() - computed
+
+
+def summary(path: str, array, what: str, backend: str, compute_s: float, write_s: float) -> str:
+    """The one-line report of a written array, in the form ``fastpe table`` prints."""
+    return (
+        f"wrote {path}: {array.dtype.name} {array.shape}{_stored_as(array)}, {what}, "
+        f"{options.human_size(array.nbytes)}, backend {backend}, "
+        f"{options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
+    )
+
+
+def _size(ctx, param, value):
+    """A grid side: 1 .. 2**32 (the positions are 0 .. size-1)."""
+    if value is not None and not 1 <= value <= POSITION_LIMIT:
+        raise click.BadParameter(f"must be between 1 and 2**32, got {value}")
+    return value
+
+
+def _output(ctx, param, value):
+    return None if value is None else options.check_output_path(value, writer="fastpe grid")
+
+
+@click.command(short_help="Write a 2-D/3-D sin-cos grid (ViT, MAE, video) to .npy.")
+@click.option("--height", type=int, required=True, callback=_size, metavar="H", help="Rows of the grid.")
+@click.option("--width", type=int, required=True, callback=_size, metavar="W", help="Columns of the grid.")
+@click.option("--dim", type=int, required=True, metavar="D",
+              help="Channels per token; divisible by 4 (2-D) or 6 (3-D).")
+@click.option("--frames", type=int, default=None, callback=_size, metavar="T",
+              help="Frames: makes a 3-D (video) grid of T x H x W tokens.")
+@click.option("--order", type=click.Choice(["mae", "timm"], case_sensitive=False), default="mae",
+              show_default=True, help="Channel order: MAE's [sin x|cos x|sin y|cos y] or timm's "
+              "[sin y|sin x|cos y|cos x].")
+@click.option("--cls-token", is_flag=True, help="Prepend an all-zero row for the class token, as MAE does.")
+@options.base_opt
+@dtype_opt
+@options.backend_opt
+@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
+              help="Output .npy file; its directory must exist. An existing file is replaced "
+              "atomically. Default: grid_<H>x<W>x<D>.npy (3-D: grid_<T>x<H>x<W>x<D>.npy).")
+@click.pass_context
+def grid(ctx: click.Context, height: int, width: int, dim: int, frames, order: str, cls_token: bool,
+         base: float, dtype: str, backend, output) -> None:
+    """Write the sin-cos position embedding of an H x W grid (or T x H x W with --frames).
+
+    The array has one row per token in row-major order (frame, then row, then column),
+    plus a leading zero row with --cls-token, and D columns: exactly
+    fastpe.grid.sincos_2d(H, W, D, ...) or fastpe.grid.sincos_3d(T, H, W, D, ...).  Prints
+    one summary line (-q: nothing).
+
+    The file is written atomically; on any error (or Ctrl-C) no file is left and an
+    existing one is kept.  bfloat16 is stored as its raw bits, dtype uint16: read it back
+    with numpy.load(PATH).view(ml_dtypes.bfloat16).
+
+    \b
+    Examples:
+      fastpe grid --height 14 --width 14 --dim 768 --cls-token -o vit_b16.npy
+      fastpe grid --frames 8 --height 16 --width 16 --dim 384 --order timm
+    """
+    from .. import _backends
+    from .. import grid as fg
+
+    order, dtype = order.lower(), dtype.lower()
+    sizes = (height, width) if frames is None else (frames, height, width)
+    path = output or default_path(f"grid_{'x'.join(map(str, sizes))}x{dim}.npy")
+    with options.library_errors():
+        name, _ = _backends.resolve(backend)  # to report which backend ran
+    build = fg.sincos_2d if frames is None else fg.sincos_3d
+    array, compute_s, write_s = write_npy(
+        path, lambda: build(*sizes, dim, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name)
+    )
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        what = f"{len(sizes)}-D grid {'x'.join(map(str, sizes))}, order {order}" + (", cls token" if cls_token else "")
+        click.echo(summary(path, array, what, name, compute_s, write_s))

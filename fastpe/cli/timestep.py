@@ -1,0 +1,144 @@
+"""``fastpe timestep``: write the sinusoidal embedding of real timesteps to a ``.npy`` file.
+
+The timesteps are ``0 .. N-1`` (``--steps``), a comma-separated list (``--t``) or a 1-D
+``.npy`` file (``--from``); the numbers come from :func:`fastpe.timestep`.  Writing (and
+bfloat16's storage as ``uint16`` bits) is shared with ``fastpe grid``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from .._validate import POSITION_LIMIT
+from . import options
+from .grid import default_path, dtype_opt, summary, write_npy
+
+__all__ = ["timestep", "parse_values", "read_values"]
+
+#: the three ways to give timesteps, as their options are spelled
+_SOURCES = ("--steps", "--t", "--from")
+
+
+def parse_values(text: str) -> list[float]:
+    """``"0,0.5,999"`` as floats (each the nearest float64, as Python reads it); one error
+    line naming the offending item otherwise."""
+    items = text.split(",")
+    values = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            raise click.BadParameter(f"empty item in {text!r}; give comma-separated numbers like 0,0.5,999")
+        try:
+            value = float(item)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not a number") from None
+        if not math.isfinite(value):
+            raise click.BadParameter(f"{item!r} is not finite")
+        values.append(value)
+    return values
+
+
+def read_values(path: str):
+    """The 1-D array of real numbers stored in the ``.npy`` file ``path``."""
+    import numpy as np
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise click.BadParameter(f"cannot read {path!r} as a .npy file: {' '.join(str(exc).split())}") from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive
+        arr.close()
+        raise click.BadParameter(f"{path!r} is an .npz archive; give a .npy file holding one 1-D array")
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
+        raise click.BadParameter(f"{path!r} holds {arr.dtype} of shape {arr.shape}; give a 1-D array of real numbers")
+    if arr.size == 0:
+        raise click.BadParameter(f"{path!r} holds no timesteps")
+    return arr
+
+
+def _steps(ctx, param, value):
+    if value is not None and not 1 <= value <= POSITION_LIMIT:
+        raise click.BadParameter(f"must be between 1 and 2**32, got {value}")
+    return value
+
+
+def _values(ctx, param, value):
+    return None if value is None else parse_values(value)
+
+
+def _from(ctx, param, value):
+    return None if value is None else read_values(value)
+
+
+def _output(ctx, param, value):
+    return None if value is None else options.check_output_path(value, writer="fastpe timestep")
+
+
+@click.command(short_help="Write a timestep embedding (diffusion) to .npy.")
+@click.option("--dim", type=int, required=True, metavar="D", help="Columns, >= 2; an odd D ends with a zero column.")
+@click.option("--steps", type=int, default=None, callback=_steps, metavar="N", help="Timesteps 0, 1, ..., N-1.")
+@click.option("--t", "values", default=None, callback=_values, metavar="VALUES",
+              help="Comma-separated real timesteps, e.g. 0,0.5,999 (--t=-1,1 for a negative first one).")
+@click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False), default=None, callback=_from,
+              metavar="FILE.npy", help="A .npy file holding a 1-D array of real timesteps.")
+@click.option("--max-period", type=float, default=10000.0, show_default=True, metavar="P",
+              help="Longest period: w_k = P ** (-k / (D/2 - shift)); finite, >= 1.")
+@click.option("--flip-sin-to-cos", is_flag=True, help="Columns [cos | sin] instead of [sin | cos].")
+@click.option("--shift", type=float, default=1.0, show_default=True, metavar="S",
+              help="diffusers' downscale_freq_shift: 1 the fairseq form, 0 the halves form.")
+@click.option("--scale", type=float, default=1.0, show_default=True, metavar="C",
+              help="Multiplies every timestep before the sinusoid; finite, > 0.")
+@dtype_opt
+@options.backend_opt
+@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
+              help="Output .npy file; its directory must exist. An existing file is replaced "
+              "atomically. Default: timestep_<N>x<D>.npy, N the number of timesteps.")
+@click.pass_context
+def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period: float, flip_sin_to_cos: bool,
+             shift: float, scale: float, dtype: str, backend, output) -> None:
+    """Write the sinusoidal embedding of timesteps (diffusers' get_timestep_embedding).
+
+    Give the timesteps with exactly one of --steps, --t or --from.  The array is (N, D):
+    exactly fastpe.timestep(t, D, max_period=P, flip_sin_to_cos=..., shift=S, scale=C),
+    every timestep taken at its exact float64 value (|t| < 2**32).  Prints one summary
+    line (-q: nothing).
+
+    The file is written atomically; on any error (or Ctrl-C) no file is left and an
+    existing one is kept.  bfloat16 is stored as its raw bits, dtype uint16: read it
+    back with numpy.load(PATH).view(ml_dtypes.bfloat16).
+
+    \b
+    Examples:
+      fastpe timestep --dim 320 --steps 1000 --flip-sin-to-cos --shift 0 -o sd_time.npy
+      fastpe timestep --dim 256 --t 0,0.5,999.25 --dtype float64
+      fastpe timestep --dim 128 --from sigmas.npy --scale 1000
+    """
+    import numpy as np
+
+    import fastpe
+
+    from .. import _backends
+
+    given = [opt for opt, v in zip(_SOURCES, (steps, values, from_file)) if v is not None]
+    if len(given) != 1:
+        got = f" (got {', '.join(given[:-1])} and {given[-1]})" if given else ""
+        raise click.UsageError(f"give exactly one of --steps, --t or --from{got}")
+    if steps is not None:
+        t = np.arange(steps, dtype=np.float64)
+    else:
+        t = np.asarray(values if values is not None else from_file)
+
+    dtype = dtype.lower()
+    path = output or default_path(f"timestep_{t.shape[0]}x{dim}.npy")
+    with options.library_errors():
+        name, _ = _backends.resolve(backend)  # to report which backend ran
+    array, compute_s, write_s = write_npy(
+        path, lambda: fastpe.timestep(t, dim, max_period=max_period, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
+                                      scale=scale, dtype=dtype, backend=name)
+    )
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        what = f"t {t.min():g} .. {t.max():g}, {'cos|sin' if flip_sin_to_cos else 'sin|cos'}"
+        click.echo(summary(path, array, what, name, compute_s, write_s))
+

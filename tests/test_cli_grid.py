@@ -1,0 +1,334 @@
+"""``fastpe grid`` and ``fastpe timestep`` through CliRunner.
+
+Every written array is compared bit for bit with :func:`fastpe.grid.sincos_2d` /
+:func:`~fastpe.grid.sincos_3d` / :func:`fastpe.timestep` of the same arguments, and each
+option is shown to reach the library (the file equals the library's output *with* that
+option and differs from its output without it).  Sizes stay small: the suite may run on the
+python backend.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fastpe
+from fastpe import _backends
+from fastpe import grid as fg
+from fastpe.cli import main
+
+DEFAULT = _backends.resolve(None)[0]
+
+SUMMARY = re.compile(
+    r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<rows>\d+), (?P<cols>\d+)\)(?P<bits> as uint16 bits)?, "
+    r"(?P<what>.+), [\d.]+ (B|KiB|MiB|GiB), backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
+)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def ok(result) -> re.Match:
+    assert result.exit_code == 0, (result.output, result.stderr)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    match = SUMMARY.fullmatch(lines[0])
+    assert match, lines[0]
+    return match
+
+
+def assert_one_line_error(result, code: int = 2) -> str:
+    assert result.exit_code == code, (result.exit_code, result.output, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ") and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# --------------------------------------------------------------------------- fastpe grid
+
+
+def test_grid_2d_default_name_values_and_summary(in_tmp):
+    m = ok(run("grid", "--height", 3, "--width", 5, "--dim", 8))
+    assert m["path"] == "grid_3x5x8.npy" and os.listdir(in_tmp) == ["grid_3x5x8.npy"]
+    assert (m["dtype"], m["rows"], m["cols"], m["bits"]) == ("float32", "15", "8", None)
+    assert m["what"] == "2-D grid 3x5, order mae" and m["backend"] == DEFAULT
+    assert same_bits(np.load("grid_3x5x8.npy"), fg.sincos_2d(3, 5, 8, backend=DEFAULT))
+
+
+def test_grid_3d_default_name(in_tmp):
+    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 4, "--dim", 12))
+    assert m["path"] == "grid_2x3x4x12.npy" and m["what"] == "3-D grid 2x3x4, order mae"
+    assert (m["rows"], m["cols"]) == ("24", "12")
+    assert same_bits(np.load(m["path"]), fg.sincos_3d(2, 3, 4, 12, backend=DEFAULT))
+
+
+GRID_OPTIONS = [
+    # (CLI options, library keywords); each differs from the default output
+    (["--order", "timm"], {"order": "timm"}),
+    (["--order", "TIMM"], {"order": "timm"}),
+    (["--cls-token"], {"cls_token": True}),
+    (["--base", 100], {"base": 100.0}),
+    (["--dtype", "float64"], {"dtype": "float64"}),
+    (["--dtype", "float16"], {"dtype": "float16"}),
+    (["--order", "timm", "--cls-token", "--base", 500, "--dtype", "float64"],
+     {"order": "timm", "cls_token": True, "base": 500.0, "dtype": "float64"}),
+]
+
+
+@pytest.mark.parametrize("frames", [None, 3])
+@pytest.mark.parametrize(("cli", "kwargs"), GRID_OPTIONS)
+def test_grid_options_reach_the_library(in_tmp, frames, cli, kwargs):
+    sizes, dim = ((4, 6), 8) if frames is None else ((frames, 4, 6), 12)
+    front = [] if frames is None else ["--frames", frames]
+    ok(run("grid", *front, "--height", 4, "--width", 6, "--dim", dim, *cli, "-o", "g.npy"))
+    build = fg.sincos_2d if frames is None else fg.sincos_3d
+    expected = build(*sizes, dim, backend=DEFAULT, **kwargs)
+    got = np.load("g.npy")
+    assert same_bits(got, expected)
+    plain = build(*sizes, dim, backend=DEFAULT)
+    assert not same_bits(got, plain)
+
+
+def test_grid_summary_names_order_and_cls_token(in_tmp):
+    m = ok(run("grid", "--height", 2, "--width", 2, "--dim", 4, "--order", "timm", "--cls-token"))
+    assert m["what"] == "2-D grid 2x2, order timm, cls token" and m["rows"] == "5"
+
+
+def test_grid_bfloat16_is_stored_as_uint16_bits(in_tmp):
+    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 2, "--dim", 6, "--dtype", "bfloat16", "-o", "b.npy"))
+    assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
+    raw = np.load("b.npy")
+    assert raw.dtype == np.uint16
+    expected = fg.sincos_3d(2, 3, 2, 6, dtype="bfloat16", backend=DEFAULT)
+    assert same_bits(raw.view(ml_dtypes.bfloat16), expected)
+    assert np.array_equal(raw.view(ml_dtypes.bfloat16).astype(np.float32), expected.astype(np.float32))
+
+
+def test_grid_backend_option(in_tmp):
+    m = ok(run("grid", "--height", 2, "--width", 3, "--dim", 4, "--backend", "python", "-o", "p.npy"))
+    assert m["backend"] == "python"
+    assert same_bits(np.load("p.npy"), fg.sincos_2d(2, 3, 4, backend=DEFAULT))
+
+
+def test_grid_quiet_prints_nothing_and_writes(in_tmp):
+    result = run("-q", "grid", "--height", 2, "--width", 2, "--dim", 4)
+    assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
+    assert same_bits(np.load("grid_2x2x4.npy"), fg.sincos_2d(2, 2, 4, backend=DEFAULT))
+
+
+def test_grid_replaces_an_existing_file(in_tmp):
+    (in_tmp / "g.npy").write_bytes(b"old")
+    ok(run("grid", "--height", 2, "--width", 2, "--dim", 4, "-o", "g.npy"))
+    assert same_bits(np.load("g.npy"), fg.sincos_2d(2, 2, 4, backend=DEFAULT))
+    assert os.listdir(in_tmp) == ["g.npy"]
+
+
+GRID_ERRORS = [
+    (["--height", 2, "--width", 2, "--dim", 10], "divisible by 4"),
+    (["--frames", 2, "--height", 2, "--width", 2, "--dim", 8], "divisible by 6"),
+    (["--height", -1, "--width", 2, "--dim", 8], "'--height'"),
+    (["--height", 2, "--width", 0, "--dim", 8], "'--width'"),
+    (["--frames", -3, "--height", 2, "--width", 2, "--dim", 12], "'--frames'"),
+    (["--height", 2, "--width", 2, "--dim", -4], "dim must be >= 1"),
+    (["--height", 2, "--width", 2, "--dim", 0], "dim must be >= 1"),
+    (["--height", 2, "--width", 2, "--dim", 8, "--base", 1], "'--base'"),
+    (["--height", 2, "--width", 2, "--dim", 8, "--order", "vit"], "'--order'"),
+    (["--height", 2, "--width", 2, "--dim", 8, "--dtype", "int8"], "'--dtype'"),
+    (["--height", 2, "--width", 2, "--dim", 8, "-o", "g.txt"], "does not end in .npy"),
+    (["--height", 2, "--width", 2, "--dim", 8, "-o", "missing/g.npy"], "does not exist"),
+    (["--height", 1 << 16, "--width", 1 << 16, "--dim", 4], "tokens"),
+    (["--height", "two", "--width", 2, "--dim", 8], "'--height'"),
+    (["--width", 2, "--dim", 8], "'--height'"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), GRID_ERRORS)
+def test_grid_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
+    line = assert_one_line_error(run("grid", *args))
+    assert says in line
+    assert os.listdir(in_tmp) == []
+
+
+# --------------------------------------------------------------------------- fastpe timestep
+
+
+def test_timestep_steps_default_name_values_and_summary(in_tmp):
+    m = ok(run("timestep", "--dim", 16, "--steps", 10))
+    assert m["path"] == "timestep_10x16.npy" and os.listdir(in_tmp) == ["timestep_10x16.npy"]
+    assert (m["dtype"], m["rows"], m["cols"]) == ("float32", "10", "16")
+    assert m["what"] == "t 0 .. 9, sin|cos" and m["backend"] == DEFAULT
+    expected = fastpe.timestep(np.arange(10.0), 16, backend=DEFAULT)
+    assert same_bits(np.load(m["path"]), expected)
+
+
+def test_timestep_value_list(in_tmp):
+    m = ok(run("timestep", "--dim", 9, "--t=-2.5, 0,0.1,999.75,1e3"))
+    assert m["path"] == "timestep_5x9.npy" and m["what"] == "t -2.5 .. 1000, sin|cos"
+    expected = fastpe.timestep([-2.5, 0.0, 0.1, 999.75, 1000.0], 9, backend=DEFAULT)
+    assert same_bits(np.load(m["path"]), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.uint8])
+def test_timestep_from_file(in_tmp, dtype):
+    t = np.array([3, 0, 17, 250, 1], dtype=dtype)
+    if dtype in (np.float64, np.float32):
+        t = t + dtype(0.25)
+    np.save("t.npy", t)
+    m = ok(run("timestep", "--dim", 12, "--from", "t.npy", "-o", "e.npy"))
+    assert m["rows"] == "5"
+    assert same_bits(np.load("e.npy"), fastpe.timestep(t, 12, backend=DEFAULT))
+    assert sorted(os.listdir(in_tmp)) == ["e.npy", "t.npy"]
+
+
+TIMESTEP_OPTIONS = [
+    (["--flip-sin-to-cos"], {"flip_sin_to_cos": True}),
+    (["--shift", 0], {"shift": 0.0}),
+    (["--shift", 0.5], {"shift": 0.5}),
+    (["--scale", 1000], {"scale": 1000.0}),
+    (["--max-period", 50], {"max_period": 50.0}),
+    (["--dtype", "float64"], {"dtype": "float64"}),
+    (["--dtype", "float16"], {"dtype": "float16"}),
+    (["--flip-sin-to-cos", "--shift", 0, "--scale", 2.5, "--max-period", 1000, "--dtype", "FLOAT64"],
+     {"flip_sin_to_cos": True, "shift": 0.0, "scale": 2.5, "max_period": 1000.0, "dtype": "float64"}),
+]
+
+
+@pytest.mark.parametrize(("cli", "kwargs"), TIMESTEP_OPTIONS)
+def test_timestep_options_reach_the_library(in_tmp, cli, kwargs):
+    t = np.array([0.0, 1.0, 7.5, 400.0, 999.0])
+    ok(run("timestep", "--dim", 10, "--t", "0,1,7.5,400,999", *cli, "-o", "e.npy"))
+    got = np.load("e.npy")
+    assert same_bits(got, fastpe.timestep(t, 10, backend=DEFAULT, **kwargs))
+    assert not same_bits(got, fastpe.timestep(t, 10, backend=DEFAULT))
+
+
+def test_timestep_summary_names_the_column_order(in_tmp):
+    m = ok(run("timestep", "--dim", 4, "--steps", 3, "--flip-sin-to-cos"))
+    assert m["what"] == "t 0 .. 2, cos|sin"
+
+
+def test_timestep_bfloat16_is_stored_as_uint16_bits(in_tmp):
+    m = ok(run("timestep", "--dim", 8, "--steps", 20, "--dtype", "bfloat16", "-o", "b.npy"))
+    assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
+    raw = np.load("b.npy")
+    assert raw.dtype == np.uint16
+    assert same_bits(raw.view(ml_dtypes.bfloat16), fastpe.timestep(np.arange(20.0), 8, dtype="bfloat16",
+                                                                   backend=DEFAULT))
+
+
+def test_timestep_quiet_prints_nothing_and_writes(in_tmp):
+    result = run("--quiet", "timestep", "--dim", 4, "--steps", 2)
+    assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
+    assert same_bits(np.load("timestep_2x4.npy"), fastpe.timestep([0.0, 1.0], 4, backend=DEFAULT))
+
+
+@pytest.fixture
+def inputs(in_tmp):
+    """--from files (all bad but one); returns the names present before the command runs."""
+    np.save("good.npy", np.arange(3.0))
+    np.save("grid2d.npy", np.zeros((2, 3)))
+    np.save("empty.npy", np.zeros(0))
+    np.save("flags.npy", np.array([True, False]))
+    np.save("text.npy", np.array(["1", "2"]))
+    np.savez("both.npz", a=np.zeros(3))
+    os.rename("both.npz", "archive.npy")
+    (in_tmp / "junk.npy").write_bytes(b"not an array")
+    return sorted(os.listdir(in_tmp))
+
+
+TIMESTEP_ERRORS = [
+    (["--steps", 3, "--t", "1"], "exactly one of --steps, --t or --from (got --steps and --t)"),
+    (["--t", "1", "--from", "good.npy"], "(got --t and --from)"),
+    (["--steps", 2, "--t", "1", "--from", "good.npy"], "(got --steps, --t and --from)"),
+    ([], "exactly one of --steps, --t or --from"),
+    (["--steps", 0], "'--steps'"),
+    (["--steps", -5], "'--steps'"),
+    (["--t", "1,,2"], "empty item"),
+    (["--t", ""], "empty item"),
+    (["--t", "1,x"], "'x' is not a number"),
+    (["--t", "0,nan"], "'nan' is not finite"),
+    (["--t", "inf"], "not finite"),
+    (["--t", "5e9"], "t must be in (-2**32, 2**32)"),
+    (["--from", "missing.npy"], "does not exist"),
+    (["--from", "grid2d.npy"], "1-D array"),
+    (["--from", "empty.npy"], "no timesteps"),
+    (["--from", "flags.npy"], "real numbers"),
+    (["--from", "text.npy"], "real numbers"),
+    (["--from", "archive.npy"], ".npz archive"),
+    (["--from", "junk.npy"], "cannot read"),
+    (["--from", "."], "'--from'"),
+    (["--steps", 4, "--dim", 1], "dim must be >= 2"),
+    (["--steps", 4, "--shift", 4], "dim // 2 - shift must be > 0"),
+    (["--steps", 4, "--scale", 0], "scale must be > 0"),
+    (["--steps", 4, "--scale", -1], "scale must be > 0"),
+    (["--steps", 4, "--max-period", 0.5], "max_period must be >= 1"),
+    (["--steps", 4, "--max-period", "nan"], "max_period"),
+    (["--steps", 4, "--dtype", "float8"], "'--dtype'"),
+    (["--steps", 4, "-o", "e.npz"], "does not end in .npy"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), TIMESTEP_ERRORS)
+def test_timestep_bad_input_is_one_line_exit_2_and_no_file(inputs, args, says):
+    if "--dim" not in args:
+        args = ["--dim", 8, *args]
+    line = assert_one_line_error(run("timestep", *args))
+    assert says in line
+    assert sorted(os.listdir()) == inputs
+
+
+# --------------------------------------------------------------------------- both
+
+
+@pytest.mark.parametrize(("command", "function"), [
+    (["grid", "--height", 2, "--width", 2, "--dim", 4], "fastpe.grid.sincos_2d"),
+    (["timestep", "--dim", 4, "--steps", 3], "fastpe.timestep"),
+])
+def test_interrupt_or_failure_leaves_no_file_and_keeps_the_old_one(in_tmp, monkeypatch, command, function):
+    (in_tmp / "old.npy").write_bytes(b"previous")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(function, interrupted)
+    result = run(*command, "-o", "old.npy")
+    assert result.exit_code == 130
+    monkeypatch.undo()
+    monkeypatch.chdir(in_tmp)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("numpy.save", full_disk)
+    line = assert_one_line_error(run(*command, "-o", "old.npy"), code=1)
+    assert "could not write old.npy" in line and "No space left" in line
+    assert os.listdir(in_tmp) == ["old.npy"] and (in_tmp / "old.npy").read_bytes() == b"previous"
+
+
+def test_help_lists_both_commands_and_the_bfloat16_storage():
+    listing = run("--help")
+    assert listing.exit_code == 0
+    commands = listing.stdout.split("Commands:")[1]
+    assert re.search(r"^\s+grid\s", commands, re.M) and re.search(r"^\s+timestep\s", commands, re.M)
+    for command in ("grid", "timestep"):
+        text = " ".join(run(command, "--help").stdout.split())
+        assert "stored as its raw bits, dtype uint16" in text
+        assert "numpy.load(PATH).view(ml_dtypes.bfloat16)" in text
