@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.pyx csrc/*.h)
 	  $(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"; \
 	  $(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"; \
 	  $(PIP) install --quiet transformers || echo "transformers not installed: HF parity tests will skip"; \
+	  $(PIP) install --quiet diffusers || echo "diffusers not installed: its timestep parity test will skip"; \
 	fi
 	touch $@
 

@@ -163,16 +163,18 @@ def timestep(
     return out
 
 
-def fairseq_positions(tokens, padding_idx: int) -> np.ndarray:
+def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0) -> np.ndarray:
     """fairseq's / M2M100's positions of a token array: ``padding_idx + 1, + 2, ...`` along
     the last axis, counting only non-pad tokens, and ``padding_idx`` at pad tokens
-    (``cumsum(tokens != pad) * mask + padding_idx``).  int64, the shape of ``tokens``."""
+    (``(cumsum(tokens != pad) + offset) * mask + padding_idx``; ``offset`` is HF's
+    ``past_key_values_length``).  int64, the shape of ``tokens``."""
     padding_idx = check_int("padding_idx", padding_idx, low=0)
+    offset = check_int("offset", offset, low=0)
     tok = np.asarray(tokens)
     if tok.dtype.kind not in "iu" or tok.ndim < 1:
         raise TypeError(f"tokens must be an integer array of shape (..., seq), got {tok.dtype} {tok.shape}")
     mask = tok != padding_idx
-    return np.cumsum(mask, axis=-1, dtype=np.int64) * mask + padding_idx
+    return (np.cumsum(mask, axis=-1, dtype=np.int64) + offset) * mask + padding_idx
 
 
 def fairseq_embedding(tokens, d_model: int, padding_idx: int, *, dtype="float32",

@@ -494,16 +494,15 @@ sincos_real_parallel, sincos_real_serial = kernel(_sincos_real)
 def _grid_gather(table, sizes, sin_off, cos_off, first_row, out):
     q = table.shape[1] // 2
     n_axes = sizes.shape[0]
+    strides = np.empty(n_axes, dtype=np.int64)  # tokens per step of each axis
     n_tok = 1
-    for a in range(n_axes):
+    for a in range(n_axes - 1, -1, -1):
+        strides[a] = n_tok
         n_tok *= sizes[a]
     for t in prange(n_tok):
         row = out[first_row + t]
-        rem = t
-        for a in range(n_axes - 1, -1, -1):
-            coord = rem % sizes[a]
-            rem //= sizes[a]
-            src = table[coord]
+        for a in range(n_axes):
+            src = table[(t // strides[a]) % sizes[a]]
             so = sin_off[a]
             co = cos_off[a]
             for k in range(q):
