@@ -22,6 +22,7 @@ from .. import __version__
 from .check import check
 from .grid import grid
 from .info import info
+from .plot import plot
 from .rope import rope
 from .table import table
 from .timestep import timestep
@@ -109,3 +110,4 @@ main.add_command(check)
 main.add_command(grid)
 main.add_command(timestep)
 main.add_command(rope)
+main.add_command(plot)

@@ -1,0 +1,213 @@
+"""``fastpe plot``: draw a table, a RoPE cache, an ALiBi bias or a saved .npy as a heatmap.
+
+The numbers and the drawing live in :mod:`fastpe._plot`; this module parses, checks that the
+options fit the chosen kind, and writes the picture atomically.  matplotlib is imported only
+when the command runs, so ``fastpe --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+from click.core import ParameterSource
+
+from . import options
+
+__all__ = ["plot", "check_picture_path"]
+
+KINDS = ("table", "rope", "alibi")
+ALIBI_FORMS = ("symmetric", "causal", "bloom", "mpt")
+#: rows drawn when --max-len is not given: a readable picture, not the full default table
+PLOT_MAX_LEN = 256
+
+#: the options each kind of picture reads; any other kind-specific option given is an error
+_APPLIES = {
+    "table": {"d_model", "max_len", "base", "backend"},
+    "rope": {"head_dim", "max_len", "base", "part", "backend"},
+    "alibi": {"n_heads", "head", "max_len", "form", "max_bias", "backend"},
+    "file": {"index"},
+}
+_SPECIFIC = set().union(*_APPLIES.values()) | {"kind"}
+
+
+def check_picture_path(path: str) -> str:
+    """:func:`options.check_output_path` for a ``.png``, ``.svg`` or ``.pdf`` file."""
+    ext = os.path.splitext(path)[1].lower() if path else ""
+    if ext not in (".png", ".svg", ".pdf"):
+        raise click.BadParameter(f"{path!r} does not end in .png, .svg or .pdf (fastpe plot writes pictures)")
+    return options.check_output_path(path, suffix=ext, writer="fastpe plot")
+
+
+def _output_handler(ctx, param, value):
+    return None if value is None else check_picture_path(value)
+
+
+def _input_handler(ctx, param, value):
+    if value is None:
+        return None
+    if not value.lower().endswith(".npy"):
+        raise click.BadParameter(f"{value!r} is not a .npy file")
+    if not os.path.isfile(value):
+        raise click.BadParameter(f"{value!r} does not exist" if not os.path.exists(value) else f"{value!r} is not a file")
+    return value
+
+
+def _non_negative(ctx, param, value):
+    if value is not None and value < 0:
+        raise click.BadParameter(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(ctx, param, value):
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be >= 1, got {value}")
+    return value
+
+
+def _check_applicable(ctx: click.Context, kind: str, label: str) -> None:
+    for name in sorted(_SPECIFIC - _APPLIES[kind] - {"kind"}):
+        if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} does not apply to {label}")
+
+
+def _load_npy(path: str):
+    import numpy as np
+
+    try:
+        # memory-mapped: the shape and dtype are checked before the data are read
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise options.InputError(f"cannot read {path!r} as a .npy array: {' '.join(str(exc).split())}") from None
+
+
+@click.command(short_help="Draw a table, RoPE cache, ALiBi bias or .npy file as a heatmap (PNG/SVG/PDF).")
+@click.argument("input_path", metavar="[INPUT.npy]", required=False, callback=_input_handler)
+@click.option("--kind", type=click.Choice(KINDS, case_sensitive=False), default="table", show_default=True,
+              help="What to draw when no INPUT is given.")
+@click.option("--d-model", "d_model", type=int, default=None, callback=options.d_model_handler, metavar="N",
+              help="table: number of columns (required for --kind table).")
+@click.option("--max-len", "max_len", type=int, default=PLOT_MAX_LEN, show_default=True,
+              callback=options.max_len_handler, metavar="N",
+              help="Rows: positions 0 to N-1 (alibi: query and key length).")
+@click.option("--base", type=float, default=None, callback=options.base_handler, metavar="B",
+              help="table, rope: frequency base (theta), finite and > 1. Default: 10000.")
+@click.option("--head-dim", type=int, default=None, callback=_positive, metavar="N",
+              help="rope: size of one attention head (required for --kind rope).")
+@click.option("--part", type=click.Choice(("cos", "sin", "both"), case_sensitive=False), default="cos",
+              show_default=True, help="rope: which cache to draw; both: side by side.")
+@click.option("--n-heads", type=int, default=8, show_default=True, callback=_positive, metavar="N",
+              help="alibi: number of heads (the slopes depend on it).")
+@click.option("--head", type=int, default=0, show_default=True, callback=_non_negative, metavar="H",
+              help="alibi: which head to draw, 0 to N_HEADS-1.")
+@click.option("--form", type=click.Choice(ALIBI_FORMS, case_sensitive=False), default="symmetric",
+              show_default=True, help="alibi: the bias form (causal masks the future with -inf, drawn grey).")
+@click.option("--max-bias", type=float, default=8.0, show_default=True, metavar="B",
+              help="alibi: the slope schedule's maximum bias.")
+@click.option("--index", type=int, default=None, callback=_non_negative, metavar="I",
+              help="INPUT: draw INPUT[I] of a 3-D array (e.g. one head of a saved bias).")
+@click.option("--cmap", default="RdBu_r", show_default=True, metavar="NAME",
+              help="matplotlib colormap; diverging ones suit the zero-centred scale.")
+@click.option("--dpi", type=click.IntRange(10, 1200), default=100, show_default=True, metavar="DPI",
+              help="Resolution; a PNG is 8 x 6 inches, so 800 x 600 pixels at 100 dpi.")
+@options.backend_opt
+@click.option("-o", "--output", type=click.Path(), default=None, callback=_output_handler,
+              help="Output .png, .svg or .pdf; its directory must exist. An existing file is replaced "
+              "atomically. Default: named after what is drawn, in the current directory.")
+@click.pass_context
+def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim, part, n_heads, head, form,
+         max_bias, index, cmap, dpi, backend, output) -> None:
+    """Draw a heatmap: positions down the y axis, dimensions across, a diverging colormap
+    centred on zero with a colorbar, and the parameters in the title.
+
+    Without INPUT it draws --kind: the sinusoidal table (fastpe.table), a RoPE cos/sin
+    cache (fastpe.rope.cos_sin) or one head of an ALiBi bias (fastpe.alibi.bias).  With
+    INPUT.npy it draws that 2-D array (--index picks a slice of a 3-D one).  The format
+    follows the output's extension (.png, .svg, .pdf).  Prints one summary line (-q:
+    nothing); on any error nothing is written.
+
+    \b
+    Examples:
+      fastpe plot --d-model 128 --max-len 100 -o pe.png
+      fastpe plot --kind rope --head-dim 64 --part both -o rope.png
+      fastpe plot --kind alibi --n-heads 8 --head 3 --form causal -o alibi.png
+      fastpe plot pe_2048x512.npy -o pe.svg
+    """
+    try:
+        from .. import _plot
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    from .. import _backends
+    from .._atomic import atomic_write
+
+    kind = kind.lower()
+    label = "an INPUT file" if input_path is not None else f"--kind {kind}"
+    if input_path is not None:
+        if ctx.get_parameter_source("kind") not in (ParameterSource.DEFAULT, None):
+            raise click.UsageError("--kind does not apply to an INPUT file (it draws the file)")
+        _check_applicable(ctx, "file", label)
+    else:
+        _check_applicable(ctx, kind, label)
+    if base is None:
+        base = 10000.0
+
+    with options.library_errors():
+        _plot.check_cmap(cmap)  # before any work
+        name = _backends.resolve(backend)[0] if input_path is None else None
+
+    start = time.perf_counter()
+    if input_path is not None:
+        array = _load_npy(input_path)
+        with options.library_errors():
+            heatmap = _plot.array_heatmap(array, name=input_path, index=index)
+        default = os.path.splitext(os.path.basename(input_path))[0] + ".png"
+    elif kind == "table":
+        if d_model is None:
+            raise click.UsageError("Missing option '--d-model' (for --kind table)")
+        with options.library_errors():
+            heatmap = _plot.table_heatmap(d_model, max_len, base=base, backend=name)
+        default = f"pe_{max_len}x{d_model}.png"
+    elif kind == "rope":
+        if head_dim is None:
+            raise click.UsageError("Missing option '--head-dim' (for --kind rope)")
+        with options.library_errors():
+            heatmap = _plot.rope_heatmap(head_dim, max_len, base=base, part=part.lower(), backend=name)
+        default = f"rope_{part.lower()}_{max_len}x{head_dim}.png"
+    else:
+        try:
+            with options.library_errors():
+                heatmap = _plot.alibi_heatmap(n_heads, max_len, head=head, form=form.lower(), max_bias=max_bias,
+                                              backend=name)
+        except ImportError as exc:
+            raise click.ClickException(str(exc)) from None
+        default = f"alibi_{form.lower()}_h{head}_{max_len}.png"
+    computed = time.perf_counter()
+
+    path = output
+    if path is None:
+        try:
+            path = check_picture_path(default)
+        except click.BadParameter as exc:
+            raise options.InputError(f"default output path: {exc.message}; use -o") from None
+    fmt = _plot.format_of_path(path)
+    try:
+        with atomic_write(path) as f:
+            _plot.render(heatmap, f, fmt=fmt, dpi=dpi, cmap=cmap)
+            size = f.tell()
+    except OSError as exc:
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+    drawn = time.perf_counter()
+
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        if fmt == "png":
+            width, height = _plot.pixel_size(dpi)
+            extent = f"{width}x{height} px"
+        else:
+            extent = f"{_plot.FIGSIZE[0]:g}x{_plot.FIGSIZE[1]:g} in {fmt.upper()}"
+        click.echo(
+            f"wrote {path}: {heatmap.title}; {extent}, {options.human_size(size)}, "
+            f"{options.milliseconds(computed - start)} compute + {options.milliseconds(drawn - computed)} draw"
+        )
