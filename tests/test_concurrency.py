@@ -90,6 +90,39 @@ def test_threads_calling_table_and_forward_mixed(fast_backend):
     assert not errors
 
 
+def test_threads_calling_the_families(fast_backend):
+    """The family kernels (tables in other layouts and dtypes, timesteps, grids) from many
+    threads at once, large enough for their parallel paths: same bits as alone."""
+    calls = {
+        "halves": lambda: fastpe.table(130, 600, layout="halves", denominator="half-1", backend=fast_backend),
+        "float64": lambda: fastpe.table(130, 600, dtype="float64", backend=fast_backend),
+        "float16": lambda: fastpe.table(64, 300, dtype="float16", backend=fast_backend),
+        "timestep": lambda: fastpe.timestep(np.linspace(0, 999, 600), 128, backend=fast_backend),
+        "grid": lambda: fastpe.grid.sincos_2d(48, 48, 256, backend=fast_backend),
+    }
+    want = {k: f() for k, f in calls.items()}
+    errors: list[str] = []
+    barrier = threading.Barrier(2 * len(calls))
+
+    def worker(key):
+        try:
+            barrier.wait()
+            for _ in range(10):
+                if not np.array_equal(calls[key](), want[key]):
+                    errors.append(key)
+                    return
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{key}: {exc!r}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in list(calls) * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors
+
+
 FORK_SCRIPT = r"""
 import os, sys, multiprocessing as mp
 import numpy as np
@@ -104,8 +137,22 @@ CFG = PosEncConfig(D)
 POS = np.random.default_rng(3).integers(0, 2**32, size=N, dtype=np.uint64)
 EXACT = np.array(__import__("fastpe._reference", fromlist=["x"]).sinusoid(POS.tolist(), D, 1e4), np.float32)
 
+def families():
+    small = BACKEND == "python"
+    n = 8 if small else 600
+    return [
+        fastpe.table(10 if small else 130, n, layout="halves", denominator="half-1", backend=BACKEND),
+        fastpe.table(10 if small else 130, n, dtype="float64", backend=BACKEND),
+        fastpe.timestep(np.linspace(0, 999, n), 64, backend=BACKEND),
+        fastpe.grid.sincos_2d(3 if small else 40, 4 if small else 40, 16 if small else 256, backend=BACKEND),
+    ]
+
+FAMILIES = families()
+
 def run():
     out = fastpe.forward(POS, CFG, np.empty((N, D), np.float32), backend=BACKEND)
+    if not all(np.array_equal(a, b) for a, b in zip(families(), FAMILIES)):
+        return 99
     return int(ulp_distance(out, EXACT).max())
 
 def pool_task(_):
