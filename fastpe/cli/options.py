@@ -10,6 +10,9 @@ before any work is done, with exit status 2 and a one-line message.
 --base        frequency base, finite and > 1 (default 10000)
 --backend     numba | cython | python; default: $FASTPE_BACKEND, else the fastest available
 -o, --output  a ``.npy`` path in an existing, writable directory; replaced if it exists
+--layout, --denominator, --min-timescale, --max-timescale
+              the sinusoid conventions of :class:`fastpe.PosEncConfig`
+--dtype       float32 | float64 | float16 | bfloat16 (bfloat16 needs ml_dtypes)
 
 Only light modules are imported here: ``fastpe --help`` must not load numba.
 """
@@ -23,7 +26,8 @@ from collections.abc import Iterator
 
 import click
 
-from .._config import DEFAULT_BASE, DEFAULT_MAX_LEN
+from .._config import DEFAULT_BASE, DEFAULT_MAX_LEN, DENOMINATORS, TABLE_LAYOUTS
+from .._dtypes import DTYPES
 from .._registry import BACKENDS
 
 __all__ = [
@@ -42,6 +46,13 @@ __all__ = [
     "base_opt",
     "backend_opt",
     "output_opt",
+    "timescale_handler",
+    "dtype_handler",
+    "layout_opt",
+    "denominator_opt",
+    "min_timescale_opt",
+    "max_timescale_opt",
+    "dtype_opt",
 ]
 
 
@@ -232,4 +243,77 @@ output_opt = click.option(
     callback=output_handler,
     help="Output .npy file; its directory must exist. An existing file is replaced "
     "atomically. Default: pe_<MAX_LEN>x<D_MODEL>.npy in the current directory.",
+)
+
+
+def timescale_handler(ctx, param, value):
+    """``--min-timescale`` / ``--max-timescale``: a finite float > 0 (how the two relate to
+    each other and to ``--base`` is checked with the whole configuration)."""
+    if value is None:
+        return None
+    from .._validate import check_positive
+
+    try:
+        return check_positive(param.name, value)
+    except (TypeError, ValueError) as exc:
+        raise _bad(exc, param.name) from None
+
+
+def dtype_handler(ctx, param, value):
+    """``--dtype``: one of the output formats (``click.Choice`` checks the name), usable here
+    (bfloat16 needs ml_dtypes); returned as its lower-case name."""
+    if value is None:
+        return None
+    from .._dtypes import resolve
+
+    try:
+        return resolve(value).name
+    except (TypeError, ValueError) as exc:
+        raise _bad(exc, "dtype") from None
+
+
+layout_opt = click.option(
+    "--layout",
+    type=click.Choice(TABLE_LAYOUTS, case_sensitive=False),
+    default=TABLE_LAYOUTS[0],
+    show_default=True,
+    help="Column layout: interleaved sin, cos, sin, cos, ... (the spec) or halves [sin | cos].",
+)
+
+denominator_opt = click.option(
+    "--denominator",
+    type=click.Choice(DENOMINATORS, case_sensitive=False),
+    default=DENOMINATORS[0],
+    show_default=True,
+    help="Frequencies base**(-2i/d) (d, the spec) or base**(-k/(d//2-1)) (half-1: fairseq, tensor2tensor).",
+)
+
+min_timescale_opt = click.option(
+    "--min-timescale",
+    "min_timescale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=timescale_handler,
+    metavar="T",
+    help="tensor2tensor's min_timescale: the highest frequency is 1/T (T >= 1/1024).",
+)
+
+max_timescale_opt = click.option(
+    "--max-timescale",
+    "max_timescale",
+    type=float,
+    default=None,
+    callback=timescale_handler,
+    metavar="T",
+    help="tensor2tensor's max_timescale: the lowest frequency is 1/T. Default: --base.",
+)
+
+dtype_opt = click.option(
+    "--dtype",
+    type=click.Choice(DTYPES, case_sensitive=False),
+    default=DTYPES[0],
+    show_default=True,
+    callback=dtype_handler,
+    help="Output dtype; float16 and bfloat16 are correctly rounded (bfloat16 needs ml_dtypes).",
 )

@@ -1,65 +1,197 @@
-"""``fastpe table``: write the sinusoidal table to a ``.npy`` file."""
+"""``fastpe table``: stream the sinusoidal table into a ``.npy``, ``.npz`` or ``.safetensors``
+file, in memory-bounded chunks (:func:`fastpe.save_table`), or re-run a recorded spec.
+
+Every file records its spec (``PATH.json`` next to a ``.npy``, an entry inside the others);
+``--from-spec`` reads one back.  Options given on the command line together with
+``--from-spec`` override the spec's values, as ``fastpe rope``'s options override its
+``--scaling`` file: the new file records what was actually written.
+"""
 
 from __future__ import annotations
 
-import time
+import os
+import sys
 
 import click
+from click.core import ParameterSource
 
 from . import options
 
+__all__ = ["table", "check_table_path"]
 
-@click.command(short_help="Write the (MAX_LEN, D_MODEL) float32 table to a .npy file.")
-@options.d_model_opt
+#: the table's parameters (save_table's keywords that a spec records), as options
+_PARAMS = ("d_model", "max_len", "base", "layout", "denominator", "min_timescale", "max_timescale", "dtype")
+#: library argument name -> option, to name the option a library error is about
+_FLAGS = {name: "--" + name.replace("_", "-") for name in _PARAMS} | {"chunk_bytes": "--chunk-mb"}
+_FORMATS = (".npy", ".npz", ".safetensors")
+
+
+def check_table_path(path: str) -> str:
+    """:func:`options.check_output_path` for the formats ``fastpe table`` writes; a ``.npy``
+    file's sidecar ``PATH.json`` must be writable too, and ``.safetensors`` needs its package."""
+    ext = os.path.splitext(path)[1].lower() if path else ""
+    if path and ext not in _FORMATS and not (os.path.isdir(path) or path.endswith(("/", os.sep))):
+        raise click.BadParameter(f"{path!r} does not end in .npy, .npz or .safetensors (fastpe table writes those)")
+    path = options.check_output_path(path, suffix=ext if ext in _FORMATS else ".npy", writer="fastpe table")
+    if ext == ".npy":
+        sidecar = path + ".json"
+        if os.path.lexists(sidecar) and not os.path.isfile(sidecar):
+            raise click.BadParameter(f"{sidecar!r}, where the spec of {path!r} goes, exists and is not a regular file")
+    if ext == ".safetensors":
+        from .._save import require_safetensors
+
+        try:
+            require_safetensors()
+        except ImportError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return path
+
+
+def _output_handler(ctx, param, value):
+    return None if value is None else check_table_path(value)
+
+
+def _chunk_handler(ctx, param, value):
+    if value is None:
+        return None
+    if not value > 0 or value != value or value == float("inf"):
+        raise click.BadParameter(f"must be a finite number of MiB > 0, got {value!r}")
+    return value
+
+
+def _spec_handler(ctx, param, value):
+    """``--from-spec``: a spec file, a ``.npy`` (its sidecar), ``.npz`` or ``.safetensors``."""
+    if value is None:
+        return None
+    from .._save import load_spec
+
+    try:
+        return load_spec(value)
+    except (OSError, ValueError, TypeError, ImportError) as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+def _param_error(exc: Exception, names=_FLAGS) -> click.ClickException:
+    """A library error about one of ``names``, as click reports a bad option; any other
+    library error as one line (exit status 2 either way)."""
+    message = str(exc)
+    for name in names:
+        if message.startswith(f"{name} must "):
+            return click.BadParameter(message[len(name) + 1 :], param_hint=f"'{_FLAGS[name]}'")
+    return options.InputError(message)
+
+
+def _wants_bar(ctx: click.Context) -> bool:
+    """A progress bar only for a person watching: not with -q, not into a pipe or a file."""
+    if (ctx.obj or {}).get("verbosity", 0) < 0:
+        return False
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+@click.command(short_help="Write the (MAX_LEN, D_MODEL) table to .npy, .npz or .safetensors.")
+@click.option(
+    "--d-model", "d_model", type=int, default=None, callback=options.d_model_handler, metavar="N",
+    help="Number of columns (model width), 1 to 65536; odd is allowed. Required unless --from-spec.",
+)
 @options.max_len_opt
 @options.base_opt
+@options.layout_opt
+@options.denominator_opt
+@options.min_timescale_opt
+@options.max_timescale_opt
+@options.dtype_opt
 @options.backend_opt
-@options.output_opt
+@click.option(
+    "-o", "--output", type=click.Path(), default=None, callback=_output_handler,
+    help="Output file: .npy (plus the spec in PATH.json), .npz or .safetensors (the spec inside). "
+    "Its directory must exist; an existing file is replaced atomically. "
+    "Default: pe_<MAX_LEN>x<D_MODEL>.npy in the current directory.",
+)
+@click.option(
+    "--chunk-mb", "chunk_mb", type=float, default=256, show_default=True, callback=_chunk_handler, metavar="MB",
+    help="Memory budget in MiB: the table is computed and written this much at a time.",
+)
+@click.option(
+    "--from-spec", "spec", type=click.Path(exists=True, dir_okay=False), default=None, callback=_spec_handler,
+    metavar="SPEC",
+    help="Re-run a recorded spec: a PATH.json sidecar, or a .npy, .npz or .safetensors written by fastpe. "
+    "Table options given as well override the spec's values.",
+)
 @click.pass_context
-def table(ctx: click.Context, d_model: int, max_len: int, base: float, backend, output) -> None:
-    """Write the sinusoidal table for positions 0 .. MAX_LEN-1 to a .npy file.
+def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -> None:
+    """Write the sinusoidal table for positions 0 .. MAX_LEN-1.
 
-    The array is float32 of shape (MAX_LEN, D_MODEL), exactly fastpe.table(D_MODEL,
-    MAX_LEN, base=B); load it with numpy.load.  Prints one summary line: path, shape,
-    dtype, size, backend and timings (-q: nothing).
+    The array has shape (MAX_LEN, D_MODEL) and the chosen dtype; its values are exactly
+    fastpe.table(D_MODEL, MAX_LEN, base=B, ...).  It is computed and written a chunk at a
+    time (--chunk-mb), so tables far larger than memory can be written; the free disk space
+    is checked first.  The format follows the extension of -o.  Prints one summary line:
+    path, dtype, shape, size, backend and timings (-q: nothing; a progress bar on a
+    terminal).
+
+    Every file records the spec that made it: PATH.json next to a .npy, an entry inside a
+    .npz or .safetensors; --from-spec re-runs one.
 
     The file is written atomically: to a temporary file in the same directory, then
     renamed.  An existing file at the path is replaced, like numpy.save does; should
     anything fail (or Ctrl-C), no partial file is left and an existing one is kept.
 
     \b
-    Example:
+    Examples:
       fastpe table --d-model 512 --max-len 2048 -o pe.npy
+      fastpe table --d-model 4096 --max-len 16777216 --dtype bfloat16 -o big.safetensors
+      fastpe table --from-spec pe.npy.json --dtype float16 -o pe16.npz
     """
-    import numpy as np
-
     import fastpe
 
-    from .. import _backends
-    from .._atomic import atomic_write
+    from .._config import PosEncConfig
+
+    params = dict(spec["params"]) if spec is not None else {}
+    for name in _PARAMS:
+        if spec is None or _given(ctx, name):
+            params[name] = given[name]
+    if params["d_model"] is None:
+        param = next(p for p in ctx.command.params if p.name == "d_model")
+        raise click.MissingParameter(ctx=ctx, param=param)
+    config_args = {name: params[name] for name in _PARAMS if name != "dtype"}
+    try:
+        PosEncConfig(**config_args)  # the library's own checks, reported against the option
+    except (TypeError, ValueError) as exc:
+        raise _param_error(exc) from None
 
     path = output
     if path is None:
         try:
-            path = options.check_output_path(f"pe_{max_len}x{d_model}.npy")
+            path = check_table_path(f"pe_{params['max_len']}x{params['d_model']}.npy")
         except click.BadParameter as exc:
             raise options.InputError(f"default output path: {exc.message}; use -o") from None
-    with options.library_errors():
-        name, _ = _backends.resolve(backend)  # to report which backend ran
-    # the temporary file is created first, so an unwritable place fails before the work
-    try:
-        with atomic_write(path) as f:
-            start = time.perf_counter()
-            with options.library_errors():
-                array = fastpe.table(d_model, max_len, base=base, backend=name)
-            computed = time.perf_counter()
-            np.save(f, array, allow_pickle=False)
-    except OSError as exc:  # e.g. a full disk; nothing is left behind (exit status 1)
-        raise click.ClickException(f"could not write {path}: {exc}") from exc
-    written = time.perf_counter()
 
-    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+    chunk_bytes = max(1, int(chunk_mb * (1 << 20)))
+    try:
+        if _wants_bar(ctx):
+            with click.progressbar(length=params["max_len"], label=f"writing {path}", file=sys.stderr) as bar:
+                saved = _save(fastpe, path, params, chunk_bytes, backend, lambda done, total: bar.update(done - bar.pos))
+        else:
+            saved = _save(fastpe, path, params, chunk_bytes, backend, None)
+    except OSError as exc:  # a full disk, or too little free space to start; nothing is left behind
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+
+    verbosity = (ctx.obj or {}).get("verbosity", 0)
+    if verbosity >= 0:
         click.echo(
-            f"wrote {path}: {array.dtype} {array.shape}, {options.human_size(array.nbytes)}, backend {name}, "
-            f"{options.milliseconds(computed - start)} compute + {options.milliseconds(written - computed)} write"
+            f"wrote {saved.path}: {saved.dtype} {saved.shape}, {options.human_size(saved.nbytes)}, "
+            f"backend {saved.backend}, {options.milliseconds(saved.compute_seconds)} compute + "
+            f"{options.milliseconds(saved.write_seconds)} write"
         )
+    if verbosity > 0 and saved.sidecar is not None:
+        click.echo(f"spec in {saved.sidecar}")
+
+
+def _save(fastpe, path, params, chunk_bytes, backend, progress):
+    try:
+        return fastpe.save_table(path, **params, chunk_bytes=chunk_bytes, backend=backend, progress=progress)
+    except (TypeError, ValueError) as exc:  # the configuration was checked: the budget, the backend
+        raise _param_error(exc, ("chunk_bytes",)) from exc

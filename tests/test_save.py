@@ -1,0 +1,474 @@
+"""fastpe.save_table and its spec records (fastpe._save).
+
+Tables stay tiny (the ``python`` backend is the reference and slow) and the chunk budget is a
+few hundred bytes, so every write runs through many chunks, with a ragged last one and chunk
+boundaries that are not multiples of 64 rows.  Every file is read back with the format's own
+reader (numpy, zipfile through numpy, safetensors' ``safe_open``) and compared with
+``fastpe.table`` bit for bit.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+import fastpe
+from fastpe import _api, _dtypes, _save
+from fastpe._dtypes import DTYPES
+from conftest import FAST
+
+D, L = 10, 203
+#: rows per chunk in most tests: 203 = 8 * 23 + 19, so 9 chunks, the last one ragged
+ROWS = 23
+FORMATS = _save.FORMATS
+CONFIGS = {
+    "spec": {},
+    "fairseq": {"layout": "halves", "denominator": "half-1", "base": 500.5},
+    "t2t": {"denominator": "half-1", "min_timescale": 0.5, "max_timescale": 2000.0},
+}
+
+
+def budget(rows: int, d_model: int = D, dtype="float32") -> int:
+    """A chunk budget that holds exactly ``rows`` rows."""
+    return _save._chunk_bytes(rows, d_model, _dtypes.resolve(dtype))
+
+
+def read_table(path, dtype="float32") -> np.ndarray:
+    """The table in ``path``, through the format's own reader."""
+    path = os.fspath(path)
+    if path.endswith(".npy"):
+        array = np.load(path, allow_pickle=False)
+    elif path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as archive:
+            assert sorted(archive.files) == ["spec", "table"]
+            array = archive["table"]
+    else:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="numpy") as f:
+            assert list(f.keys()) == ["table"]
+            array = f.get_tensor("table")
+    if array.dtype.kind == "V":  # bfloat16 in .npy/.npz: stored as numpy stores it, '<V2'
+        array = array.view(_dtypes.resolve(dtype))
+    return array
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def listing(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def expected_files(name: str) -> list[str]:
+    return sorted([name, name + ".json"] if name.endswith(".npy") else [name])
+
+
+# ======================================================================== round trips
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_and_dtype_round_trips_bit_identical(tmp_path, backend, fmt, dtype):
+    path = tmp_path / f"pe{fmt}"
+    calls = []
+    saved = fastpe.save_table(path, D, L, dtype=dtype, chunk_bytes=budget(ROWS, D, dtype), backend=backend,
+                              progress=lambda done, total: calls.append((done, total)))
+    expected = fastpe.table(D, L, dtype=dtype, backend=backend)
+    assert same_bits(read_table(path, dtype), expected)
+    assert calls == [(min(r + ROWS, L), L) for r in range(0, L, ROWS)]  # 9 chunks, the last of 19 rows
+    assert listing(tmp_path) == expected_files(path.name)
+    assert (saved.path, saved.shape, saved.dtype, saved.backend) == (str(path), (L, D), dtype, backend)
+    assert saved.nbytes == expected.nbytes
+    assert saved.sidecar == (str(path) + ".json" if fmt == ".npy" else None)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_other_conventions_round_trip(tmp_path, fmt, name):
+    kwargs = CONFIGS[name]
+    path = tmp_path / f"pe{fmt}"
+    fastpe.save_table(path, 11, 97, chunk_bytes=budget(13, 11), **kwargs)
+    assert same_bits(read_table(path), fastpe.table(11, 97, **kwargs))
+    assert _save.load_spec(path)["params"] == {**_spec_params(11, 97), **kwargs}
+
+
+def _spec_params(d_model, max_len, **kwargs):
+    return {"d_model": d_model, "max_len": max_len, "base": 10000.0, "layout": "interleaved", "denominator": "d",
+            "min_timescale": 1.0, "max_timescale": None, "dtype": "float32", **kwargs}
+
+
+def test_npy_bytes_are_those_of_numpy_save(tmp_path):
+    fastpe.save_table(tmp_path / "pe.npy", D, L, chunk_bytes=budget(ROWS))
+    buf = io.BytesIO()
+    np.save(buf, fastpe.table(D, L))
+    assert (tmp_path / "pe.npy").read_bytes() == buf.getvalue()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 63, 64, 65, L - 1, L, L + 100])
+def test_chunk_sizes_from_one_row_to_the_whole_table(tmp_path, rows):
+    calls = []
+    fastpe.save_table(tmp_path / "pe.npy", D, L, chunk_bytes=budget(rows), progress=lambda d, t: calls.append(d))
+    assert same_bits(np.load(tmp_path / "pe.npy"), fastpe.table(D, L))
+    assert calls == [min(r + rows, L) for r in range(0, L, rows)]
+
+
+# ======================================================================== the spec
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_records_the_spec(tmp_path, fmt):
+    path = tmp_path / f"pe{fmt}"
+    saved = fastpe.save_table(path, D, L, base=500.5, layout="halves", dtype="float16",
+                              chunk_bytes=budget(ROWS, D, "float16"))
+    expected = {"fastpe": fastpe.__version__, "function": "table",
+                "params": _spec_params(D, L, base=500.5, layout="halves", dtype="float16")}
+    assert saved.spec == expected
+    if fmt == ".npy":
+        recorded = json.loads((tmp_path / "pe.npy.json").read_text())
+    elif fmt == ".npz":
+        with np.load(path) as archive:
+            recorded = json.loads(str(archive["spec"]))
+    else:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            recorded = json.loads(f.metadata()["spec"])
+    assert recorded == expected
+    assert _save.load_spec(path) == expected
+    if fmt == ".npy":
+        assert _save.load_spec(tmp_path / "pe.npy.json") == expected
+
+
+def test_spec_params_are_every_config_field_and_dtype(tmp_path):
+    import dataclasses
+
+    fastpe.save_table(tmp_path / "pe.npz", 4, 3)
+    params = _save.load_spec(tmp_path / "pe.npz")["params"]
+    assert list(params) == [f.name for f in dataclasses.fields(fastpe.PosEncConfig)] + ["dtype"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rerunning_a_spec_reproduces_the_same_bytes(tmp_path, fmt):
+    first, second = tmp_path / f"a{fmt}", tmp_path / f"b{fmt}"
+    fastpe.save_table(first, D, L, denominator="half-1", dtype="bfloat16", chunk_bytes=budget(ROWS, D, "bfloat16"))
+    params = _save.load_spec(first)["params"]
+    fastpe.save_table(second, **params, chunk_bytes=budget(7, D, "bfloat16"))  # other chunks, same bytes
+    assert first.read_bytes() == second.read_bytes()
+    if fmt == ".npy":
+        assert (tmp_path / "a.npy.json").read_bytes() == (tmp_path / "b.npy.json").read_bytes()
+
+
+def test_safetensors_header_is_the_formats(tmp_path):
+    path = tmp_path / "pe.safetensors"
+    fastpe.save_table(path, D, L, dtype="bfloat16", chunk_bytes=budget(ROWS, D, "bfloat16"))
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert (8 + n) % 8 == 0 and len(raw) == 8 + n + L * D * 2
+    header = json.loads(raw[8:8 + n])
+    assert header["table"] == {"dtype": "BF16", "shape": [L, D], "data_offsets": [0, L * D * 2]}
+    assert json.loads(header["__metadata__"]["spec"])["params"]["dtype"] == "bfloat16"
+    assert raw[8 + n:] == fastpe.table(D, L, dtype="bfloat16").view("<u2").tobytes()  # little-endian
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_output_size_is_exact(tmp_path, fmt):
+    path = tmp_path / f"pe{fmt}"
+    fastpe.save_table(path, D, L, dtype="float64", chunk_bytes=budget(ROWS, D, "float64"))
+    written = sum(os.path.getsize(tmp_path / name) for name in os.listdir(tmp_path))
+    assert written == _save.output_size(path, D, L, dtype="float64")
+
+
+def test_zip_size_is_exact_past_the_zip64_limits(tmp_path, monkeypatch):
+    """The ZIP64 records appear only past 2 GiB; lowering zipfile's limit (which it reads at
+    run time) makes a small archive take those branches, and the prediction must follow."""
+    for limit in (5000, 3000, 600):
+        monkeypatch.setattr(zipfile, "ZIP64_LIMIT", limit)
+        path = tmp_path / f"pe{limit}.npz"
+        fastpe.save_table(path, D, L, chunk_bytes=budget(ROWS))
+        assert os.path.getsize(path) == _save.output_size(path, D, L)
+        monkeypatch.undo()
+        assert same_bits(read_table(path), fastpe.table(D, L))
+
+
+# ======================================================================== memory
+
+
+@pytest.mark.skipif(not FAST, reason="the python reference allocates per value; the budget is a compiled-backend figure")
+@pytest.mark.parametrize("dtype, chunk", [("float32", 256 << 10), ("float64", 256 << 10), ("float16", 2 << 20),
+                                          ("bfloat16", 2 << 20)])
+def test_memory_stays_within_the_chunk_budget(tmp_path, fast_backend, dtype, chunk):
+    """tracemalloc sees numpy's buffers: the peak while writing a table several times the
+    budget stays within the budget plus the backend's own fixed workspace."""
+    d_model, max_len = 256, 20_000 if dtype in ("float32", "float64") else 6_000
+    fastpe.save_table(tmp_path / "warm.npz", d_model, 16, dtype=dtype, backend=fast_backend)  # caches, imports
+    assert _save._chunk_bytes(max_len, d_model, _dtypes.resolve(dtype)) > 4 * chunk  # what one chunk would hold
+    tracemalloc.start()
+    try:
+        fastpe.save_table(tmp_path / "pe.npz", d_model, max_len, dtype=dtype, chunk_bytes=chunk, backend=fast_backend)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    workspace = 1 << 20  # cython's per-thread blocks, zipfile, json: fixed, not per row
+    assert peak <= chunk + workspace, (peak, chunk)
+
+
+def test_rows_per_chunk_is_the_most_that_fit():
+    for dtype in map(_dtypes.resolve, DTYPES):
+        for d_model in (1, 10, 4096):
+            for chunk in (10_000, 1 << 20, 64 << 20, 256 << 20):
+                if _save._chunk_bytes(1, d_model, dtype) > chunk:
+                    with pytest.raises(ValueError, match="chunk_bytes must hold at least one row"):
+                        _save._rows_per_chunk(d_model, dtype, chunk)
+                    continue
+                rows = _save._rows_per_chunk(d_model, dtype, chunk)
+                assert _save._chunk_bytes(rows, d_model, dtype) <= chunk < _save._chunk_bytes(rows + 1, d_model, dtype)
+
+
+# ======================================================================== failures
+
+
+@pytest.fixture
+def precious(tmp_path):
+    """Make files at the target (and its sidecar) that a failed write must leave alone."""
+
+    def make(name):
+        (tmp_path / name).write_bytes(b"precious")
+        if name.endswith(".npy"):
+            (tmp_path / (name + ".json")).write_bytes(b"old spec")
+        return tmp_path
+
+    return make
+
+
+def assert_untouched(tmp_path, name, existing):
+    if not existing:
+        assert listing(tmp_path) == []
+        return
+    assert listing(tmp_path) == expected_files(name)
+    assert (tmp_path / name).read_bytes() == b"precious"
+    if name.endswith(".npy"):
+        assert (tmp_path / (name + ".json")).read_bytes() == b"old spec"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_interrupt_mid_way_leaves_nothing(tmp_path, precious, fmt, existing):
+    name = f"pe{fmt}"
+    if existing:
+        precious(name)
+
+    def progress(done, total):
+        assert len(os.listdir(tmp_path)) == len(expected_files(name)) * existing + 1  # one temporary file
+        if done >= 3 * ROWS:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fastpe.save_table(tmp_path / name, D, L, chunk_bytes=budget(ROWS), progress=progress)
+    assert_untouched(tmp_path, name, existing)
+
+
+class FailingFile:
+    """A file whose writes fail with ENOSPC once ``limit`` bytes have been written."""
+
+    def __init__(self, f, limit):
+        self._f, self._left = f, limit
+
+    def write(self, data):
+        n = memoryview(data).nbytes
+        if n > self._left:
+            self._f.write(bytes(memoryview(data).cast("B")[: self._left]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._left -= n
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_failing_write_leaves_nothing(tmp_path, monkeypatch, precious, fmt, existing):
+    name = f"pe{fmt}"
+    if existing:
+        precious(name)
+    write = _save._WRITERS[fmt]
+    monkeypatch.setitem(_save._WRITERS, fmt, lambda f, layout, stream: write(FailingFile(f, 1000), layout, stream))
+    with pytest.raises(OSError, match="No space left on device"):
+        fastpe.save_table(tmp_path / name, D, L, chunk_bytes=budget(ROWS))
+    assert_untouched(tmp_path, name, existing)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+def test_the_sidecar_is_taken_back_when_the_data_cannot_follow_it(tmp_path, monkeypatch, precious, existing):
+    """The sidecar is renamed into place first; if the data's rename then fails, the old
+    sidecar comes back (or the new one goes) and no temporary file remains."""
+    if existing:
+        precious("pe.npy")
+    target = str(tmp_path / "pe.npy")
+    replace = os.replace
+
+    def failing_replace(src, dst):
+        if os.fspath(dst) == target:
+            assert os.path.exists(target + ".json")  # the sidecar is already in place
+            raise OSError(errno.EIO, "simulated rename failure")
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="simulated rename failure"):
+        fastpe.save_table(target, D, L, chunk_bytes=budget(ROWS))
+    assert_untouched(tmp_path, "pe.npy", existing)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_too_little_disk_space_fails_before_creating_anything(tmp_path, monkeypatch, fmt):
+    path = tmp_path / f"pe{fmt}"
+    needed = _save.output_size(path, D, L)
+    real = shutil.disk_usage
+
+    def usage(free):
+        return lambda p: real(p)._replace(free=free)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage(needed - 1))
+    with pytest.raises(OSError, match=rf"not enough free space in .*: pe{fmt} needs {needed} bytes") as info:
+        fastpe.save_table(path, D, L)
+    assert info.value.errno == errno.ENOSPC
+    assert listing(tmp_path) == []
+    monkeypatch.setattr(shutil, "disk_usage", usage(needed))  # exactly enough is enough
+    fastpe.save_table(path, D, L)
+    assert listing(tmp_path) == expected_files(path.name)
+
+
+BAD_ARGS = [
+    pytest.param({"path": "pe.txt"}, ValueError, "path must end in .npy, .npz or .safetensors", id="extension"),
+    pytest.param({"path": "pe"}, ValueError, "path must end in", id="no-extension"),
+    pytest.param({"path": ".npy"}, ValueError, "path must end in", id="only-extension"),
+    pytest.param({"path": ""}, ValueError, "path is empty", id="empty-path"),
+    pytest.param({"path": 3}, TypeError, "path must be a str", id="path-type"),
+    pytest.param({"d_model": 0}, ValueError, "d_model must be >= 1", id="d-model"),
+    pytest.param({"max_len": 0}, ValueError, "max_len must be >= 1", id="max-len"),
+    pytest.param({"base": 1.0}, ValueError, "base must be greater than 1", id="base"),
+    pytest.param({"layout": "neox"}, ValueError, "layout must be one of", id="layout"),
+    pytest.param({"denominator": "2i"}, ValueError, "denominator must be one of", id="denominator"),
+    pytest.param({"min_timescale": -1.0}, ValueError, "min_timescale must be > 0", id="min-timescale"),
+    pytest.param({"max_timescale": 0.5}, ValueError, "must be greater than min_timescale", id="max-timescale"),
+    pytest.param({"dtype": "int8"}, TypeError, "dtype must be one of", id="dtype"),
+    pytest.param({"chunk_bytes": 0}, ValueError, "chunk_bytes must be >= 1", id="chunk-0"),
+    pytest.param({"chunk_bytes": 39}, ValueError, "chunk_bytes must hold at least one row: 40 bytes", id="chunk-small"),
+    pytest.param({"chunk_bytes": 1.5e6}, TypeError, "chunk_bytes must be an integer", id="chunk-float"),
+    pytest.param({"progress": "yes"}, TypeError, "progress must be a callable", id="progress"),
+    pytest.param({"backend": "gpu"}, ValueError, "not a fastpe backend", id="backend"),
+    pytest.param({"path": "missing/pe.npy"}, FileNotFoundError, "does not exist", id="no-directory"),
+    pytest.param({"path": "adir"}, ValueError, "path must end in", id="directory"),
+    pytest.param({"path": "dir.npy"}, IsADirectoryError, "is a directory", id="target-is-directory"),
+    pytest.param({"path": "side.npy"}, IsADirectoryError, "side.npy.json' is a directory", id="sidecar-is-directory"),
+]
+
+
+@pytest.mark.parametrize("kwargs, exc, message", BAD_ARGS)
+def test_bad_arguments_fail_before_creating_anything(tmp_path, monkeypatch, kwargs, exc, message):
+    monkeypatch.chdir(tmp_path)
+    for name in ("adir", "dir.npy", "side.npy.json"):
+        os.mkdir(name)
+    args = {"path": "pe.npy", "d_model": D, "max_len": L, **kwargs}
+    path, d_model, max_len = args.pop("path"), args.pop("d_model"), args.pop("max_len")
+    with pytest.raises(exc, match=message):
+        fastpe.save_table(path, d_model, max_len, **args)
+    assert listing(tmp_path) == ["adir", "dir.npy", "side.npy.json"]
+    assert all(listing(tmp_path / name) == [] for name in ("adir", "dir.npy", "side.npy.json"))
+
+
+def test_an_unwritable_directory_fails_before_creating_anything(tmp_path, monkeypatch):
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kwargs: False)  # root may write anywhere
+    with pytest.raises(PermissionError, match="is not writable"):
+        fastpe.save_table(tmp_path / "ro" / "pe.npz", D, L)
+    assert listing(tmp_path / "ro") == []
+
+
+def test_safetensors_without_its_package_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors -> ImportError
+    with pytest.raises(ImportError, match="pip install safetensors"):
+        fastpe.save_table(tmp_path / "pe.safetensors", D, L)
+    assert listing(tmp_path) == []
+
+
+# ======================================================================== load_spec errors
+
+
+def write_spec(tmp_path, spec, name="spec.json") -> str:
+    path = tmp_path / name
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec))
+    return str(path)
+
+
+def good_spec(**changes):
+    spec = {"fastpe": fastpe.__version__, "function": "table", "params": _spec_params(D, L)}
+    spec.update(changes)
+    return spec
+
+
+BAD_SPECS = [
+    pytest.param("{not json", "is not valid JSON", id="not-json"),
+    pytest.param("[1, 2]", "must be a JSON object", id="not-object"),
+    pytest.param({"function": "table", "params": {}}, "lacks 'fastpe'", id="no-version"),
+    pytest.param(good_spec(extra=1), "unknown keys 'extra'", id="unknown-key"),
+    pytest.param(good_spec(fastpe="1.0.0"), "written by fastpe 1.0.0, whose major version differs", id="major"),
+    pytest.param(good_spec(fastpe=3), "must be a version string", id="version-type"),
+    pytest.param(good_spec(function="rope"), "names function 'rope'; fastpe can re-run 'table' only", id="function"),
+    pytest.param(good_spec(params=[1]), "'params' must be an object", id="params-type"),
+    pytest.param(good_spec(params={**_spec_params(D, L), "scale": 2}), "unknown params 'scale'", id="unknown-param"),
+    pytest.param(good_spec(params={"d_model": D, "max_len": L}), "params lack 'base', 'layout'", id="missing-params"),
+    pytest.param(good_spec(params=_spec_params(D, L, base=0.5)), "params: base must be greater than 1", id="bad-base"),
+    pytest.param(good_spec(params=_spec_params(D, L, dtype="int8")), "params: dtype must be one of", id="bad-dtype"),
+    pytest.param(good_spec(params=_spec_params("ten", L)), "params: d_model must be an integer", id="bad-d-model"),
+]
+
+
+@pytest.mark.parametrize("spec, message", BAD_SPECS)
+def test_malformed_specs_are_refused_with_the_reason(tmp_path, spec, message):
+    path = write_spec(tmp_path, spec)
+    with pytest.raises((ValueError, TypeError), match=message) as info:
+        _save.load_spec(path)
+    assert str(info.value).startswith(path)
+
+
+def test_a_minor_version_difference_is_accepted(tmp_path):
+    major = fastpe.__version__.split(".")[0]
+    spec = _save.load_spec(write_spec(tmp_path, good_spec(fastpe=f"{major}.99.7")))
+    assert spec["fastpe"] == f"{major}.99.7" and spec["params"] == _spec_params(D, L)
+
+
+def test_files_without_a_spec(tmp_path):
+    np.save(tmp_path / "plain.npy", np.zeros(3))
+    with pytest.raises(FileNotFoundError, match="plain.npy has no spec: its sidecar .*plain.npy.json does not exist"):
+        _save.load_spec(tmp_path / "plain.npy")
+    np.savez(tmp_path / "plain.npz", table=np.zeros(3))
+    with pytest.raises(ValueError, match="holds no 'spec' entry"):
+        _save.load_spec(tmp_path / "plain.npz")
+    from safetensors.numpy import save_file
+
+    save_file({"table": np.zeros(3, np.float32)}, str(tmp_path / "plain.safetensors"))
+    with pytest.raises(ValueError, match="has no 'spec' in its __metadata__"):
+        _save.load_spec(tmp_path / "plain.safetensors")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="junk.npz is not a readable .npz file"):
+        _save.load_spec(tmp_path / "junk.npz")
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(ValueError, match="junk.safetensors is not a readable .safetensors file"):
+        _save.load_spec(tmp_path / "junk.safetensors")
+    with pytest.raises(FileNotFoundError):
+        _save.load_spec(tmp_path / "absent.json")
+    with pytest.raises(FileNotFoundError):
+        _save.load_spec(tmp_path / "absent.npz")
