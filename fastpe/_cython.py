@@ -41,6 +41,7 @@ __all__ = [
     "sincos_rows",
     "sincos_real",
     "grid_gather",
+    "add_rows",
     "threads",
 ]
 
@@ -267,3 +268,16 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
             part[..., co:co + q] = src[..., q:]
 
     _split(run, shape[0], grid.size)
+
+
+def add_rows(x, pe, scale) -> None:
+    """``x * scale + pe`` in place, by NumPy on blocks of leading rows, on threads."""
+    factor = None if scale is None else x.dtype.type(scale)
+
+    def run(lo, hi):
+        part = x[lo:hi]
+        if factor is not None:
+            np.multiply(part, factor, out=part)
+        part += pe
+
+    _split(run, x.shape[0], x.size)

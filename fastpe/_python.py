@@ -22,6 +22,7 @@ __all__ = [
     "sincos_rows",
     "sincos_real",
     "grid_gather",
+    "add_rows",
 ]
 
 
@@ -128,3 +129,16 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
             for k in range(q):
                 out[first_row + token, int(sin_off[a]) + k] = rows[c][k]
                 out[first_row + token, int(cos_off[a]) + k] = rows[c][q + k]
+
+
+def add_rows(x, pe, scale) -> None:
+    """Element by element, each operation rounded to x's dtype as NumPy's scalars do."""
+    t = x.dtype.type
+    factor = None if scale is None else t(scale)
+    for b in range(x.shape[0]):
+        for s in range(x.shape[1]):
+            for j in range(x.shape[2]):
+                v = x[b, s, j]
+                if factor is not None:
+                    v = t(v * factor)
+                x[b, s, j] = t(v + pe[s, j])

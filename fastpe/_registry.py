@@ -49,6 +49,10 @@ Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`
     (row ``first_row + t`` of ``out``, row-major over ``sizes``) gets, for each axis ``a``
     with coordinate ``c``, ``table[c, :q]`` at columns ``sin_off[a] ..`` and
     ``table[c, q:]`` at ``cos_off[a] ..``.
+``add_rows(x, pe, scale)``
+    ``x``: writable ``(B, S, d)`` float32 or float64 (any strides); ``pe``: C-contiguous
+    ``(S, d)`` of the same dtype; ``x[b, s] = x[b, s] * scale + pe[s]`` (no multiply when
+    ``scale`` is ``None``), each operation rounded in ``x``'s dtype, as NumPy does.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ OPERATIONS: dict[str, Operation] = {
         Operation("sincos_rows", "sinusoid families: any geometric frequencies and layout, u32 positions"),
         Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
         Operation("grid_gather", "2-D/3-D sin-cos grids: each axis's values copied into place"),
+        Operation("add_rows", "add_: x * scale + pe in place, row by row"),
     )
 }
 

@@ -92,26 +92,26 @@ def add_(
     _, module = _backends.resolve(backend)
     spec = (config.d_model, config.base) if config.is_spec and x.dtype == np.float32 else None
     freqs = config.frequencies
-    if factor is not None:
-        np.multiply(x, x.dtype.type(factor), out=x)
     block = max(1, _ADD_VALUES // d_model)
     if pos is None or pos.ndim == 1:  # one row of encodings per sequence index
+        lead = x.reshape(-1, seq, d_model)
         pe = np.empty((min(block, seq), d_model), dtype=x.dtype)
         for r0 in range(0, seq, block):
             r1 = min(seq, r0 + block)
             part = pe[:r1 - r0]
             fill_rows(module, freqs, config.layout, None if pos is None else pos[r0:r1],
                       offset + r0, part, spec)
-            x[..., r0:r1, :] += part
+            module.add_rows(lead[:, r0:r1], part, factor)
     else:  # per-row positions: x as (rows, d_model)
-        flat_x = x.reshape(-1, d_model)
+        flat_x = x.reshape(1, -1, d_model)
         flat_p = pos.reshape(-1)
-        pe = np.empty((min(block, flat_x.shape[0]), d_model), dtype=x.dtype)
-        for r0 in range(0, flat_x.shape[0], block):
-            r1 = min(flat_x.shape[0], r0 + block)
+        n = flat_x.shape[1]
+        pe = np.empty((min(block, n), d_model), dtype=x.dtype)
+        for r0 in range(0, n, block):
+            r1 = min(n, r0 + block)
             part = pe[:r1 - r0]
             fill_rows(module, freqs, config.layout, flat_p[r0:r1], 0, part, spec)
-            flat_x[r0:r1] += part
+            module.add_rows(flat_x[:, r0:r1], part, factor)
     return x
 
 

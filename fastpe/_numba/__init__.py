@@ -33,6 +33,7 @@ __all__ = [
     "sincos_rows",
     "sincos_real",
     "grid_gather",
+    "add_rows",
     "threading_layer",
     "num_threads",
 ]
@@ -148,3 +149,8 @@ def sincos_real(x, freqs, layout, out) -> None:
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
     _run(_k.grid_gather_parallel, _k.grid_gather_serial, (out.shape[0] - first_row) * out.shape[1],
          table, sizes, sin_off, cos_off, int(first_row), out)
+
+
+def add_rows(x, pe, scale) -> None:
+    _run(_k.add_rows_parallel, _k.add_rows_serial, x.size, x, pe,
+         1.0 if scale is None else float(scale), scale is not None)

@@ -511,3 +511,27 @@ def _grid_gather(table, sizes, sin_off, cos_off, first_row, out):
 
 
 grid_gather_parallel, grid_gather_serial = kernel(_grid_gather)
+
+
+# ---------------------------------------------------------------------------------------
+# add_ (fastpe.add_): x[b, s, :] = x[b, s, :] * scale + pe[s, :] in x's dtype, one pass and
+# two roundings, as NumPy's `x * scale + pe` does (no FMA: numba contracts nothing here).
+
+
+def _add_rows(x, pe, scale, has_scale):
+    n_b, n_s, d = x.shape
+    s = x.dtype.type(scale)
+    for r in prange(n_b * n_s):
+        b = r // n_s
+        i = r - b * n_s
+        row = x[b, i]
+        src = pe[i]
+        if has_scale:
+            for j in range(d):
+                row[j] = row[j] * s + src[j]
+        else:
+            for j in range(d):
+                row[j] = row[j] + src[j]
+
+
+add_rows_parallel, add_rows_serial = kernel(_add_rows)
