@@ -80,6 +80,8 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "SIDECAR_SUFFIX",
     "output_size",
+    "format_of",
+    "require_safetensors",
 ]
 
 #: the extensions save_table writes, the default first
@@ -490,8 +492,8 @@ class _Stream:
         self.rows = rows_per_chunk
         self.backend = backend
         self.progress = progress
-        self.compute = 0.0
-        self.write = 0.0
+        self.compute_seconds = 0.0
+        self.write_seconds = 0.0
 
     def run(self, write: Callable[[memoryview], object], little_endian: bool = False) -> None:
         total = self.config.max_len
@@ -507,8 +509,8 @@ class _Stream:
                 chunk.byteswap(inplace=True)
             t1 = time.perf_counter()
             write(memoryview(chunk.reshape(-1).view(np.uint8)))
-            self.write += time.perf_counter() - t1
-            self.compute += t1 - t0
+            self.write_seconds += time.perf_counter() - t1
+            self.compute_seconds += t1 - t0
             done += n
             if self.progress is not None:
                 self.progress(done, total)
@@ -683,6 +685,6 @@ def save_table(
     _commit(target, sidecar, layout_, stream)
     return SavedTable(
         path=target, sidecar=sidecar, spec=spec, shape=layout_.shape, dtype=dt.name,
-        nbytes=layout_.nbytes, backend=backend_name, compute_seconds=stream.compute,
-        write_seconds=stream.write,
+        nbytes=layout_.nbytes, backend=backend_name, compute_seconds=stream.compute_seconds,
+        write_seconds=stream.write_seconds,
     )
