@@ -27,7 +27,7 @@ cdef extern from "fastpe_kernels.h" nogil:
                                int wide)
     const int FASTPE_ROPE_SEQ
     void fastpe_sincos_real(const double *x, const double *turns, Py_ssize_t n_freq,
-                            double *table, Py_ssize_t row_begin, Py_ssize_t row_end)
+                            double *table, Py_ssize_t row_begin, Py_ssize_t row_end, int wide)
     void fastpe_rope_table(const uint32_t *positions, const double *turns, Py_ssize_t n_freq,
                            const double *steps, double af, double *table, Py_ssize_t row_begin,
                            Py_ssize_t row_end, double *scratch, int wide)
@@ -295,9 +295,10 @@ def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_s
 
 
 def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::1] table,
-                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
     """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(x), 2, n_freq)``) with the
-    exact-path ``cos, sin`` of the real positions ``x`` (finite, ``|x| < 2**32``)."""
+    exact-path ``cos, sin`` of the real positions ``x`` (finite, ``|x| < 2**32``); ``wide``
+    as in :func:`sinusoid_forward`."""
     if turns.shape[0] != 4:
         raise ValueError(f"turns has shape ({turns.shape[0]}, {turns.shape[1]}), expected (4, n_freq)")
     if row_end < 0:
@@ -308,4 +309,5 @@ def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::
     if row_begin == row_end or turns.shape[1] == 0:
         return
     with nogil:
-        fastpe_sincos_real(&x[0], &turns[0, 0], turns.shape[1], &table[0, 0, 0], row_begin, row_end)
+        fastpe_sincos_real(&x[0], &turns[0, 0], turns.shape[1], &table[0, 0, 0], row_begin, row_end,
+                           wide)

@@ -567,8 +567,9 @@ static void fastpe_sincos_steps(const double *turns, ptrdiff_t n_freq, double *s
         (s) = t_ - floor(t_);                                                                 \
     } while (0)
 
-static void fastpe_sincos_real_turns(double x, double v1, double v2, double v3, double v4,
-                                     double *s_out, double *c_out)
+static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, double v2,
+                                                           double v3, double v4, double *s_out,
+                                                           double *c_out)
 {
     double big = 134217729.0 * x; /* 2**27 + 1 */
     double xh = big - (big - x);
@@ -612,17 +613,49 @@ static void fastpe_sincos_real_turns(double x, double v1, double v2, double v3, 
 }
 
 /* table[t][0][k], table[t][1][k] = cos, sin of x[t] and frequency k, rows [row_begin, row_end) */
-static void fastpe_sincos_real(const double *x, const double *turns, ptrdiff_t n_freq,
-                               double *table, ptrdiff_t row_begin, ptrdiff_t row_end)
+static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_rows_(const double *x, const double *turns,
+                                                          ptrdiff_t n_freq, double *table,
+                                                          ptrdiff_t row_begin, ptrdiff_t row_end)
 {
     const double *v1 = turns, *v2 = turns + n_freq, *v3 = turns + 2 * n_freq,
                  *v4 = turns + 3 * n_freq;
     for (ptrdiff_t t = row_begin; t < row_end; t++) {
-        double *c = table + 2 * t * n_freq;
-        double *s = c + n_freq;
+        double *FASTPE_RESTRICT c = table + 2 * t * n_freq;
+        double *FASTPE_RESTRICT s = c + n_freq;
+        const double xt = x[t];
         for (ptrdiff_t k = 0; k < n_freq; k++)
-            fastpe_sincos_real_turns(x[t], v1[k], v2[k], v3[k], v4[k], s + k, c + k);
+            fastpe_sincos_real_turns_(xt, v1[k], v2[k], v3[k], v4[k], s + k, c + k);
     }
+}
+
+/* floor() is needed for negative arguments here (the baseline's 2**52 trick is not), so the
+ * baseline copy calls libm's floor; the AVX2 copy has it as one instruction */
+static void fastpe_sincos_real_baseline(const double *x, const double *turns, ptrdiff_t n_freq,
+                                        double *table, ptrdiff_t row_begin, ptrdiff_t row_end)
+{
+    fastpe_sincos_real_rows_(x, turns, n_freq, table, row_begin, row_end);
+}
+
+#if FASTPE_X86_DISPATCH
+__attribute__((target("avx2")))
+static void fastpe_sincos_real_avx2(const double *x, const double *turns, ptrdiff_t n_freq,
+                                    double *table, ptrdiff_t row_begin, ptrdiff_t row_end)
+{
+    fastpe_sincos_real_rows_(x, turns, n_freq, table, row_begin, row_end);
+}
+#endif
+
+static void fastpe_sincos_real(const double *x, const double *turns, ptrdiff_t n_freq,
+                               double *table, ptrdiff_t row_begin, ptrdiff_t row_end, int wide)
+{
+#if FASTPE_X86_DISPATCH
+    if (wide && fastpe_cpu_has_avx2()) {
+        fastpe_sincos_real_avx2(x, turns, n_freq, table, row_begin, row_end);
+        return;
+    }
+#endif
+    (void)wide;
+    fastpe_sincos_real_baseline(x, turns, n_freq, table, row_begin, row_end);
 }
 
 /*

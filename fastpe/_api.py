@@ -34,11 +34,18 @@ def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
     return (j, first_is_cos) if j < count else (j - count, not first_is_cos)
 
 
-def narrow_into(out: np.ndarray, fill32, exact) -> None:
+#: a tie is decided by the fast float64 value when it is this far (or farther) from the tie
+#: point: beyond the float64 kernels' error bound (2**-45), so the side is certain
+_DECIDE = 2.0**-44
+
+
+def narrow_into(out: np.ndarray, fill32, exact, fill64=None) -> None:
     """Fill ``out`` (float16 or bfloat16, ``(n, d)``) a block of rows at a time:
-    ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed with
-    its ties decided by ``exact(r, j, fmt)``, the correctly rounded value of element
-    ``(r, j)`` (see :func:`fastpe._dtypes.narrow`)."""
+    ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed (see
+    :func:`fastpe._dtypes.narrow`).  A float32 that is a tie in the target format is decided
+    by which side of it the true value lies: by ``fill64(rows)`` (float64 values of those
+    rows, within 2**-45) when that is far enough from the tie to be sure, else by
+    ``exact(r, j, fmt)``, the correctly rounded value from the reference."""
     n, d = out.shape
     fmt = _dtypes.format_of(out.dtype)
     block = max(1, _NARROW_VALUES // max(d, 1))
@@ -48,8 +55,24 @@ def narrow_into(out: np.ndarray, fill32, exact) -> None:
         part = scratch[:r1 - r0]
         fill32(r0, r1, part)
 
-        def ties(idx, r0=r0):
-            return [exact(r0 + flat // d, flat % d, fmt) for flat in idx.tolist()]
+        def ties(idx, r0=r0, part=part):
+            x = part.reshape(-1)[idx].astype(np.float64)
+            y = part.reshape(-1)[idx].astype(out.dtype).astype(np.float64)  # ties to even
+            other = 2 * x - y  # the neighbour on the other side of the tie (exact)
+            rows = idx // d
+            if fill64 is not None:
+                uniq, inverse = np.unique(rows, return_inverse=True)
+                v = fill64(r0 + uniq)[inverse, idx % d]
+            else:
+                v = x
+            result = []
+            for i, flat in enumerate(idx.tolist()):
+                gap = v[i] - x[i]
+                if abs(gap) > _DECIDE:
+                    result.append(other[i] if gap * (other[i] - y[i]) > 0 else y[i])
+                else:
+                    result.append(exact(r0 + flat // d, flat % d, fmt))
+            return result
 
         out[r0:r1] = _dtypes.narrow(part, out.dtype, ties)
 
@@ -78,12 +101,18 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
             pos = None if positions is None else positions[r0:r1]
             fill_rows(module, freqs, layout, pos, start + r0, part, spec)
 
+        def fill64(rows):
+            pos = (start + rows if positions is None else positions[rows]).astype(np.uint32)
+            values = np.empty((rows.size, out.shape[1]), dtype=np.float64)
+            module.sincos_rows(pos, freqs, layout, values)
+            return values
+
         def exact(r, j, fmt):
             p = start + r if positions is None else int(positions[r])
             k, is_cos = column_owner(layout, freqs.count, j)
             return _reference_sincos.sin_cos(p, freqs, k, fmt)[is_cos]
 
-        narrow_into(out, fill32, exact)
+        narrow_into(out, fill32, exact, fill64)
 
 
 def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
@@ -98,11 +127,16 @@ def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> Non
     def fill32(r0, r1, part):
         module.sincos_real(x[r0:r1], freqs, layout, part)
 
+    def fill64(rows):
+        values = np.empty((rows.size, out.shape[1]), dtype=np.float64)
+        module.sincos_real(np.ascontiguousarray(x[rows]), freqs, layout, values)
+        return values
+
     def exact(r, j, fmt):
         k, is_cos = column_owner(layout, freqs.count, j)
         return _reference_sincos.sin_cos(float(x[r]), freqs, k, fmt)[is_cos]
 
-    narrow_into(out, fill32, exact)
+    narrow_into(out, fill32, exact, fill64)
 
 
 def _fill(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:

@@ -42,6 +42,9 @@ __all__ = [
     "sincos_real",
     "grid_gather",
     "add_rows",
+    "alibi_bias",
+    "t5_bucket",
+    "t5_bucket_matrix",
     "threads",
 ]
 
@@ -224,7 +227,7 @@ def _freq_steps(freqs) -> np.ndarray:
 def _table_blocks(compute, n_rows: int, count: int, layout: str, out) -> None:
     """``compute(lo, hi, table)`` fills the ``(hi - lo, 2, count)`` doubles of rows
     ``[lo, hi)``; each thread works through its rows a cache-sized block at a time."""
-    block = max(16, 16384 // max(count, 1))
+    block = max(64, (1 << 17) // max(count, 1))  # a ~2 MiB table: per-block overhead stays small
 
     def run(lo, hi):
         table = np.empty((min(block, hi - lo), 2, count))
@@ -281,3 +284,6 @@ def add_rows(x, pe, scale) -> None:
         part += pe
 
     _split(run, x.shape[0], x.size)
+
+
+from ._cython_bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (they use _split above)

@@ -146,15 +146,26 @@ def round_interval(lo: Fraction, hi: Fraction, fmt: Format) -> float | None:
 
 def _ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
     """Flat indices of the finite float32 values lying exactly halfway between two
-    neighbouring numbers of ``fmt``."""
-    x = x32.reshape(-1).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        finite = np.isfinite(x) & (x != 0)
-        _, e = np.frexp(np.where(finite, x, 1.0))
-        e = np.maximum(e - 1, fmt.emin)  # floor(log2 |x|), clamped to the subnormal range
-        r = np.ldexp(x, (fmt.mant_bits - 1) - e)  # x in units of its quantum, exactly
-        half = np.abs(r - np.floor(r)) == 0.5
-    return np.flatnonzero(finite & half)
+    neighbouring numbers of ``fmt`` (a narrower format).
+
+    On the bit patterns: in the target's normal range a float32 drops ``24 - mant_bits`` low
+    significand bits, and it is a tie when they read ``100...0``; below that range (the
+    target's subnormals, rare for encodings) more bits drop, worked out per value.
+    """
+    bits = x32.reshape(-1).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    low = 24 - fmt.mant_bits
+    tie = (bits & np.uint32((1 << low) - 1)) == np.uint32(1 << (low - 1))
+    tie &= bits < np.uint32(0x7F800000)  # not inf or NaN
+    small = np.flatnonzero(bits < np.uint32((fmt.emin + 127) << 23))
+    tie[small] = False
+    if small.size:
+        b = bits[small].astype(np.int64)
+        e = b >> 23
+        sig = np.where(e > 0, (b & 0x7FFFFF) | 0x800000, b & 0x7FFFFF)
+        exp = np.where(e > 0, e - 127, -126)  # value = sig * 2**(exp - 23)
+        drop = np.minimum(fmt.emin - exp + low, 40)  # bits below the target's quantum
+        tie[small] = (sig != 0) & ((sig & ((1 << drop) - 1)) == (1 << (drop - 1)))
+    return np.flatnonzero(tie)
 
 
 def narrow(
