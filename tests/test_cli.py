@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 import fastpe
-from fastpe import _backends, _check
+from fastpe import _backends, _check, _save
 from fastpe._registry import BACKENDS
 from fastpe.cli import main
 from conftest import fastpe_env
@@ -77,7 +77,7 @@ def make_unavailable(monkeypatch, name):
 def test_table_writes_the_default_file_and_one_summary_line(in_tmp):
     result = run("table", "--d-model", "6", "--max-len", "5")
     assert result.exit_code == 0, result.output
-    assert listing() == ["pe_5x6.npy"]
+    assert listing() == ["pe_5x6.npy", "pe_5x6.npy.json"]
     assert same_bits(np.load("pe_5x6.npy"), fastpe.table(6, 5, backend=DEFAULT))
     lines = result.stdout.splitlines()
     assert len(lines) == 1 and result.stderr == ""
@@ -93,7 +93,7 @@ def test_table_with_every_option(in_tmp, backend):
     result = run("table", "--d-model", "7", "--max-len", "9", "--base", "500.5", "--backend", backend,
                  "-o", "sub/out.npy")
     assert result.exit_code == 0, result.output
-    assert listing("sub") == ["out.npy"] and listing() == ["sub"]
+    assert listing("sub") == ["out.npy", "out.npy.json"] and listing() == ["sub"]
     loaded = np.load("sub/out.npy")
     assert same_bits(loaded, fastpe.table(7, 9, base=500.5, backend=backend))
     assert SUMMARY.fullmatch(result.stdout.strip())["backend"] == backend
@@ -108,7 +108,7 @@ def test_table_backend_name_is_case_insensitive(in_tmp):
 def test_table_quiet_prints_nothing(in_tmp):
     result = run("-q", "table", "--d-model", "4", "--max-len", "3")
     assert result.exit_code == 0 and result.output == ""
-    assert listing() == ["pe_3x4.npy"]
+    assert listing() == ["pe_3x4.npy", "pe_3x4.npy.json"]
 
 
 def test_table_replaces_an_existing_file(in_tmp):
@@ -118,7 +118,7 @@ def test_table_replaces_an_existing_file(in_tmp):
     assert result.exit_code == 0, result.output
     assert same_bits(np.load("pe.npy"), fastpe.table(4, 3, backend=DEFAULT))
     assert (in_tmp / "pe.npy").stat().st_mode & 0o777 == 0o640
-    assert listing() == ["pe.npy"]
+    assert listing() == ["pe.npy", "pe.npy.json"]
 
 
 BAD_TABLE_ARGS = [
@@ -184,7 +184,7 @@ def test_table_library_value_and_type_errors_exit_2(in_tmp, monkeypatch, exc):
     def fail(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(fastpe, "table", fail)
+    monkeypatch.setattr(fastpe, "save_table", fail)
     result = run("table", "--d-model", "8", "--max-len", "2")
     assert result.exit_code == 2
     assert assert_one_line_error(result) == f"Error: {exc}"
@@ -207,21 +207,22 @@ def test_table_in_a_vanished_directory_fails_in_one_line(tmp_path, monkeypatch):
 
 
 def save_then(exc: BaseException):
-    """A stand-in for numpy.save that writes part of the file, then fails with ``exc``."""
+    """A stand-in for the .npy writer of save_table that writes part of the file, then
+    fails with ``exc``."""
 
-    def save(file, arr, *args, **kwargs):
+    def write(file, layout, stream):
         file.write(b"\x93NUMPY" + b"\0" * 4096)
         file.flush()
         raise exc
 
-    return save
+    return write
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
 def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, existing):
     if existing:
         (in_tmp / "pe.npy").write_bytes(b"precious")
-    monkeypatch.setattr(np, "save", save_then(OSError(errno.ENOSPC, "No space left on device")))
+    monkeypatch.setitem(_save._WRITERS, ".npy", save_then(OSError(errno.ENOSPC, "No space left on device")))
     result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
     assert result.exit_code == 1
     line = assert_one_line_error(result)
@@ -237,7 +238,7 @@ def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, ex
 def test_table_interrupted_exits_130_leaving_no_partial_file(in_tmp, monkeypatch, existing):
     if existing:
         (in_tmp / "pe.npy").write_bytes(b"precious")
-    monkeypatch.setattr(np, "save", save_then(KeyboardInterrupt()))
+    monkeypatch.setitem(_save._WRITERS, ".npy", save_then(KeyboardInterrupt()))
     result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
     assert result.exit_code == 130
     assert result.stderr.strip() == "Aborted!"
@@ -251,7 +252,7 @@ def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp,
     def fail(*args, **kwargs):
         raise RuntimeError("something broke")
 
-    monkeypatch.setattr(fastpe, "table", fail)
+    monkeypatch.setattr(fastpe, "save_table", fail)
     result = run("table", "--d-model", "8", "--max-len", "2")
     assert result.exit_code == 1
     line = assert_one_line_error(result)
@@ -262,10 +263,11 @@ def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp,
     assert listing() == []
 
 
-def test_table_too_big_to_allocate_exits_1(in_tmp):
+def test_table_too_big_for_the_disk_exits_1(in_tmp):
+    """The table streams (its memory is the chunk budget); 1 PiB fails the free-space check."""
     result = run("table", "--d-model", "65536", "--max-len", str(2**32), "--backend", DEFAULT)
     assert result.exit_code == 1
-    assert "MemoryError" in assert_one_line_error(result)
+    assert "[Errno 28] not enough free space" in assert_one_line_error(result)
     assert listing() == []
 
 
@@ -460,7 +462,7 @@ def test_process_table_writes_the_file(tmp_path):
     assert proc.stderr == ""
     match = SUMMARY.fullmatch(proc.stdout.rstrip("\n"))
     assert match and match["path"] == "pe_8x16.npy" and match["backend"] == DEFAULT
-    assert listing(tmp_path) == ["pe_8x16.npy"]
+    assert listing(tmp_path) == ["pe_8x16.npy", "pe_8x16.npy.json"]
     assert same_bits(np.load(tmp_path / "pe_8x16.npy"), fastpe.table(16, 8, backend=DEFAULT))
 
 
@@ -519,17 +521,17 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys, time
-        import numpy as np
+        from fastpe import _save
         from fastpe.cli import main
 
-        def slow_save(file, arr, *args, **kwargs):
+        def slow_write(file, layout, stream):
             file.write(b"\\x93NUMPY" + bytes(4096))
             file.flush()
             print("writing", flush=True)
             for _ in range(600):
                 time.sleep(0.1)
 
-        np.save = slow_save
+        _save._WRITERS[".npy"] = slow_write
         main(["table", "--d-model", "8", "--max-len", "4", "--backend", {DEFAULT!r}, "-o", sys.argv[1]],
              prog_name="fastpe")
         """
