@@ -27,8 +27,9 @@ Files.  The format is chosen by the extension:
                   writes the file itself, streaming; the package is what reads it).
 
 bfloat16 is ``ml_dtypes.bfloat16``; NumPy has no standard code for it, so in ``.npy`` and
-``.npz`` it is stored as NumPy stores it (``'<V2'``: load, then ``.view(ml_dtypes.bfloat16)``)
-and in ``.safetensors`` as ``BF16``.
+``.npz`` it is stored as its bit patterns, ``uint16`` (load, then ``.view(ml_dtypes.bfloat16)``,
+or ``torch.from_numpy(a).view(torch.bfloat16)``; the spec records ``bfloat16``), as every
+fastpe command writes it, and in ``.safetensors`` as ``BF16``.
 
 Spec.  ``{"fastpe": VERSION, "function": "table", "params": {...}}`` where ``params`` are
 every :class:`~fastpe.PosEncConfig` field and ``dtype``: exactly the keyword arguments of
@@ -395,6 +396,8 @@ def _safetensors_spec(source: str) -> str:
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The header ``numpy.save`` writes for a C-ordered array of ``dtype`` and ``shape``."""
     buf = io.BytesIO()
+    if dtype.name == "bfloat16":  # its bits as uint16: NumPy and torch read that; '<V2' they cannot use
+        dtype = np.dtype("<u2")
     header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     try:
         npy_format.write_array_header_1_0(buf, header)

@@ -65,7 +65,10 @@ def read_table(path, dtype="float32") -> np.ndarray:
 
         with safe_open(path, framework="numpy") as f:
             array = f.get_tensor("table")
-    return array.view(_dtypes.resolve(dtype)) if array.dtype.kind == "V" else array
+    if dtype == "bfloat16" and not str(path).endswith(".safetensors"):  # stored as its uint16 bits
+        assert array.dtype == np.dtype("<u2")
+        return array.view(_dtypes.resolve(dtype))
+    return array
 
 
 def same_bits(a, b) -> bool:

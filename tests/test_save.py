@@ -58,7 +58,8 @@ def read_table(path, dtype="float32") -> np.ndarray:
         with safe_open(path, framework="numpy") as f:
             assert list(f.keys()) == ["table"]
             array = f.get_tensor("table")
-    if array.dtype.kind == "V":  # bfloat16 in .npy/.npz: stored as numpy stores it, '<V2'
+    if dtype == "bfloat16" and not path.endswith(".safetensors"):  # stored as its uint16 bits
+        assert array.dtype == np.dtype("<u2")
         array = array.view(_dtypes.resolve(dtype))
     return array
 
