@@ -1,11 +1,12 @@
-"""Declares fastpe's optional compiled extension; the project metadata is in pyproject.toml.
+"""Declares fastpe's optional compiled extensions; the project metadata is in pyproject.toml.
 
-``fastpe._ext`` (the ``cython`` backend, built from ``csrc/``) is optional: when it cannot
-be built -- no C compiler, no Cython -- the install goes on without it, after a one-line
-warning, and fastpe uses its other backends.  Environment variables:
+``fastpe._ext`` and ``fastpe._ext_bias`` (together the ``cython`` backend, built from
+``csrc/``) are optional: when they cannot be built -- no C compiler, no Cython -- the install
+goes on without them, after a one-line warning, and fastpe uses its other backends.
+Environment variables:
 
 ``FASTPE_REQUIRE_EXT=1``
-    any failure to build the extension fails the install (CI sets this).
+    any failure to build an extension fails the install (CI sets this).
 ``FASTPE_NATIVE=1``
     compile for this machine's CPU (``-march=native``): faster here, not portable.
 """
@@ -17,6 +18,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 EXT_NAME = "fastpe._ext"
+#: the attention-bias kernels (ALiBi, T5 buckets); the cython backend needs both
+BIAS_EXT_NAME = "fastpe._ext_bias"
 
 
 def _env_flag(name: str) -> bool:
@@ -57,7 +60,7 @@ class optional_build_ext(build_ext):
             ext.extra_compile_args = flags + [a for a in ext.extra_compile_args if a not in flags]
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            self._skip(exc)
+            self._skip(exc, ext.name)
             # skipped: optional=True makes the in-place copy (``build_ext --inplace``,
             # editable installs) pass over the missing file instead of failing on it
             ext.optional = True
@@ -75,8 +78,9 @@ class optional_build_ext(build_ext):
                 (compiled,) = cythonize([ext], quiet=True, force=self.force)
                 ext.sources = compiled.sources
 
-    def _skip(self, exc: BaseException):
-        """Re-raise ``exc`` if the extension is required, else warn (once) and return."""
+    def _skip(self, exc: BaseException, name: str = EXT_NAME):
+        """Re-raise ``exc`` if the extensions are required, else warn (once, naming the first
+        extension that failed) and return."""
         if _env_flag("FASTPE_REQUIRE_EXT"):
             raise exc
         if self._warned:
@@ -86,7 +90,7 @@ class optional_build_ext(build_ext):
         if len(reason) > 160:
             reason = reason[:157] + "..."
         print(
-            f"WARNING: fastpe: optional extension {EXT_NAME} not built ({reason}); fastpe "
+            f"WARNING: fastpe: optional extension {name} not built ({reason}); fastpe "
             "will use its numba/python backends. Set FASTPE_REQUIRE_EXT=1 to make this fatal.",
             file=sys.stderr,
             flush=True,
@@ -100,7 +104,13 @@ setup(
             sources=["csrc/_ext.pyx"],
             include_dirs=["csrc"],
             depends=["csrc/fastpe_kernels.h"],
-        )
+        ),
+        Extension(
+            BIAS_EXT_NAME,
+            sources=["csrc/_bias.pyx"],
+            include_dirs=["csrc"],
+            depends=["csrc/fastpe_bias.h"],
+        ),
     ],
     cmdclass={"build_ext": optional_build_ext},
 )

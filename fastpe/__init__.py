@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # submodules with their own namespace load on first use, keeping `import fastpe` cheap
-    if name in ("rope", "grid", "dask"):
+    if name in ("alibi", "relative", "rope", "grid", "dask"):
         import importlib
 
         return importlib.import_module(f"fastpe.{name}")

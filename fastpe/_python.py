@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from . import _dtypes, _reference, _reference_rope, _reference_sincos
+from ._reference_bias import alibi_bias, t5_bucket, t5_bucket_matrix
 
 __all__ = [
     "sinusoid_forward",
@@ -23,6 +24,9 @@ __all__ = [
     "sincos_real",
     "grid_gather",
     "add_rows",
+    "alibi_bias",
+    "t5_bucket",
+    "t5_bucket_matrix",
 ]
 
 

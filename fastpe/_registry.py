@@ -53,6 +53,23 @@ Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`
     ``x``: writable ``(B, S, d)`` float32 or float64 (any strides); ``pe``: C-contiguous
     ``(S, d)`` of the same dtype; ``x[b, s] = x[b, s] * scale + pe[s]`` (no multiply when
     ``scale`` is ``None``), each operation rounded in ``x``'s dtype, as NumPy does.
+
+Attention biases (see :mod:`fastpe.alibi` and :mod:`fastpe.relative` for every value):
+
+``alibi_bias(n_heads, max_bias, form, out)``
+    ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``(0, 64]``, ``form`` one of
+    ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32`` or ``float64``
+    ``(n_heads, q_len, k_len)``, ``1 <= q_len, k_len <= 2**32`` (``k_len >= q_len`` for
+    ``symmetric`` and ``causal``); each finite value the exact product rounded to ``out``'s
+    dtype.
+``t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out)``
+    ``relative_position``: C-contiguous ``int64`` ``(n,)``, no value ``-2**63``; ``out``:
+    C-contiguous, writable ``int64`` or ``int32`` ``(n,)``; ``num_buckets`` and
+    ``max_distance`` as :func:`fastpe.relative.t5_bucket` validates them.
+``t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out)``
+    ``out``: C-contiguous, writable ``int64`` or ``int32`` ``(q_len, k_len)`` (each at most
+    ``2**32``), ``out[i, j]`` the bucket of ``j - (i + query_offset)``,
+    ``0 <= query_offset <= 2**62``.
 """
 
 from __future__ import annotations
@@ -80,6 +97,9 @@ OPERATIONS: dict[str, Operation] = {
         Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
         Operation("grid_gather", "2-D/3-D sin-cos grids: each axis's values copied into place"),
         Operation("add_rows", "add_: x * scale + pe in place, row by row"),
+        Operation("alibi_bias", "ALiBi bias (heads, queries, keys), exact products of the slopes"),
+        Operation("t5_bucket", "HF T5 relative-position buckets of arbitrary int64 positions"),
+        Operation("t5_bucket_matrix", "HF T5 buckets of j - (i + offset), a (q_len, k_len) matrix"),
     )
 }
 

@@ -34,6 +34,9 @@ __all__ = [
     "sincos_real",
     "grid_gather",
     "add_rows",
+    "alibi_bias",
+    "t5_bucket",
+    "t5_bucket_matrix",
     "threading_layer",
     "num_threads",
 ]
@@ -154,3 +157,6 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
 def add_rows(x, pe, scale) -> None:
     _run(_k.add_rows_parallel, _k.add_rows_serial, x.size, x, pe,
          1.0 if scale is None else float(scale), scale is not None)
+
+
+from .bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (its kernels use _run above)

@@ -1,0 +1,168 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=True, embedsignature=True
+"""Compiled attention-bias kernels of the ``cython`` backend (ALiBi, T5 buckets), built from
+``csrc/fastpe_bias.h`` (see fastpe._cython_bias).
+
+The functions take arrays the caller has already validated.  They check only what memory
+safety needs (shapes, ranges), then release the GIL for the loop, so Python threads can fill
+disjoint ranges of one output at once.
+"""
+
+from libc.stdint cimport int32_t, int64_t
+
+cdef extern from "fastpe_bias.h" nogil:
+    void fastpe_alibi_line_f32(const double *words, Py_ssize_t n_heads, int64_t first,
+                               float *line, Py_ssize_t length, Py_ssize_t n_begin,
+                               Py_ssize_t n_end)
+    void fastpe_alibi_line_f64(const double *words, Py_ssize_t n_heads, int64_t first,
+                               double *line, Py_ssize_t length, Py_ssize_t n_begin,
+                               Py_ssize_t n_end)
+    void fastpe_alibi_fill_f32(const float *line, int form, float *out, Py_ssize_t q_len,
+                               Py_ssize_t k_len, Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_alibi_fill_f64(const double *line, int form, double *out, Py_ssize_t q_len,
+                               Py_ssize_t k_len, Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_t5_bucket_i32(const int64_t *rel, int bidirectional, int64_t n,
+                              const int64_t *thresholds, Py_ssize_t n_thresholds, int32_t *out,
+                              Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_t5_bucket_i64(const int64_t *rel, int bidirectional, int64_t n,
+                              const int64_t *thresholds, Py_ssize_t n_thresholds, int64_t *out,
+                              Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_t5_line_i32(int64_t first, int bidirectional, int64_t n,
+                            const int64_t *thresholds, Py_ssize_t n_thresholds, int32_t *line,
+                            Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_t5_line_i64(int64_t first, int bidirectional, int64_t n,
+                            const int64_t *thresholds, Py_ssize_t n_thresholds, int64_t *line,
+                            Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_t5_fill_i32(const int32_t *line, int32_t *out, Py_ssize_t q_len, Py_ssize_t k_len,
+                            Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_t5_fill_i64(const int64_t *line, int64_t *out, Py_ssize_t q_len, Py_ssize_t k_len,
+                            Py_ssize_t row_begin, Py_ssize_t row_end)
+
+ctypedef fused real_t:
+    float
+    double
+
+ctypedef fused bucket_t:
+    int32_t
+    int64_t
+
+#: distances must stay below this: the split words' products are exact only there
+cdef Py_ssize_t DISTANCE_LIMIT = (<Py_ssize_t>1) << 32
+
+
+cdef int _check_range(Py_ssize_t size, Py_ssize_t begin, Py_ssize_t end, str what) except -1:
+    if not 0 <= begin <= end <= size:
+        raise ValueError(f"{what} [{begin}, {end}) out of range for {size}")
+    return 0
+
+
+def alibi_line(const double[:, ::1] words, real_t[:, ::1] line, Py_ssize_t n_begin=0,
+               Py_ssize_t n_end=-1, int64_t first=0):
+    """``line[h, n]`` = head ``h``'s slope times ``first + n``, rounded to the line's dtype,
+    for ``n`` in ``[n_begin, n_end)`` (all by default); ``words`` is the ``(4, n_heads)`` plan
+    of ``fastpe.alibi._slope_words``.  Distances ``first + n`` must stay in ``[0, 2**32)``."""
+    if n_end < 0:
+        n_end = line.shape[1]
+    if words.shape[0] != 4 or words.shape[1] != line.shape[0]:
+        raise ValueError(f"words has shape ({words.shape[0]}, {words.shape[1]}), expected (4, {line.shape[0]})")
+    if first < 0 or first > DISTANCE_LIMIT or line.shape[1] > DISTANCE_LIMIT - first:
+        raise ValueError("distances must stay in [0, 2**32)")
+    _check_range(line.shape[1], n_begin, n_end, "distances")
+    if n_begin == n_end or line.shape[0] == 0:
+        return
+    with nogil:
+        if real_t is float:
+            fastpe_alibi_line_f32(&words[0, 0], line.shape[0], first, &line[0, 0], line.shape[1],
+                                  n_begin, n_end)
+        else:
+            fastpe_alibi_line_f64(&words[0, 0], line.shape[0], first, &line[0, 0], line.shape[1],
+                                  n_begin, n_end)
+
+
+def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ssize_t row_begin=0,
+               Py_ssize_t row_end=-1):
+    """Rows ``[row_begin, row_end)`` of ``out`` (``(n_heads, q_len, k_len)``, rows counted over
+    heads and queries) from the lines of :func:`alibi_line`; ``form``: 0 symmetric, 1 causal,
+    2 bloom, 3 mpt."""
+    cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
+    if row_end < 0:
+        row_end = n_heads * q_len
+    if line.shape[0] != n_heads or line.shape[1] != k_len:
+        raise ValueError(f"line has shape ({line.shape[0]}, {line.shape[1]}), expected ({n_heads}, {k_len})")
+    if not 0 <= form <= 3:
+        raise ValueError(f"form code {form} is not 0..3")
+    if form <= 1 and k_len < q_len:
+        raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
+    _check_range(n_heads * q_len, row_begin, row_end, "rows")
+    if row_begin == row_end or k_len == 0:
+        return
+    with nogil:
+        if real_t is float:
+            fastpe_alibi_fill_f32(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
+        else:
+            fastpe_alibi_fill_f64(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
+
+
+cdef int _check_plan(const int64_t[::1] thresholds, int64_t n) except -1:
+    if n < 2 or thresholds.shape[0] != n - n // 2 - 1:
+        raise ValueError(f"{thresholds.shape[0]} thresholds for {n} buckets per direction")
+    return 0
+
+
+def t5_bucket(const int64_t[::1] rel, bint bidirectional, int64_t n, const int64_t[::1] thresholds,
+              bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1):
+    """``out[k]`` = the bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``n`` buckets per
+    direction, ``thresholds`` the plan of ``fastpe.relative._plan``.  No ``rel`` may be
+    ``-2**63``."""
+    if end < 0:
+        end = out.shape[0]
+    if rel.shape[0] != out.shape[0]:
+        raise ValueError(f"{rel.shape[0]} relative positions for {out.shape[0]} outputs")
+    _check_plan(thresholds, n)
+    _check_range(out.shape[0], begin, end, "items")
+    if begin == end:
+        return
+    cdef const int64_t *thr = &thresholds[0] if thresholds.shape[0] else NULL
+    with nogil:
+        if bucket_t is int32_t:
+            fastpe_t5_bucket_i32(&rel[0], bidirectional, n, thr, thresholds.shape[0], &out[0], begin, end)
+        else:
+            fastpe_t5_bucket_i64(&rel[0], bidirectional, n, thr, thresholds.shape[0], &out[0], begin, end)
+
+
+def t5_line(int64_t first, bint bidirectional, int64_t n, const int64_t[::1] thresholds,
+            bucket_t[::1] line, Py_ssize_t begin=0, Py_ssize_t end=-1):
+    """``line[k]`` = the bucket of relative position ``first + k``, ``k`` in ``[begin, end)``;
+    ``first + k`` must stay within ``(-2**63, 2**63)``."""
+    if end < 0:
+        end = line.shape[0]
+    _check_plan(thresholds, n)
+    _check_range(line.shape[0], begin, end, "items")
+    if begin == end:
+        return
+    if first < -(1 << 62) - (1 << 40) or first > (1 << 62) or line.shape[0] > (1 << 40):
+        raise ValueError("relative positions out of range")
+    cdef const int64_t *thr = &thresholds[0] if thresholds.shape[0] else NULL
+    with nogil:
+        if bucket_t is int32_t:
+            fastpe_t5_line_i32(first, bidirectional, n, thr, thresholds.shape[0], &line[0], begin, end)
+        else:
+            fastpe_t5_line_i64(first, bidirectional, n, thr, thresholds.shape[0], &line[0], begin, end)
+
+
+def t5_fill(const bucket_t[::1] line, bucket_t[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+    """Rows ``[row_begin, row_end)`` of ``out`` (``(q_len, k_len)``):
+    ``out[i, j] = line[j - i + q_len - 1]``."""
+    cdef Py_ssize_t q_len = out.shape[0], k_len = out.shape[1]
+    if row_end < 0:
+        row_end = q_len
+    if line.shape[0] != q_len + k_len - 1:
+        raise ValueError(f"line has {line.shape[0]} entries, expected q_len + k_len - 1 = {q_len + k_len - 1}")
+    _check_range(q_len, row_begin, row_end, "rows")
+    if row_begin == row_end or k_len == 0:
+        return
+    with nogil:
+        if bucket_t is int32_t:
+            fastpe_t5_fill_i32(&line[0], &out[0, 0], q_len, k_len, row_begin, row_end)
+        else:
+            fastpe_t5_fill_i64(&line[0], &out[0, 0], q_len, k_len, row_begin, row_end)

@@ -1,0 +1,189 @@
+/*
+ * fastpe_bias.h -- the C twin of fastpe/_numba/bias.py: ALiBi biases and T5 buckets.
+ *
+ * Same operations in the same order as the numba kernels; compiled without floating-point
+ * contraction (-ffp-contract=off) and without -ffast-math, so the bits are the same.  The
+ * method is described in fastpe/alibi.py (the slope split into 21-bit words, a double-double
+ * product rounded once) and fastpe/relative.py (the threshold table).  Kernels assume
+ * validated input (distances below 2**32, relative positions above -2**63) and never fail.
+ * Each works on a range of rows or items, so Python threads can fill disjoint parts.
+ */
+#ifndef FASTPE_BIAS_H
+#define FASTPE_BIAS_H
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "fastpe kernels need FLT_EVAL_METHOD == 0 (SSE2 arithmetic on x86)"
+#endif
+
+/* d * (w1 + w2 + w3 + w4) as a double-double (hi, lo), for an integer |d| < 2**32: the first
+ * three products are exact and each fast two-sum's error term is exact (see bias.py). */
+static inline void fastpe_dd_product(double d, double w1, double w2, double w3, double w4,
+                                     double *hi, double *lo)
+{
+    double a = d * w1;
+    double b = d * w2;
+    double c = d * w3;
+    double t = d * w4;
+    double s = a + b;
+    double e1 = b - (s - a);
+    double u = s + c;
+    double e2 = c - (u - s);
+    double low = (e1 + e2) + t;
+    double h = u + low;
+    *hi = h;
+    *lo = low - (h - u);
+}
+
+/* the float32 nearest to hi + lo: hi rounded, unless hi is exactly a float32 midpoint, where
+ * the sign of lo picks the side */
+static inline float fastpe_round_dd_f32(double hi, double lo)
+{
+    if (lo != 0.0) {
+        int ex;
+        (void)frexp(hi, &ex);
+        double r = ldexp(hi, 24 - ex); /* hi in units of its float32 ULP, exactly */
+        double f = floor(r);
+        if (r - f == 0.5)
+            return (float)ldexp(lo > 0.0 ? f + 1.0 : f, ex - 24);
+    }
+    return (float)hi;
+}
+
+/* line[h, n] = slope_h * (first + n) rounded, n in [n_begin, n_end), 0 <= first + n < 2**32;
+ * words is the (4, n_heads) plan */
+static void fastpe_alibi_line_f32(const double *words, ptrdiff_t n_heads, int64_t first,
+                                  float *line, ptrdiff_t length, ptrdiff_t n_begin,
+                                  ptrdiff_t n_end)
+{
+    for (ptrdiff_t h = 0; h < n_heads; h++) {
+        const double w1 = words[h], w2 = words[n_heads + h];
+        const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];
+        float *dst = line + h * length;
+        for (ptrdiff_t n = n_begin; n < n_end; n++) {
+            double hi, lo;
+            fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);
+            dst[n] = fastpe_round_dd_f32(hi, lo);
+        }
+    }
+}
+
+static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_t first,
+                                  double *line, ptrdiff_t length, ptrdiff_t n_begin,
+                                  ptrdiff_t n_end)
+{
+    for (ptrdiff_t h = 0; h < n_heads; h++) {
+        const double w1 = words[h], w2 = words[n_heads + h];
+        const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];
+        double *dst = line + h * length;
+        for (ptrdiff_t n = n_begin; n < n_end; n++) {
+            double hi, lo;
+            fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);
+            dst[n] = hi;
+        }
+    }
+}
+
+/* rows [row_begin, row_end) of out (n_heads * q_len rows of k_len) from the lines;
+ * form 0 symmetric, 1 causal, 2 bloom, 3 mpt.  0.0 - v keeps a zero distance +0.0. */
+#define FASTPE_ALIBI_FILL(SUFFIX, T)                                                          \
+    static void fastpe_alibi_fill_##SUFFIX(const T *line, int form, T *out, ptrdiff_t q_len,  \
+                                           ptrdiff_t k_len, ptrdiff_t row_begin,              \
+                                           ptrdiff_t row_end)                                 \
+    {                                                                                         \
+        const ptrdiff_t offset = k_len - q_len;                                               \
+        for (ptrdiff_t r = row_begin; r < row_end; r++) {                                     \
+            const ptrdiff_t h = r / q_len, i = r - h * q_len;                                 \
+            const T *src = line + h * k_len;                                                  \
+            T *row = out + r * k_len;                                                         \
+            if (form == 2) {                                                                  \
+                for (ptrdiff_t j = 0; j < k_len; j++)                                         \
+                    row[j] = src[j];                                                          \
+            } else if (form == 3) {                                                           \
+                for (ptrdiff_t j = 0; j < k_len; j++)                                         \
+                    row[j] = (T)(0.0 - (double)src[k_len - 1 - j]);                           \
+            } else {                                                                          \
+                const ptrdiff_t p = i + offset;                                               \
+                for (ptrdiff_t j = 0; j <= p; j++)                                            \
+                    row[j] = (T)(0.0 - (double)src[p - j]);                                   \
+                if (form == 1) {                                                              \
+                    for (ptrdiff_t j = p + 1; j < k_len; j++)                                 \
+                        row[j] = (T)(-INFINITY);                                              \
+                } else {                                                                      \
+                    for (ptrdiff_t j = p + 1; j < k_len; j++)                                 \
+                        row[j] = (T)(0.0 - (double)src[j - p]);                               \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+FASTPE_ALIBI_FILL(f32, float)
+FASTPE_ALIBI_FILL(f64, double)
+
+/* HF T5's bucket of one relative position (rp > INT64_MIN), n buckets per direction, by the
+ * number of plan thresholds at or below the distance */
+static inline int64_t fastpe_t5_one(int64_t rp, int bidirectional, int64_t n,
+                                    const int64_t *thresholds, ptrdiff_t n_thresholds)
+{
+    int64_t base = 0, d;
+    if (bidirectional) {
+        if (rp > 0) {
+            base = n;
+            d = rp;
+        } else {
+            d = -rp;
+        }
+    } else {
+        d = rp < 0 ? -rp : 0;
+    }
+    const int64_t exact = n / 2;
+    if (d < exact)
+        return base + d;
+    ptrdiff_t lo = 0, hi = n_thresholds;
+    while (lo < hi) {
+        ptrdiff_t mid = (lo + hi) >> 1;
+        if (thresholds[mid] <= d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return base + exact + lo;
+}
+
+#define FASTPE_T5(SUFFIX, T)                                                                  \
+    /* out[k] = bucket(rel[k]) for k in [begin, end) */                                      \
+    static void fastpe_t5_bucket_##SUFFIX(const int64_t *rel, int bidirectional, int64_t n,   \
+                                          const int64_t *thresholds, ptrdiff_t n_thresholds,  \
+                                          T *out, ptrdiff_t begin, ptrdiff_t end)             \
+    {                                                                                         \
+        for (ptrdiff_t k = begin; k < end; k++)                                               \
+            out[k] = (T)fastpe_t5_one(rel[k], bidirectional, n, thresholds, n_thresholds);    \
+    }                                                                                         \
+    /* line[k] = bucket(first + k) for k in [begin, end) */                                  \
+    static void fastpe_t5_line_##SUFFIX(int64_t first, int bidirectional, int64_t n,          \
+                                        const int64_t *thresholds, ptrdiff_t n_thresholds,    \
+                                        T *line, ptrdiff_t begin, ptrdiff_t end)              \
+    {                                                                                         \
+        for (ptrdiff_t k = begin; k < end; k++)                                               \
+            line[k] = (T)fastpe_t5_one(first + k, bidirectional, n, thresholds, n_thresholds); \
+    }                                                                                         \
+    /* rows [row_begin, row_end) of out (q_len x k_len): out[i, j] = line[j - i + q_len - 1] */ \
+    static void fastpe_t5_fill_##SUFFIX(const T *line, T *out, ptrdiff_t q_len, ptrdiff_t k_len, \
+                                        ptrdiff_t row_begin, ptrdiff_t row_end)               \
+    {                                                                                         \
+        for (ptrdiff_t i = row_begin; i < row_end; i++) {                                     \
+            const T *src = line + (q_len - 1 - i);                                            \
+            T *row = out + i * k_len;                                                         \
+            for (ptrdiff_t j = 0; j < k_len; j++)                                             \
+                row[j] = src[j];                                                              \
+        }                                                                                     \
+    }
+
+FASTPE_T5(i32, int32_t)
+FASTPE_T5(i64, int64_t)
+
+#endif /* FASTPE_BIAS_H */

@@ -1,0 +1,217 @@
+"""Numba kernels of the attention biases: ALiBi and T5 buckets.
+
+ALiBi in two passes.  A value depends only on the head and a signed integer distance, so
+the exact work is done once per ``(head, distance)``: :func:`_alibi_line` writes
+``line[h, n] = round(slope_h * n)`` for ``n < k_len`` (the double-double product of the split
+slope, see :mod:`fastpe.alibi`), and :func:`_alibi_fill` copies each output row from its
+head's line, negated and masked as the form says -- a memory-bound gather.  Negation is
+exact, so ``-round(x) == round(-x)``; ``0.0 - v`` keeps a zero distance ``+0.0``.
+
+T5 likewise: a bucket is ``max_exact`` plus the number of plan thresholds at or below the
+distance (a binary search over a few dozen integers); the matrix fills a line of the
+``q_len + k_len - 1`` relative positions it needs, then gathers.
+
+``csrc/fastpe_bias.h`` is the C twin: the same operations in the same order, so the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from ._jit import inline, kernel
+
+__all__ = ["alibi_bias", "t5_bucket", "t5_bucket_matrix", "LINE_BLOCK"]
+
+#: distances per work item of the line pass (a head's line is split for parallelism)
+LINE_BLOCK = 4096
+#: the line pass costs about this many fill values per value (a dozen flops, no stores)
+LINE_COST = 8
+
+
+@inline
+def dd_product(d, w1, w2, w3, w4):
+    """``(hi, lo)``: ``d * (w1 + w2 + w3 + w4)`` as a double-double, for an integer
+    ``|d| < 2**32``.  The first three products are exact (21-bit words); the words sit on
+    descending bit ranges, so each fast two-sum's error term is exact, and the total is off
+    by ~2**-104 relative."""
+    a = d * w1
+    b = d * w2
+    c = d * w3
+    t = d * w4
+    s = a + b
+    e1 = b - (s - a)
+    u = s + c
+    e2 = c - (u - s)
+    low = (e1 + e2) + t
+    hi = u + low
+    lo = low - (hi - u)
+    return hi, lo
+
+
+@inline
+def round_dd_f32(hi, lo):
+    """The float32 nearest to ``hi + lo`` (``|lo| <= ulp(hi) / 2``, ``hi`` a normal float32 in
+    magnitude or zero).  Rounding ``hi`` alone is right unless ``hi`` is exactly a float32
+    midpoint, where the sign of ``lo`` says which side the true value lies on."""
+    if lo != 0.0:
+        m, ex = math.frexp(hi)
+        r = math.ldexp(hi, 24 - ex)  # hi in units of its float32 ULP, exactly
+        f = np.floor(r)
+        if r - f == 0.5:
+            return np.float32(math.ldexp(f + 1.0 if lo > 0.0 else f, ex - 24))
+    return np.float32(hi)
+
+
+def _alibi_line(words, single, first, n_blocks, line):
+    """``line[h, n] = slope_h * (first + n)`` rounded (float32 if ``single``, else the leading
+    double); ``0 <= first + n < 2**32``.  The bias needs ``first = 0``; tests reach the
+    largest distances through ``first`` without a line of 2**32 values."""
+    n_heads, length = line.shape
+    for item in prange(n_heads * n_blocks):
+        h = item // n_blocks
+        n0 = (item - h * n_blocks) * LINE_BLOCK
+        n1 = min(length, n0 + LINE_BLOCK)
+        w1 = words[0, h]
+        w2 = words[1, h]
+        w3 = words[2, h]
+        w4 = words[3, h]
+        for n in range(n0, n1):
+            hi, lo = dd_product(np.float64(first + n), w1, w2, w3, w4)
+            if single:
+                line[h, n] = round_dd_f32(hi, lo)
+            else:
+                line[h, n] = hi
+
+
+def _alibi_fill(line, form, out):
+    """Rows of ``out`` from the lines; ``form``: 0 symmetric, 1 causal, 2 bloom, 3 mpt."""
+    n_heads, q_len, k_len = out.shape
+    offset = k_len - q_len
+    for r in prange(n_heads * q_len):
+        h = r // q_len
+        i = r - h * q_len
+        src = line[h]
+        row = out[h, i]
+        if form == 2:
+            for j in range(k_len):
+                row[j] = src[j]
+        elif form == 3:
+            last = k_len - 1
+            for j in range(k_len):
+                row[j] = 0.0 - src[last - j]
+        else:
+            p = i + offset  # the query's key position, 0 <= p < k_len
+            for j in range(p + 1):
+                row[j] = 0.0 - src[p - j]
+            if form == 1:
+                for j in range(p + 1, k_len):
+                    row[j] = -np.inf
+            else:
+                for j in range(p + 1, k_len):
+                    row[j] = 0.0 - src[j - p]
+
+
+@inline
+def t5_one(rp, bidirectional, n, thresholds):
+    """HF T5's bucket of one relative position (``rp > -2**63``), by the plan's thresholds."""
+    base = 0
+    if bidirectional:
+        if rp > 0:
+            base = n
+            d = rp
+        else:
+            d = -rp
+    else:
+        d = -rp if rp < 0 else 0
+    exact = n // 2
+    if d < exact:
+        return base + d
+    lo = 0
+    hi = thresholds.shape[0]
+    while lo < hi:  # the number of thresholds <= d
+        mid = (lo + hi) >> 1
+        if thresholds[mid] <= d:
+            lo = mid + 1
+        else:
+            hi = mid
+    return base + exact + lo
+
+
+def _t5_bucket(rel, bidirectional, n, thresholds, out):
+    size = rel.shape[0]
+    n_blocks = (size + LINE_BLOCK - 1) // LINE_BLOCK
+    for b in prange(n_blocks):
+        for k in range(b * LINE_BLOCK, min(size, (b + 1) * LINE_BLOCK)):
+            out[k] = t5_one(rel[k], bidirectional, n, thresholds)
+
+
+def _t5_line(first, bidirectional, n, thresholds, line):
+    """``line[k]``: the bucket of relative position ``first + k``."""
+    size = line.shape[0]
+    n_blocks = (size + LINE_BLOCK - 1) // LINE_BLOCK
+    for b in prange(n_blocks):
+        for k in range(b * LINE_BLOCK, min(size, (b + 1) * LINE_BLOCK)):
+            line[k] = t5_one(first + k, bidirectional, n, thresholds)
+
+
+def _t5_fill(line, out):
+    """``out[i, j] = line[j - i + q_len - 1]``: row ``i`` is a window of the line."""
+    q_len, k_len = out.shape
+    for i in prange(q_len):
+        start = q_len - 1 - i
+        row = out[i]
+        for j in range(k_len):
+            row[j] = line[start + j]
+
+
+alibi_line_parallel, alibi_line_serial = kernel(_alibi_line)
+alibi_fill_parallel, alibi_fill_serial = kernel(_alibi_fill)
+t5_bucket_parallel, t5_bucket_serial = kernel(_t5_bucket)
+t5_line_parallel, t5_line_serial = kernel(_t5_line)
+t5_fill_parallel, t5_fill_serial = kernel(_t5_fill)
+
+
+# ------------------------------------------------------------------------ backend operations
+# fastpe._numba imports this module at its end; its _run is imported when a call runs.
+
+
+def alibi_bias(n_heads, max_bias, form, out) -> None:
+    from ..alibi import FORM_CODES, _slope_words
+    from . import _run
+
+    words = _slope_words(n_heads, max_bias)
+    k_len = out.shape[2]
+    line = np.empty((n_heads, k_len), dtype=out.dtype)
+    n_blocks = -(-k_len // LINE_BLOCK)
+    _run(alibi_line_parallel, alibi_line_serial, line.size * LINE_COST,
+         words, out.dtype == np.float32, 0, n_blocks, line)
+    _run(alibi_fill_parallel, alibi_fill_serial, out.size, line, FORM_CODES[form], out)
+
+
+def _thresholds(bidirectional, num_buckets, max_distance):
+    from ..relative import _plan
+
+    n = num_buckets // 2 if bidirectional else num_buckets
+    return n, _plan(n, max_distance)[0]
+
+
+def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
+    from . import _run
+
+    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    _run(t5_bucket_parallel, t5_bucket_serial, out.size * 4,
+         relative_position, bool(bidirectional), n, thresholds, out)
+
+
+def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
+    from . import _run
+
+    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    q_len, k_len = out.shape
+    line = np.empty(q_len + k_len - 1, dtype=out.dtype)
+    first = -(q_len - 1) - int(query_offset)  # j - (i + offset) at i = q_len - 1, j = 0
+    _run(t5_line_parallel, t5_line_serial, line.size * 4, np.int64(first), bool(bidirectional), n, thresholds, line)
+    _run(t5_fill_parallel, t5_fill_serial, out.size, line, out)

@@ -1,0 +1,207 @@
+"""ALiBi (attention with linear biases): exact slopes and bias tensors.
+
+::
+
+    from fastpe import alibi
+
+    alibi.slopes(12)                      # 2**-1 .. 2**-8, then 2**-0.5, 2**-1.5, ...
+    b = alibi.bias(12, 1024, form="causal")   # (12, 1024, 1024) float32, -inf above the diagonal
+    scores += b                           # (batch, 12, q, k) attention logits
+
+Slopes follow the ALiBi paper, including head counts that are not powers of two: with
+``m = 2**floor(log2(n_heads))`` the first ``m`` heads get ``2**(-max_bias * k / m)``,
+``k = 1 .. m``, and the rest every other slope of ``2m`` heads,
+``2**(-max_bias * k / (2m))`` for odd ``k``.  ``max_bias=8`` is the paper's (and BLOOM's,
+MPT's) choice.
+
+Forms (query ``i`` sits at absolute position ``p = i + k_len - q_len``, so the last query
+lines up with the last key, as in decoding with a cache):
+
+``symmetric``  ``-slope * |p - j|``
+``causal``     the same for ``j <= p``, ``-inf`` for ``j > p`` (the mask included)
+``bloom``      ``slope * j``, the same for every query (BLOOM's ``build_alibi_tensor``;
+               softmax is invariant to a per-row shift, so it equals ``causal`` after masking)
+``mpt``        ``slope * (j - (k_len - 1))`` (MPT's ``build_mpt_alibi_tensor``)
+
+``symmetric`` and ``causal`` need ``k_len >= q_len`` (a query before the first key has no
+meaning there); ``bloom`` and ``mpt`` do not depend on the query and take any ``k_len``.
+
+Exactness.  A slope ``2**-e`` whose exponent is not an integer is irrational, and
+``float32(slope) * j`` is off by up to half an ULP of the slope times ``j``: far from the
+true value for long distances.  Every finite value here is the correctly rounded float32 of
+the *exact* product (slope times integer distance), zero distance gives ``+0.0``.  The
+kernels split the slope into three 21-bit words and a remainder (as
+:func:`fastpe._plan.split_turns`), form the products exactly, sum them without error into a
+double-double and round that once, resolving a float32 midpoint by the low part -- so the
+result is correctly rounded unless the exact value lies within ``2**-100`` (relative) of a
+midpoint, which the tests never met and no value at these distances is known to.
+float64 output is the double-double's leading double: correctly rounded under the same
+proviso.  float16 and bfloat16 are the float32 values narrowed, with ties decided by the
+exact reference (:func:`fastpe._dtypes.narrow`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+import numpy as np
+
+from . import _backends, _dtypes
+from ._validate import check_choice, check_int, check_positive, check_table_out
+
+__all__ = ["slopes", "bias", "FORMS", "MAX_HEADS", "MAX_BIAS", "MAX_LEN", "MAX_ELEMENTS"]
+
+FORMS = ("symmetric", "causal", "bloom", "mpt")
+#: form name -> the kernels' code
+FORM_CODES = {name: code for code, name in enumerate(FORMS)}
+
+MAX_HEADS = 1 << 16
+#: slopes stay >= 2**-64, so every non-zero value is a normal float32 (and the products of
+#: the split words with a distance stay far from double underflow)
+MAX_BIAS = 64.0
+#: distances stay below 2**32, where the split words' products are exact
+MAX_LEN = 1 << 32
+#: a bound on ``n_heads * q_len * k_len`` that keeps index arithmetic far from overflow
+MAX_ELEMENTS = 1 << 40
+
+
+def _exponent(n_heads: int, max_bias: float, h: int) -> Fraction:
+    m = 1 << (n_heads.bit_length() - 1)
+    k, heads = (h + 1, m) if h < m else (2 * (h - m) + 1, 2 * m)
+    return Fraction(max_bias) * k / heads
+
+
+@functools.lru_cache(maxsize=64)
+def _slope_words(n_heads: int, max_bias: float) -> np.ndarray:
+    """The split slopes every compiled kernel reads, shape ``(4, n_heads)``, read-only.
+
+    Column ``h`` holds ``(w1, w2, w3, w4)``: three 21-bit doubles and a remainder whose sum is
+    head ``h``'s slope to a relative ``2**-116`` (exactly, when the slope is a power of two),
+    so ``n * w1``, ``n * w2``, ``n * w3`` are exact for every integer ``n < 2**32``.  The slope
+    comes from :mod:`decimal`'s power at 70 digits (the reference takes ``exp(-e ln 2)``).
+    """
+    from ._plan import split_turns
+
+    words = np.zeros((4, n_heads), dtype=np.float64)
+    for h in range(n_heads):
+        e = _exponent(n_heads, max_bias, h)
+        if e.denominator == 1:
+            words[0, h] = math.ldexp(1.0, -e.numerator)
+            continue
+        with localcontext() as ctx:
+            ctx.prec = 70
+            value = Decimal(2) ** (-(Decimal(e.numerator) / Decimal(e.denominator)))
+        words[:, h] = split_turns(value)
+    words.setflags(write=False)
+    return words
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _check_heads(n_heads) -> int:
+    return check_int("n_heads", n_heads, low=1, high=MAX_HEADS)
+
+
+def _check_max_bias(max_bias) -> float:
+    return check_positive("max_bias", max_bias, high=MAX_BIAS)
+
+
+def _check_lengths(q_len, k_len, form: str) -> tuple[int, int]:
+    q_len = check_int("q_len", q_len, low=1, high=MAX_LEN)
+    k_len = q_len if k_len is None else check_int("k_len", k_len, low=1, high=MAX_LEN)
+    if form in ("symmetric", "causal") and k_len < q_len:
+        raise ValueError(
+            f"k_len must be >= q_len for form {form!r} (query i sits at key position "
+            f"i + k_len - q_len), got k_len={k_len} < q_len={q_len}"
+        )
+    return q_len, k_len
+
+
+# ---------------------------------------------------------------------------------- public
+
+
+def slopes(n_heads, max_bias=8.0, *, dtype="float32") -> np.ndarray:
+    """The ``n_heads`` ALiBi slopes, each the correctly rounded ``dtype`` of the exact real
+    slope (see the module docstring for the rule): ``slopes(4)`` is
+    ``[0.25, 0.0625, 0.015625, 0.00390625]``.
+    """
+    from ._reference_bias import slope
+
+    n_heads = _check_heads(n_heads)
+    max_bias = _check_max_bias(max_bias)
+    dt = _dtypes.resolve(dtype)
+    fmt = _dtypes.format_of(dt)
+    values = [slope(n_heads, max_bias, h, fmt) for h in range(n_heads)]
+    return np.array(values, dtype=np.float64).astype(dt)
+
+
+def bias(
+    n_heads,
+    q_len,
+    k_len=None,
+    *,
+    form="symmetric",
+    max_bias=8.0,
+    dtype="float32",
+    out=None,
+    backend=None,
+) -> np.ndarray:
+    """The ALiBi bias, an array ``(n_heads, q_len, k_len)`` to add to attention logits.
+
+    ``k_len`` defaults to ``q_len``.  ``form``: ``"symmetric"`` (default), ``"causal"``,
+    ``"bloom"`` or ``"mpt"`` (see the module docstring).  ``dtype``: float32 (default),
+    float64, float16 or bfloat16, every value correctly rounded from the exact one.
+    ``out``, if given, must be a writable C-contiguous array of that dtype and shape; it is
+    filled in place and returned.  ``backend``: ``"numba"``, ``"cython"``, ``"python"`` or
+    ``None`` (``$FASTPE_BACKEND``, else the fastest available); large outputs are filled in
+    parallel.
+
+    Raises :class:`TypeError` / :class:`ValueError` naming the argument, before anything is
+    written.
+    """
+    n_heads = _check_heads(n_heads)
+    form = check_choice("form", form, FORMS)
+    q_len, k_len = _check_lengths(q_len, k_len, form)
+    max_bias = _check_max_bias(max_bias)
+    dt = _dtypes.resolve(dtype)
+    shape = (n_heads, q_len, k_len)
+    if n_heads * q_len * k_len > MAX_ELEMENTS:
+        raise ValueError(
+            f"n_heads * q_len * k_len must be <= 2**40, got {n_heads} * {q_len} * {k_len}"
+        )
+    if out is None:
+        _, module = _backends.resolve(backend)
+        out = np.empty(shape, dtype=dt)
+    else:
+        check_table_out(out, shape, (dt,))
+        _, module = _backends.resolve(backend)
+    if dt in (np.float32, np.float64):
+        module.alibi_bias(n_heads, max_bias, form, out)
+        return out
+    _narrow(module, n_heads, max_bias, form, out)
+    return out
+
+
+def _narrow(module, n_heads: int, max_bias: float, form: str, out: np.ndarray) -> None:
+    """float16 / bfloat16: the float32 bias (a scratch array as large as the output) narrowed,
+    with ties decided by the exact reference."""
+    from ._reference_bias import alibi_distance, alibi_value
+
+    _, q_len, k_len = out.shape
+    fmt = _dtypes.format_of(out.dtype)
+    x32 = np.empty((n_heads, q_len, k_len), dtype=np.float32)
+    module.alibi_bias(n_heads, max_bias, form, x32)
+
+    def ties(idx):
+        values = []
+        for flat in idx.tolist():
+            h, rest = divmod(flat, q_len * k_len)
+            i, j = divmod(rest, k_len)
+            values.append(alibi_value(n_heads, max_bias, h, alibi_distance(form, q_len, k_len, i, j), fmt))
+        return values
+
+    out[...] = _dtypes.narrow(x32, out.dtype, ties)
