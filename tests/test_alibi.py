@@ -1,0 +1,453 @@
+"""fastpe.alibi: slopes and biases against mpmath, the exact reference, HF's BLOOM and MPT.
+
+Exact values come from mpmath at ~300 bits, rounded to each format by :func:`mp_round`
+(scaled to the format's quantum and rounded half-to-even by ``mpmath.nint``): independent of
+:mod:`fastpe._reference_bias`, which brackets the slope in :mod:`decimal`.  Sizes stay small
+where the python backend runs; the large cases use the compiled backends only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+from fastpe import _backends, _dtypes, alibi
+from fastpe._reference_bias import alibi_distance, alibi_value
+from conftest import AVAILABLE, FAST
+
+mpmath.mp.prec = 300
+
+FORMS = alibi.FORMS
+F32 = _dtypes.FORMATS["float32"]
+
+
+def mp_slope(n_heads: int, max_bias: float, h: int) -> mpmath.mpf:
+    """The ALiBi paper's rule, written from its code: ``get_slopes(n)``."""
+    closest = 2 ** int(math.floor(math.log2(n_heads)))
+    if h < closest:
+        return mpmath.power(2, -mpmath.mpf(max_bias) * (h + 1) / closest)
+    k = 2 * (h - closest) + 1
+    return mpmath.power(2, -mpmath.mpf(max_bias) * k / (2 * closest))
+
+
+def mp_round(x, name: str) -> float:
+    """``x`` (mpf) rounded to the nearest number of format ``name``, ties to even."""
+    fmt = _dtypes.FORMATS[name]
+    if x == 0:
+        return 0.0
+    e = int(mpmath.floor(mpmath.log(abs(x), 2)))
+    # log2 may land one off near a power of two; fix e so that 2**e <= |x| < 2**(e+1)
+    while mpmath.ldexp(1, e) > abs(x):
+        e -= 1
+    while mpmath.ldexp(1, e + 1) <= abs(x):
+        e += 1
+    q = max(e, fmt.emin) - (fmt.mant_bits - 1)
+    m = int(mpmath.nint(mpmath.ldexp(x, -q)))
+    if abs(m).bit_length() + q >= fmt.emax + 2:  # |m| * 2**q >= 2**(emax + 1): overflow
+        return math.copysign(math.inf, m)
+    return math.ldexp(m, q)
+
+
+def mp_bias(n_heads, q_len, k_len, form, max_bias, name):
+    out = np.empty((n_heads, q_len, k_len), dtype=np.float64)
+    for h in range(n_heads):
+        s = mp_slope(n_heads, max_bias, h)
+        for i in range(q_len):
+            for j in range(k_len):
+                n = alibi_distance(form, q_len, k_len, i, j)
+                out[h, i, j] = -math.inf if n is None else mp_round(s * n, name)
+    return out
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def k_for(form: str, q_len: int) -> int:
+    """A key length for ``form``: longer than the queries, or shorter where the form allows."""
+    return q_len + 3 if form in ("symmetric", "causal") else max(1, q_len - 2)
+
+
+# ------------------------------------------------------------------------------ slopes
+
+
+def test_slopes_of_twelve_heads_follow_the_paper():
+    want = [2.0**-k for k in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    got = alibi.slopes(12)
+    assert got.dtype == np.float32 and got.shape == (12,)
+    np.testing.assert_array_equal(got[:8], np.array(want[:8], dtype=np.float32))  # exact powers
+    for h in range(8, 12):  # irrational: the float32 nearest the real value
+        assert float(got[h]) == mp_round(mpmath.power(2, -mpmath.mpf(2 * (h - 8) + 1) / 2), "float32")
+    np.testing.assert_allclose(got, want, rtol=2**-24)
+
+
+@pytest.mark.parametrize("max_bias", [8.0, 7.3, 0.1, 16.0, 64.0])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_slopes_are_correctly_rounded(max_bias, dtype):
+    for n_heads in [1, 2, 3, 5, 8, 12, 24, 40, 64, 71]:
+        got = alibi.slopes(n_heads, max_bias, dtype=dtype)
+        assert got.dtype == np.dtype(dtype)
+        want = [mp_round(mp_slope(n_heads, max_bias, h), dtype) for h in range(n_heads)]
+        np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+def test_slopes_bfloat16():
+    pytest.importorskip("ml_dtypes")
+    got = alibi.slopes(24, dtype="bfloat16")
+    want = [mp_round(mp_slope(24, 8.0, h), "bfloat16") for h in range(24)]
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+# ------------------------------------------------------------------- values, every backend
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n_heads, q_len, max_bias", [(5, 6, 8.0), (12, 4, 7.3), (1, 3, 0.5), (16, 5, 64.0)])
+def test_every_backend_matches_mpmath(form, n_heads, q_len, max_bias, backend):
+    k_len = k_for(form, q_len)
+    for name in ("float32", "float64"):
+        got = alibi.bias(n_heads, q_len, k_len, form=form, max_bias=max_bias, dtype=name, backend=backend)
+        want = mp_bias(n_heads, q_len, k_len, form, max_bias, name)
+        assert got.shape == (n_heads, q_len, k_len) and got.dtype == np.dtype(name)
+        np.testing.assert_array_equal(got.astype(np.float64), want)
+        # a zero distance is +0.0 (never -0.0)
+        assert not np.signbit(got[got == 0]).any()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_backends_write_the_same_bits_as_the_reference(form, backend):
+    q_len = 7
+    k_len = k_for(form, q_len)
+    for dtype in ("float32", "float64"):
+        want = alibi.bias(13, q_len, k_len, form=form, max_bias=5.5, dtype=dtype, backend="python")
+        got = alibi.bias(13, q_len, k_len, form=form, max_bias=5.5, dtype=dtype, backend=backend)
+        assert same_bits(got, want)
+
+
+def test_defaults_and_forms_by_definition(backend):
+    """k_len defaults to q_len; causal = symmetric below the diagonal and -inf above;
+    mpt = bloom shifted by the last key; symmetric is -|i - j| times the slope."""
+    sym = alibi.bias(6, 5, backend=backend)
+    assert sym.shape == (6, 5, 5)
+    causal = alibi.bias(6, 5, form="causal", backend=backend)
+    lower = np.tril(np.ones((5, 5), bool))
+    np.testing.assert_array_equal(causal[:, lower], sym[:, lower])
+    assert np.isneginf(causal[:, ~lower]).all()
+    s = alibi.slopes(6).astype(np.float64)
+    i, j = np.indices((5, 5))
+    np.testing.assert_array_equal(sym, (-s[:, None, None] * np.abs(i - j)).astype(np.float32))  # exact: powers of 2
+    bloom = alibi.bias(6, 2, 9, form="bloom", backend=backend)
+    np.testing.assert_array_equal(bloom[:, 0], bloom[:, 1])
+    mpt = alibi.bias(6, 1, 9, form="mpt", backend=backend)
+    np.testing.assert_array_equal(mpt[:, 0, -1], 0.0)
+    np.testing.assert_array_equal(mpt[:, 0, :], (s[:, None] * (np.arange(9) - 8)).astype(np.float32))
+
+
+def test_queries_sit_at_the_end_of_the_keys(backend):
+    """q_len < k_len: query i is key position i + k_len - q_len (decoding with a cache)."""
+    full = alibi.bias(5, 9, form="causal", backend=backend)
+    tail = alibi.bias(5, 3, 9, form="causal", backend=backend)
+    np.testing.assert_array_equal(tail, full[:, 6:, :])
+    step = alibi.bias(5, 1, 9, form="symmetric", backend=backend)
+    np.testing.assert_array_equal(step[:, 0], alibi.bias(5, 9, backend=backend)[:, 8])
+
+
+# -------------------------------------------------------------------------- hard cases
+
+
+def _convergents(x, count=60):
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    for _ in range(count):
+        a = int(mpmath.floor(x))
+        p0, q0, p1, q1 = p1, q1, a * p1 + p0, a * q1 + q0
+        yield p1, q1
+        frac = x - a
+        if frac == 0:
+            return
+        x = 1 / frac
+
+
+def near_midpoints(s, bits: int, limit: int = 1 << 32) -> list[int]:
+    """Distances ``n < limit`` with ``s * n`` closest to a midpoint of a ``bits``-bit format:
+    the convergents ``p/q`` (``p`` odd) of ``s * 2**(bits + 1 - E)`` for each binade ``E``."""
+    found = set()
+    for e in range(-70, 34):
+        lo = max(1, int(mpmath.ceil(mpmath.ldexp(1, e - 1) / s)))
+        hi = min(limit - 1, int(mpmath.floor(mpmath.ldexp(1, e) / s)))
+        if lo > hi:
+            continue
+        for p, q in _convergents(s * mpmath.ldexp(1, bits + 1 - e)):
+            if q > hi:
+                break
+            if q >= lo and p % 2:
+                found.add(q)
+    return sorted(found)
+
+
+def _line(backend: str, words, dtype, first: int, length: int) -> np.ndarray:
+    """The line kernel of a compiled backend, for distances ``first .. first + length - 1``."""
+    line = np.empty((words.shape[1], length), dtype=dtype)
+    if backend == "numba":
+        from fastpe._numba import bias
+
+        bias.alibi_line_serial(words, line.dtype == np.float32, first, 1 + (length - 1) // bias.LINE_BLOCK, line)
+    else:
+        from fastpe import _ext_bias
+
+        _ext_bias.alibi_line(words, line, 0, -1, first)
+    return line
+
+
+COMPILED = [b for b in ("numba", "cython") if b in AVAILABLE]
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled backend")
+@pytest.mark.parametrize("name, bits", [("float32", 24), ("float64", 53)])
+def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
+    """For irrational slopes, distances below 2**32 whose product lies nearest a rounding
+    midpoint (convergents): float32(double(slope) * n) is wrong on some, fastpe on none."""
+    naive_wrong = 0
+    cases = 0
+    for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
+        words = alibi._slope_words(n_heads, max_bias)
+        for h in range(n_heads):
+            s = mp_slope(n_heads, max_bias, h)
+            if mpmath.isint(mpmath.log(s, 2)):
+                continue
+            for n in near_midpoints(s, bits):
+                want = mp_round(s * n, name)
+                assert alibi_value(n_heads, max_bias, h, n, _dtypes.FORMATS[name]) == want
+                for backend in COMPILED:
+                    got = _line(backend, words[:, h:h + 1].copy(), name, n, 1)[0, 0]
+                    assert float(got) == want, (backend, n_heads, max_bias, h, n)
+                if name == "float32":
+                    naive_wrong += float(np.float32(float(s) * n)) != want
+                cases += 1
+    assert cases > 300
+    if name == "float32":
+        assert naive_wrong > 0  # the cases are hard: one double product does not do
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled backend")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_largest_distances(dtype):
+    """Distances just below 2**31 and 2**32, 13 heads (not a power of two), against the
+    reference; numba and cython identical."""
+    words = alibi._slope_words(13, 8.0)
+    fmt = _dtypes.FORMATS[dtype]
+    for first in (2**31 - 40, 2**32 - 80):
+        lines = [_line(b, words, dtype, first, 80) for b in COMPILED]
+        assert all(same_bits(lines[0], other) for other in lines[1:])
+        for h in range(13):
+            for k in range(0, 80, 7):
+                assert float(lines[0][h, k]) == alibi_value(13, 8.0, h, first + k, fmt)
+        assert float(lines[0][0, -1]) == mp_round(mp_slope(13, 8.0, 0) * (first + 79), dtype)
+
+
+# ---------------------------------------------------------------- parallel, numba vs C
+
+
+@pytest.mark.skipif(len(FAST) < 1, reason="no compiled backend")
+@pytest.mark.parametrize("form", FORMS)
+def test_large_output_takes_the_parallel_path(form, monkeypatch):
+    """8 x 300 x 1024 values: the parallel kernels (numba) and several threads (cython)
+    run; both backends give the same bits, checked against the reference on a sample."""
+    calls = []
+    expected = set(FAST)
+    if "numba" in FAST:
+        import numba
+
+        from fastpe._numba import bias as nb
+
+        if numba.get_num_threads() == 1:
+            expected.discard("numba")  # one thread: numba always runs the serial twin
+
+        fill = nb.alibi_fill_parallel
+        monkeypatch.setattr(nb, "alibi_fill_parallel", lambda *a: (calls.append("numba"), fill(*a)))
+    if "cython" in FAST:
+        from fastpe import _cython
+
+        run_blocks = _cython._run_blocks
+        monkeypatch.setattr(_cython, "threads", lambda: 2)
+        monkeypatch.setattr(_cython, "_run_blocks", lambda run, blocks: (calls.append("cython"), run_blocks(run, blocks)))
+    k_len = 1024
+    q_len = 300 if form in ("symmetric", "causal") else 1100
+    results = [alibi.bias(8, q_len, k_len, form=form, max_bias=7.0, backend=b) for b in FAST]
+    assert all(same_bits(results[0], r) for r in results[1:])
+    assert set(calls) == expected
+    rng = np.random.default_rng(3)
+    got = results[0]
+    for h, i, j in zip(rng.integers(0, 8, 60), rng.integers(0, q_len, 60), rng.integers(0, k_len, 60)):
+        n = alibi_distance(form, q_len, k_len, int(i), int(j))
+        want = -math.inf if n is None else alibi_value(8, 7.0, int(h), n, F32)
+        assert float(got[h, i, j]) == want
+
+
+# --------------------------------------------------------------------- narrow dtypes
+
+
+def _tie_cases(name: str, n_keys: int):
+    """A bloom row of 12 heads long enough to hold float32 values that are ties in ``name``;
+    returns the float32 bias, the narrow one, and the flat indices of the ties."""
+    x32 = alibi.bias(12, 1, n_keys, form="bloom", max_bias=7.3, backend=FAST[0])
+    got = alibi.bias(12, 1, n_keys, form="bloom", max_bias=7.3, dtype=name, backend=FAST[0])
+    return x32, got, _dtypes._ties(x32, _dtypes.FORMATS[name])
+
+
+@pytest.mark.skipif(not FAST, reason="needs a compiled backend for the long rows")
+@pytest.mark.parametrize("name, n_keys", [("float16", 20000), ("bfloat16", 200000)])
+def test_narrow_dtypes_resolve_ties_by_the_exact_value(name, n_keys):
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    x32, got, ties = _tie_cases(name, n_keys)
+    assert ties.size >= 8
+    flat32 = x32.reshape(-1)
+    flat = got.reshape(-1).astype(np.float64)
+    naive = flat32.astype(got.dtype).astype(np.float64)
+    differ = 0
+    for idx in ties.tolist():
+        h, j = divmod(idx, n_keys)
+        want = mp_round(mp_slope(12, 7.3, h) * j, name)
+        assert flat[idx] == want
+        differ += naive[idx] != want
+    assert differ > 0  # round-half-even of the float32 would have been wrong there
+    # and everywhere else the plain narrowing of the (correctly rounded) float32
+    rest = np.ones(flat.size, bool)
+    rest[ties] = False
+    np.testing.assert_array_equal(flat[rest], naive[rest])
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_float16_every_backend(form, backend):
+    k_len = k_for(form, 5)
+    got = alibi.bias(7, 5, k_len, form=form, dtype="float16", max_bias=3.3, backend=backend)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.astype(np.float64), mp_bias(7, 5, k_len, form, 3.3, "float16"))
+
+
+# ---------------------------------------------------------------------------- HF parity
+
+
+def _hf_slope_powers(n_heads: int) -> np.ndarray:
+    """The integer power of its float32 base BLOOM raises for each head's slope."""
+    closest = 2 ** int(math.floor(math.log2(n_heads)))
+    powers = list(range(1, closest + 1)) + list(range(1, 2 * (n_heads - closest), 2))
+    return np.array(powers, dtype=np.float64)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 3, 5, 8, 12, 16, 30, 32, 48, 64, 71])
+def test_bloom_parity(n_heads, fast_backend):
+    """HF's build_alibi_tensor: float32 ``base ** k`` (the base rounded once: relative error
+    up to ``k * 2**-24`` plus pow's own ULP) times the position, rounded once more."""
+    torch = pytest.importorskip("torch")
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    length = 1500
+    hf = bloom.build_alibi_tensor(torch.ones(1, length, dtype=torch.long), n_heads, torch.float32).numpy()
+    ours = alibi.bias(n_heads, 1, length, form="bloom", backend=fast_backend)
+    assert hf.shape == (n_heads, 1, length)
+    bound = (_hf_slope_powers(n_heads)[:, None] + 3) * 2.0**-24 * np.abs(ours[:, 0].astype(np.float64))
+    assert (np.abs(hf[:, 0].astype(np.float64) - ours[:, 0]) <= bound).all()
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 3, 5, 8, 12, 16, 30, 32, 48, 64, 71])
+def test_mpt_parity(n_heads, fast_backend):
+    """HF's build_mpt_alibi_tensor: ``1 / 2**x`` and the product in float32, a few ULPs; the
+    same slope order as the paper's for any head count."""
+    pytest.importorskip("torch")
+    mpt = pytest.importorskip("transformers.models.mpt.modeling_mpt")
+    length = 1500
+    hf = mpt.build_mpt_alibi_tensor(n_heads, length, 8).numpy()
+    ours = alibi.bias(n_heads, 1, length, form="mpt", backend=fast_backend)
+    assert hf.shape == (n_heads, 1, length)
+    err = np.abs(hf.astype(np.float64) - ours)
+    assert (err <= 4 * 2.0**-24 * np.abs(ours.astype(np.float64))).all()
+
+
+# ---------------------------------------------------------------------------- out= and errors
+
+
+def test_out_is_filled_in_place(backend):
+    for dtype in ("float32", "float64", "float16"):
+        out = np.full((3, 4, 6), np.nan, dtype=dtype)
+        got = alibi.bias(3, 4, 6, form="causal", dtype=dtype, out=out, backend=backend)
+        assert got is out
+        assert same_bits(out, alibi.bias(3, 4, 6, form="causal", dtype=dtype, backend="python"))
+
+
+@pytest.mark.parametrize(
+    "out, error, match",
+    [
+        (np.empty((3, 4, 5), np.float32), ValueError, r"out must have shape \(3, 4, 6\)"),
+        (np.empty((3, 4, 6), np.float64), TypeError, "out must have dtype float32"),
+        (np.empty((3, 6, 4), np.float32).transpose(0, 2, 1), ValueError, "C-contiguous"),
+        ([[[0.0]]], TypeError, "out must be a numpy.ndarray"),
+    ],
+)
+def test_bad_out(out, error, match):
+    with pytest.raises(error, match=match):
+        alibi.bias(3, 4, 6, out=out)
+
+
+def test_read_only_out():
+    out = np.empty((2, 3, 3), np.float32)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match="out is read-only"):
+        alibi.bias(2, 3, out=out)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(n_heads=0), ValueError, "n_heads must be >= 1"),
+        (dict(n_heads=2.0), TypeError, "n_heads must be an integer"),
+        (dict(n_heads=True), TypeError, "n_heads must be an integer"),
+        (dict(n_heads=65537), ValueError, "n_heads must be <= 65536"),
+        (dict(q_len=0), ValueError, "q_len must be >= 1"),
+        (dict(q_len="4"), TypeError, "q_len must be an integer"),
+        (dict(k_len=2**32 + 1), ValueError, "k_len must be <= 4294967296"),
+        (dict(k_len=3), ValueError, "k_len must be >= q_len for form 'symmetric'"),
+        (dict(k_len=3, form="causal"), ValueError, "k_len must be >= q_len for form 'causal'"),
+        (dict(form="alibi"), ValueError, "form must be one of"),
+        (dict(form=None), TypeError, "form must be a string"),
+        (dict(max_bias=0.0), ValueError, "max_bias must be > 0"),
+        (dict(max_bias=-8), ValueError, "max_bias must be > 0"),
+        (dict(max_bias=float("nan")), ValueError, "max_bias must be finite"),
+        (dict(max_bias=float("inf")), ValueError, "max_bias must be finite"),
+        (dict(max_bias=65.0), ValueError, "max_bias must be <= 64"),
+        (dict(max_bias="8"), TypeError, "max_bias must be a real number"),
+        (dict(dtype="int8"), TypeError, "dtype must be one of"),
+        (dict(q_len=2**20, k_len=2**21, n_heads=2**10), ValueError, r"n_heads \* q_len \* k_len must be <= 2\*\*40"),
+        (dict(backend="cuda"), ValueError, "backend 'cuda' is not a fastpe backend"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match):
+    args = dict(n_heads=4, q_len=5, k_len=None)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        alibi.bias(args.pop("n_heads"), args.pop("q_len"), args.pop("k_len"), **args)
+
+
+def test_short_keys_are_fine_where_the_form_ignores_the_query(backend):
+    for form in ("bloom", "mpt"):
+        got = alibi.bias(3, 5, 2, form=form, backend=backend)
+        assert got.shape == (3, 5, 2)
+        np.testing.assert_array_equal(got, np.broadcast_to(got[:, :1], got.shape))
+
+
+def test_bad_slope_arguments():
+    with pytest.raises(ValueError, match="n_heads must be >= 1"):
+        alibi.slopes(0)
+    with pytest.raises(ValueError, match="max_bias must be > 0"):
+        alibi.slopes(4, 0)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        alibi.slopes(4, dtype="int32")
+
+
+def test_lazy_attribute():
+    import fastpe
+
+    assert fastpe.alibi is alibi
+    assert _backends.resolve(None)[0] in AVAILABLE
