@@ -68,7 +68,10 @@ def stamp() -> dict:
         "torch_threads": torch_threads,
         "versions": {
             name: _version(name)
-            for name in ("numpy", "numba", "tbb", "torch", "positional-encodings", "pytest-benchmark")
+            for name in (
+                "numpy", "numba", "tbb", "torch", "positional-encodings", "transformers", "diffusers",
+                "pytest-benchmark",
+            )
         },
         "loadavg_at_start": LOAD_AT_START,
         "loadavg_now": os.getloadavg() if hasattr(os, "getloadavg") else None,

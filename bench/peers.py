@@ -19,10 +19,17 @@ Rules every row follows, so the numbers compare:
   ``apply_rotary_pos_emb`` from cos/sin caches computed before timing (as HF's model does,
   once per forward pass) into new tensors, as HF does; the yardstick reads and writes q and k
   once in place.  ``rope_cos_sin`` workloads return fresh cos and sin arrays (or tensors).
+* The families (:data:`FAMILY_KINDS`: fairseq/M2M100 tables, MAE grids, diffusers timesteps,
+  ``add_``, ALiBi, T5 buckets) return fresh outputs too, except ``add``, which works on an
+  input that is restored before every round, untimed (the callable's ``setup``).  Each peer
+  starts from what its own library starts from (timesteps as a float32 tensor, masks of ones)
+  and anything its library computes once per model (a ``pe`` buffer, a precomputed table) is
+  computed before timing; the report says which.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -43,6 +50,9 @@ __all__ = [
     "REFERENCE_ROWS",
     "SEED",
     "ROPE_INV_FREQ",
+    "FAMILY_KINDS",
+    "fastpe_family",
+    "reference_slice",
     "hf_cos_sin",
     "hf_apply_rotary_pos_emb",
 ]
@@ -71,10 +81,31 @@ class Workload:
     #: RoPE: q's (and k's) shape (batch, heads, seq, head_dim), or cos_sin's (positions,
     #: rotary_dim); ``rows * d_model * 4`` is then the bytes written (q and k, or cos and sin)
     shape: tuple[int, ...] = ()
+    #: the output's dtype (fastpe's; the peers' where they differ are converted for the check)
+    dtype: str = "float32"
+    #: rows (in units of ``rows``) the ``python`` reference computes; its time is scaled to
+    #: ``rows`` in the report.  ``None``: the reference does not run on this workload
+    ref_rows: int | None = None
+    #: the convention within a kind (ALiBi's ``form``)
+    variant: str = ""
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
 
     @property
     def nbytes(self) -> int:
-        return self.rows * self.d_model * 4
+        return self.rows * self.d_model * self.itemsize
+
+    @property
+    def is_family(self) -> bool:
+        return self.kind in FAMILY_KINDS
+
+    def rows_measured(self, role: str) -> int:
+        """Rows an implementation of ``role`` computes per call (the reference: a slice)."""
+        if role == "reference":
+            return self.ref_rows if self.ref_rows is not None else REFERENCE_ROWS
+        return self.rows
 
     @cached_property
     def positions(self) -> np.ndarray:
@@ -106,6 +137,18 @@ class Workload:
         return (rng.standard_normal(self.shape, dtype=np.float32),
                 rng.standard_normal(self.shape, dtype=np.float32))
 
+    @cached_property
+    def timesteps(self) -> np.ndarray:
+        """``rows`` float32 timesteps in ``[0, 1000)`` (fixed seed): what a diffusion sampler
+        hands the embedding; fastpe reads them exactly, the peers as float32 tensors."""
+        rng = np.random.default_rng(SEED)
+        return (rng.random(self.rows) * 1000.0).astype(np.float32)
+
+    @cached_property
+    def add_x(self) -> np.ndarray:
+        """The ``add`` workload's embeddings ``(batch, seq, d_model)`` (fixed seed)."""
+        return np.random.default_rng(SEED).standard_normal(self.shape, dtype=np.float32)
+
 
 #: RoPE frequencies of every RoPE workload: HF's default rule at head_dim 128, base 10000
 ROPE_HEAD_DIM = 128
@@ -117,6 +160,24 @@ def _rope_apply_workload(b: int, h: int, s: int, d: int) -> Workload:
         f"rope-apply-qk-{b}x{h}x{s}x{d}", "rope_apply_qk", 2 * b * h * s, d,
         f"RoPE apply_qk_: q and k {b}x{h}x{s}x{d} float32", shape=(b, h, s, d),
     )
+
+
+def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
+    return Workload(
+        f"grid-mae-{h}x{w}x{dim}", "grid", h * w, dim,
+        f"2-D sin-cos grid (MAE order): {h}x{w} tokens x {dim} float32", shape=(h, w),
+        ref_rows=h * w if ref else None,
+    )
+
+
+#: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5")
+#: query rows the python reference computes of an ALiBi bias (all heads, all keys)
+ALIBI_REFERENCE_QUERIES = 1
+#: query rows the python reference computes of the T5 bucket matrix (all keys)
+T5_REFERENCE_ROWS = 64
+#: the T5 bucket matrix's dtype: HF's ``torch.long``; the report's bytes assume it
+T5_DTYPE = "int64"
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -142,12 +203,53 @@ WORKLOADS: dict[str, Workload] = {
             "rope-cos-sin-131072x128", "rope_cos_sin", 2 * 131072, ROPE_HEAD_DIM,
             "RoPE cos/sin caches: 131072 positions x 128, fresh arrays", shape=(131072, ROPE_HEAD_DIM),
         ),
+        # ---- the families
+        Workload(
+            "fairseq-table-2048x512", "family_table", 2048, 512,
+            "fairseq/M2M100 table 2048x512 float32 (halves, half-1 denominator)",
+            ref_rows=REFERENCE_ROWS,
+        ),
+        Workload(
+            "fairseq-table-f16-2048x512", "family_table", 2048, 512,
+            "fairseq/M2M100 table 2048x512 float16", dtype="float16", ref_rows=REFERENCE_ROWS,
+        ),
+        _grid_workload(32, 32, 768, ref=True),
+        _grid_workload(64, 64, 1024),
+        Workload(
+            "timestep-4096x320", "timestep", 4096, 320,
+            "timestep embedding: 4096 float timesteps x 320 (flip_sin_to_cos, shift 0)",
+            ref_rows=REFERENCE_ROWS,
+        ),
+        Workload(
+            "add-8x2048x512", "add", 8 * 2048, 512,
+            "add_: x (8, 2048, 512) float32, x * sqrt(512) + pe", shape=(8, 2048, 512),
+            ref_rows=8 * REFERENCE_ROWS,
+        ),
+        Workload(
+            "alibi-causal-32x2048x2048", "alibi", 32 * 2048, 2048,
+            "ALiBi causal bias: 32 heads x 2048 x 2048 float32", shape=(32, 2048, 2048),
+            ref_rows=32 * ALIBI_REFERENCE_QUERIES, variant="causal",
+        ),
+        Workload(
+            "alibi-bloom-32x2048", "alibi", 32, 2048,
+            "ALiBi BLOOM bias: 32 heads x 2048 keys (one query row, broadcast)", shape=(32, 1, 2048),
+            variant="bloom",
+        ),
+        Workload(
+            "t5-buckets-2048x2048", "t5", 2048, 2048,
+            "T5 relative-position buckets 2048x2048 (bidirectional, 32 buckets, max distance 128)",
+            shape=(2048, 2048), dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS,
+        ),
     )
 }
 
 #: the sinusoidal workloads (the peers of the sinusoid computation run on these only)
-SINUSOID = tuple(k for k, w in WORKLOADS.items() if not w.is_rope)
+SINUSOID = tuple(k for k, w in WORKLOADS.items() if w.kind in ("table", "forward"))
 ROPE = tuple(k for k, w in WORKLOADS.items() if w.is_rope)
+#: the families' workloads, by kind
+FAMILY = {kind: tuple(k for k, w in WORKLOADS.items() if w.kind == kind) for kind in FAMILY_KINDS}
+#: families whose output is a fresh array (every one but ``add``, which works in place)
+FAMILY_FRESH = tuple(k for kind in FAMILY_KINDS if kind != "add" for k in FAMILY[kind])
 
 SMALLEST = "table-2048x512"
 
@@ -174,6 +276,8 @@ def _fastpe(backend: str):
             raise Unavailable(f"fastpe backend {backend!r} not available: {unavailable_reason(backend)}")
         if w.is_rope:
             return _fastpe_rope(backend, w)
+        if w.is_family:
+            return fastpe_family(w, backend, w.rows_measured("reference" if backend == "python" else "fastpe"))
         if w.kind == "table":
             rows = REFERENCE_ROWS if backend == "python" else w.rows
             return lambda: fastpe.table(w.d_model, rows, backend=backend)
@@ -193,6 +297,65 @@ def _fastpe_rope(backend: str, w: Workload):
         return lambda: cos_sin_from_inv_freq(positions, ROPE_INV_FREQ, 1.0, backend=backend)
     q, k = (a.copy() for a in w.rope_qk)  # rotated in place, round after round
     return lambda: apply_qk_from_inv_freq(q, k, positions, ROPE_INV_FREQ, 1.0, backend=backend)
+
+
+def _family_module(w: Workload, backend: str | None):
+    """``fastpe.alibi`` / ``fastpe.relative`` once a tiny call works on ``backend``, else
+    :class:`Unavailable`: in a checkout without the module, or whose backends lack its kernel.
+    The peers of these workloads need it too: without fastpe there is nothing to check them by."""
+    name = "alibi" if w.kind == "alibi" else "relative"
+    try:
+        module = importlib.import_module(f"fastpe.{name}")
+    except ImportError as exc:
+        raise Unavailable(f"fastpe.{name} is not in this checkout ({exc})") from None
+    try:
+        if name == "alibi":
+            module.bias(2, 2, form=w.variant, backend=backend)
+        else:
+            module.t5_bucket_matrix(2, backend=backend)
+    except (AttributeError, NotImplementedError) as exc:
+        raise Unavailable(f"fastpe.{name} has no kernel on backend {backend or 'default'} ({exc})") from None
+    return module
+
+
+def fastpe_family(w: Workload, backend: str | None, rows: int):
+    """fastpe's call for a family workload, on its first ``rows`` rows (``rows < w.rows`` for
+    the reference): ``backend=None`` is the default backend, which the checks compare with."""
+    if w.kind == "family_table":
+        return lambda: fastpe.table(
+            w.d_model, rows, layout="halves", denominator="half-1", dtype=w.dtype, backend=backend
+        )
+    if w.kind == "grid":
+        from fastpe import grid
+
+        h, wd = w.shape
+        return lambda: grid.sincos_2d(h, wd, w.d_model, order="mae", backend=backend)
+    if w.kind == "timestep":
+        t = w.timesteps[:rows]
+        return lambda: fastpe.timestep(t, w.d_model, flip_sin_to_cos=True, shift=0, backend=backend)
+    if w.kind == "add":
+        batch, seq, d = w.shape
+        x0 = np.ascontiguousarray(w.add_x[:, : rows // batch])
+        x = x0.copy()
+        scale = math.sqrt(d)
+
+        def run():
+            return fastpe.add_(x, scale=scale, backend=backend)
+
+        run.setup = lambda: np.copyto(x, x0)
+        return run
+    if w.kind == "alibi":
+        alibi = _family_module(w, backend)
+        heads, _, k_len = w.shape
+        q_len = rows // heads
+        return lambda: alibi.bias(heads, q_len, k_len, form=w.variant, backend=backend)
+    if w.kind == "t5":
+        relative = _family_module(w, backend)
+        k_len = w.shape[1]
+        return lambda: relative.t5_bucket_matrix(
+            rows, k_len, bidirectional=True, num_buckets=32, max_distance=128, backend=backend
+        )
+    raise AssertionError(w.kind)
 
 
 # -- the PyTorch tutorial module ("Sequence-to-Sequence Modeling with nn.Transformer")
@@ -320,6 +483,177 @@ def _make_hf_rope(w: Workload):
     return lambda: hf_apply_rotary_pos_emb(torch, q, k, cos, sin)
 
 
+# -- the families' peers.  Each is its library's function, or (NumPy, torch) the same formula
+# -- written from the published code's equations, float32 unless the original says otherwise.
+
+
+def _hf(module: str, name: str):
+    """``transformers.models.<module>.<name>``, or :class:`Unavailable`."""
+    _torch()
+    try:
+        mod = importlib.import_module(f"transformers.models.{module}")
+    except ImportError as exc:
+        raise Unavailable(f"transformers not installed ({exc})") from None
+    return getattr(mod, name)
+
+
+def numpy_fairseq(n: int, d: int) -> np.ndarray:
+    """fairseq's / M2M100's table in NumPy float32: ``w_k = exp(-k ln(10000) / (h - 1))``,
+    ``h = d // 2``, rows ``[sin(p w) | cos(p w)]`` (``d`` even)."""
+    half = d // 2
+    freq = np.exp(np.arange(half, dtype=np.float32) * np.float32(-math.log(10000.0) / (half - 1)))
+    angle = np.arange(n, dtype=np.float32)[:, None] * freq[None, :]
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+
+
+def _make_hf_m2m100(w: Workload):
+    m2m = _hf("m2m_100.modeling_m2m_100", "M2M100SinusoidalPositionalEmbedding")
+    if w.dtype == "float16":  # the model's float32 buffer, cast as model.half() casts it
+        return lambda: m2m.get_embedding(w.rows, w.d_model).half()
+    return lambda: m2m.get_embedding(w.rows, w.d_model)
+
+
+def _make_numpy_fairseq(w: Workload):
+    return lambda: numpy_fairseq(w.rows, w.d_model)
+
+
+def mae_1d(d: int, pos: np.ndarray) -> np.ndarray:
+    """MAE's 1-D block: ``omega_k = 1 / 10000 ** (k / (d / 2))`` in float64, positions
+    ``pos`` flattened, ``[sin(pos omega) | cos(pos omega)]``."""
+    omega = 1.0 / 10000.0 ** (np.arange(d // 2, dtype=np.float64) / (d / 2.0))
+    out = np.einsum("m,d->md", pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+def mae_2d(h: int, w: int, dim: int) -> np.ndarray:
+    """MAE's ``get_2d_sincos_pos_embed`` (generalised to ``h != w``): a meshgrid with the
+    width coordinate first, half the channels each; float64, as MAE returns it."""
+    grid = np.stack(np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32)), axis=0)
+    return np.concatenate([mae_1d(dim // 2, grid[0]), mae_1d(dim // 2, grid[1])], axis=1)
+
+
+def _make_mae(w: Workload):
+    h, wd = w.shape
+    # MAE copies its float64 result into the model's float32 parameter: the cast is part of it
+    return lambda: mae_2d(h, wd, w.d_model).astype(np.float32)
+
+
+def torch_grid(torch, h: int, w: int, dim: int):
+    """The MAE grid in torch float32: ``[sin x | cos x | sin y | cos y]``, row-major tokens."""
+    q = dim // 4
+    omega = 1.0 / 10000.0 ** (torch.arange(q, dtype=torch.float32) / q)
+    ys, xs = torch.meshgrid(
+        torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij"
+    )
+    ax = xs.reshape(-1, 1) * omega
+    ay = ys.reshape(-1, 1) * omega
+    return torch.cat([ax.sin(), ax.cos(), ay.sin(), ay.cos()], dim=1)
+
+
+def _make_torch_grid(w: Workload):
+    torch = _torch()
+    h, wd = w.shape
+    return lambda: torch_grid(torch, h, wd, w.d_model)
+
+
+def _make_diffusers(w: Workload):
+    torch = _torch()
+    try:
+        from diffusers.models.embeddings import get_timestep_embedding
+    except ImportError as exc:
+        raise Unavailable(f"diffusers not installed ({exc})") from None
+    t = torch.from_numpy(w.timesteps)
+    return lambda: get_timestep_embedding(t, w.d_model, flip_sin_to_cos=True, downscale_freq_shift=0)
+
+
+def numpy_timestep(t: np.ndarray, dim: int) -> np.ndarray:
+    """diffusers' formula in NumPy float32 with ``flip_sin_to_cos=True``, shift 0 (``dim``
+    even): ``w_k = exp(-ln(10000) k / h)``, rows ``[cos(t w) | sin(t w)]``."""
+    half = dim // 2
+    freq = np.exp(np.float32(-math.log(10000.0)) * np.arange(half, dtype=np.float32) / np.float32(half))
+    angle = t[:, None] * freq[None, :]
+    return np.concatenate([np.cos(angle), np.sin(angle)], axis=1)
+
+
+def _make_numpy_timestep(w: Workload):
+    t = w.timesteps
+    return lambda: numpy_timestep(t, w.d_model)
+
+
+def _make_numpy_add(w: Workload):
+    _, seq, d = w.shape
+    table = fastpe.table(d, seq)  # precomputed once, before timing (as a model keeps its buffer)
+    x0 = w.add_x
+    x = x0.copy()
+    scale = np.float32(math.sqrt(d))
+
+    def run():  # x *= scale; x += table[:seq]
+        np.multiply(x, scale, out=x)
+        np.add(x, table[:seq], out=x)
+        return x
+
+    run.setup = lambda: np.copyto(x, x0)
+    return run
+
+
+def _make_torch_add(w: Workload):
+    torch = _torch()
+    _, seq, d = w.shape
+    # the tutorial's buffer, computed at construction (before timing); its forward adds it
+    pe = torch_tutorial(torch.arange(seq, dtype=torch.float32).unsqueeze(1), d, None)
+    x = torch.from_numpy(w.add_x.copy())
+    scale = math.sqrt(d)
+    return lambda: x * scale + pe[:seq]
+
+
+def alibi_slopes(n_heads: int, max_bias: float = 8.0) -> list[float]:
+    """The ALiBi paper's head slopes: ``2 ** (-max_bias * (h + 1) / n)`` for ``n`` a power of
+    two (the workloads use 32 heads)."""
+    assert n_heads & (n_heads - 1) == 0, "power-of-two head counts only"
+    return [2.0 ** (-max_bias * (h + 1) / n_heads) for h in range(n_heads)]
+
+
+def torch_alibi_causal(torch, slopes, q_len: int, k_len: int):
+    """The causal ALiBi bias with its mask: ``slope * (j - i)`` for keys ``j <= i``, ``-inf``
+    after the query; ``(heads, q_len, k_len)`` float32 (``q_len == k_len``)."""
+    distance = torch.arange(k_len)[None, :] - torch.arange(q_len)[:, None]
+    bias = slopes[:, None, None] * distance
+    return bias.masked_fill_(distance > 0, float("-inf"))
+
+
+def _make_torch_alibi(w: Workload):
+    torch = _torch()
+    _family_module(w, None)
+    heads, q_len, k_len = w.shape
+    slopes = torch.tensor(alibi_slopes(heads), dtype=torch.float32)
+    return lambda: torch_alibi_causal(torch, slopes, q_len, k_len)
+
+
+def _make_hf_bloom(w: Workload):
+    build = _hf("bloom.modeling_bloom", "build_alibi_tensor")
+    _family_module(w, None)
+    import torch
+
+    heads, _, k_len = w.shape
+    mask = torch.ones(1, k_len)  # one sequence, no padding
+    return lambda: build(mask, heads, torch.float32)
+
+
+def _make_hf_t5(w: Workload):
+    t5 = _hf("t5.modeling_t5", "T5Attention")
+    _family_module(w, None)
+    import torch
+
+    q_len, k_len = w.shape
+
+    def run():  # T5Attention.compute_bias's positions, then the bucket rule
+        context = torch.arange(q_len, dtype=torch.long)[:, None]
+        memory = torch.arange(k_len, dtype=torch.long)[None, :]
+        return t5._relative_position_bucket(memory - context, bidirectional=True, num_buckets=32, max_distance=128)
+
+    return run
+
+
 # -- the yardstick: writing the same bytes, and nothing else
 
 
@@ -367,6 +701,9 @@ def numba_negate():
 
 def _make_inplace(w: Workload):
     negate = numba_negate()
+    if w.kind == "add":
+        x = w.add_x.copy().reshape(-1)
+        return lambda: negate(x)
     q, k = (a.copy().reshape(-1) for a in w.rope_qk)
 
     def run():
@@ -388,7 +725,22 @@ def _fresh_pair(w: Workload, fill):
     return run
 
 
+def _fresh_output(w: Workload, fill):
+    """A fresh array of the family workload's output bytes (its dtype), filled by ``fill``
+    through a flat float32 view (every output here is a whole number of 4-byte words)."""
+    shape = w.shape if w.kind in ("alibi", "t5") else (w.rows, w.d_model)
+
+    def run():
+        a = np.empty(shape, dtype=w.dtype)
+        fill(a.reshape(-1).view(np.float32))
+        return a
+
+    return run
+
+
 def _make_fill(w: Workload):
+    if w.is_family:
+        return _fresh_output(w, lambda flat: flat.fill(0))
     if w.kind == "rope_cos_sin":
         return _fresh_pair(w, lambda a: a.fill(0))
     if w.kind == "table":
@@ -404,6 +756,8 @@ def _make_fill(w: Workload):
 
 def _make_numba_fill(w: Workload):
     fill = numba_fill()
+    if w.is_family:
+        return _fresh_output(w, fill)
     if w.kind == "rope_cos_sin":
         return _fresh_pair(w, lambda a: fill(a.reshape(-1)))
     if w.kind == "table":
@@ -418,6 +772,21 @@ def _make_numba_fill(w: Workload):
     return lambda: fill(flat)
 
 
+def reference_slice(w: Workload) -> tuple[str, str]:
+    """The python reference's label and note on a family workload: whole if small, else its
+    first rows (the report scales those to the whole workload and marks them 'est.')."""
+    if w.ref_rows == w.rows:
+        return "fastpe python (reference)", "the whole workload"
+    what = {"alibi": "query row", "add": "sequence position"}.get(w.kind, "row")
+    part = w.ref_rows // (w.rows // w.shape[1]) if w.kind in ("alibi", "add") else w.ref_rows
+    first = f"first {what}" if part == 1 else f"first {part} {what}s"
+    return (
+        f"fastpe python (reference): {first} only",
+        f"timed on the {first} only; the report scales it to the whole workload "
+        f"(x{w.rows // w.ref_rows}) and marks it 'est.'",
+    )
+
+
 def _fastpe_rows() -> list[Implementation]:
     rows = []
     for backend in BACKENDS:
@@ -429,6 +798,13 @@ def _fastpe_rows() -> list[Implementation]:
                     note=f"timed on rows 0..{REFERENCE_ROWS - 1} only; the report scales it to the "
                     f"full table (x{WORKLOADS[SMALLEST].rows // REFERENCE_ROWS}) and marks it 'est.'",
                     backend="python",
+                )
+            )
+            rows.append(
+                Implementation(
+                    "python-ref", "fastpe python (reference)", "reference", _fastpe("python"),
+                    tuple(k for k, w in WORKLOADS.items() if w.is_family and w.ref_rows),
+                    note="see reference_slice()", backend="python",
                 )
             )
         else:
@@ -459,19 +835,75 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             note="PyPI positional-encodings (torch); returns (1, n, d); sin/cos interleaved as in fastpe",
         ),
         Implementation(
+            "hf-m2m100", "HF M2M100 get_embedding (torch f32)", "peer", _make_hf_m2m100,
+            FAMILY["family_table"],
+            note="M2M100SinusoidalPositionalEmbedding.get_embedding(n, d) (fairseq's formula, "
+            "float32 angles); the float16 row casts its float32 result with .half()",
+        ),
+        Implementation(
+            "numpy-fairseq", "NumPy f32 (fairseq formula)", "peer", _make_numpy_fairseq,
+            tuple(k for k in FAMILY["family_table"] if WORKLOADS[k].dtype == "float32"),
+            note="exp(-k ln(10000)/(h-1)), [sin | cos] halves, float32 throughout",
+        ),
+        Implementation(
+            "mae-numpy", "MAE get_2d_sincos_pos_embed (NumPy f64 → f32)", "peer", _make_mae, FAMILY["grid"],
+            note="MAE's published formula (float64 omega and einsum, as MAE computes it), cast to "
+            "float32 as MAE copies it into its parameter",
+        ),
+        Implementation(
+            "torch-grid", "torch f32 (MAE formula)", "peer", _make_torch_grid, FAMILY["grid"],
+            note="meshgrid, outer products and one cat, float32",
+        ),
+        Implementation(
+            "diffusers", "diffusers get_timestep_embedding (torch f32)", "peer", _make_diffusers,
+            FAMILY["timestep"],
+            note="flip_sin_to_cos=True, downscale_freq_shift=0; timesteps as a float32 tensor",
+        ),
+        Implementation(
+            "numpy-timestep", "NumPy f32 (diffusers formula)", "peer", _make_numpy_timestep, FAMILY["timestep"],
+            note="diffusers' formula in NumPy float32, [cos | sin] written directly",
+        ),
+        Implementation(
+            "numpy-add", "NumPy in place: x *= s; x += table[:seq] (table precomputed)", "peer",
+            _make_numpy_add, FAMILY["add"],
+            note="the table (fastpe.table, exact) is computed once before timing; only the "
+            "in-place multiply and add are timed",
+        ),
+        Implementation(
+            "torch-add", "torch tutorial: x * s + pe[:seq] (pe precomputed, new tensor)", "peer",
+            _make_torch_add, FAMILY["add"],
+            note="the tutorial's buffer pe computed before timing; x * s and + pe each make a new tensor",
+        ),
+        Implementation(
+            "torch-alibi", "torch f32 (ALiBi formula)", "peer", _make_torch_alibi,
+            tuple(k for k in FAMILY["alibi"] if WORKLOADS[k].variant == "causal"),
+            note="float32 slopes 2^(-8(h+1)/n) times the int64 distance j - i into a fresh (h, q, k) "
+            "tensor, then masked_fill_(j > i, -inf)",
+        ),
+        Implementation(
+            "hf-bloom", "HF BLOOM build_alibi_tensor (torch f32)", "peer", _make_hf_bloom,
+            tuple(k for k in FAMILY["alibi"] if WORKLOADS[k].variant == "bloom"),
+            note="build_alibi_tensor(ones(1, k), heads, float32): slope * key index, (heads, 1, k)",
+        ),
+        Implementation(
+            "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"],
+            note="memory - context positions (int64), then the bucket rule, as compute_bias does",
+        ),
+        Implementation(
             "yardstick-fill", "yardstick: np.empty + fill(0)", "yardstick", _make_fill,
-            (*SINUSOID, "rope-cos-sin-131072x128"),
+            (*SINUSOID, "rope-cos-sin-131072x128", *FAMILY_FRESH),
             note="writes the same bytes and nothing else (forward: into the preallocated out)",
         ),
         Implementation(
             "yardstick-numba", "yardstick: np.empty + numba prange fill", "yardstick", _make_numba_fill,
-            (*SINUSOID, "rope-cos-sin-131072x128"),
+            (*SINUSOID, "rope-cos-sin-131072x128", *FAMILY_FRESH),
             note="parallel fill of the same bytes (forward: into the preallocated out)",
         ),
         Implementation(
-            "yardstick-inplace", "yardstick: numba prange x = -x over q and k", "yardstick", _make_inplace,
-            tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_apply_qk"),
-            note="reads and writes q and k once, in place, in parallel: the memory traffic of apply_qk_",
+            "yardstick-inplace", "yardstick: numba prange x = -x in place", "yardstick", _make_inplace,
+            (*(k for k in ROPE if WORKLOADS[k].kind == "rope_apply_qk"), *FAMILY["add"]),
+            note="reads and writes the input once, in place, in parallel: the memory traffic of "
+            "apply_qk_ (q and k) or add_ (x)",
         ),
     )
 }

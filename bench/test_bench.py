@@ -28,12 +28,12 @@ import fastpe
 from peers import (
     CASES,
     IMPLEMENTATIONS,
-    REFERENCE_ROWS,
     ROPE_INV_FREQ,
     WORKLOADS,
     Implementation,
     Unavailable,
     Workload,
+    reference_slice,
 )
 
 #: $FASTPE_BENCH_SCALE multiplies the timing budgets (bench/compare.py re-measures with 2)
@@ -60,11 +60,18 @@ def child_env() -> dict[str, str]:
 
 
 def warm_up(fn) -> float:
-    """Call ``fn`` until warm; return the fastest warm call's time in seconds."""
+    """Call ``fn`` until warm; return the fastest warm call's time in seconds.
+
+    A callable with a ``setup`` (an in-place workload) has its input restored before every
+    call, untimed, here as in the timed rounds.
+    """
+    setup = getattr(fn, "setup", None) or (lambda: None)
+    setup()
     fn()  # the first call compiles or loads the JIT cache: never counted
     best = math.inf
     start = time.perf_counter()
     for _ in range(MAX_WARM):
+        setup()
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
@@ -81,23 +88,36 @@ def rounds_for(im: Implementation, seconds_per_call: float) -> int:
 
 
 def info(w: Workload, im: Implementation, **more) -> dict:
-    rows = REFERENCE_ROWS if im.role == "reference" else w.rows
+    rows = w.rows_measured(im.role)
+    label, note = reference_slice(w) if (w.is_family and im.role == "reference") else (im.label, im.note)
     return {
         "workload": w.key,
         "workload_title": w.title,
         "kind": w.kind,
         "implementation": im.key,
-        "label": im.label,
+        "label": label,
         "role": im.role,
         "backend": im.backend,
         "rows": w.rows,
         "rows_measured": rows,
         "d_model": w.d_model,
-        "bytes_written": rows * w.d_model * 4,
-        "output": "fresh array per call" if w.kind == "table" else "preallocated once",
-        "note": im.note,
+        "bytes_written": rows * w.d_model * w.itemsize,
+        "bytes": w.nbytes,
+        "dtype": w.dtype,
+        "output": _output(w),
+        "note": note,
         **more,
     }
+
+
+def _output(w: Workload) -> str:
+    if w.kind == "add":
+        return "in place (input restored before each round, untimed)"
+    if w.kind == "rope_apply_qk":
+        return "in place"
+    if w.kind == "forward":
+        return "preallocated once"
+    return "fresh array per call"
 
 
 #: the workload on which every fastpe backend and peer is first checked against fastpe
@@ -140,6 +160,61 @@ def check_rope_agrees(result, w: Workload) -> None:
         assert err < tol * float(np.max(np.abs(x))), f"differs from the rotation by up to {err:.3g}"
 
 
+def _family_tolerance(w: Workload, role: str, want: np.ndarray):
+    """How far a row may be from fastpe's values: the error of the peers' float32 formulas
+    (angles ``p * w`` rounded: about ``p * 2**-24`` radians at position ``p``).  fastpe's own
+    float16 rows must be identical: the correctly rounded value is unique."""
+    f32 = 2.0**-24
+    if w.kind == "family_table":
+        if w.dtype == "float16":
+            return 0.0 if role != "peer" else 2.0**-11 + 4 * w.rows * f32
+        return 4 * w.rows * f32
+    if w.kind == "grid":
+        return 8 * max(w.shape) * f32 + 2 * f32
+    if w.kind == "timestep":
+        return 8 * float(w.timesteps.max()) * f32 + 2 * f32
+    if w.kind == "add":  # the encoding's error, plus a few ULPs of x * s + pe
+        return 4 * w.shape[1] * f32 + 4 * f32 * float(np.max(np.abs(want)))
+    if w.kind == "alibi":
+        # a float32 slope times the distance: a few ULPs of the value; BLOOM raises a float32
+        # base to the head's power, off by up to ~10 * 2**-24 (relative) at 32 heads
+        return lambda v: np.where(np.isfinite(v), 16 * f32 * np.abs(v), 0.0)
+    return 0.0  # T5 buckets: integers
+
+
+#: values compared at a time (the ALiBi bias is 128M values: float64 copies of it would not fit)
+_CHUNK = 1 << 22
+
+
+def check_family_agrees(result, w: Workload, im: Implementation) -> dict:
+    """A family row computes what fastpe computes (same shape of values, same layout), within
+    :func:`_family_tolerance`.  Returns the figures for the report: the largest difference and
+    how many values are not identical to fastpe's."""
+    from peers import fastpe_family
+
+    want_fn = fastpe_family(w, None, w.rows_measured(im.role))
+    if hasattr(want_fn, "setup"):
+        want_fn.setup()
+    want = np.asarray(want_fn())
+    got = np.asarray(result)
+    assert got.size == want.size, f"{got.shape} values, fastpe has {want.shape}"
+    got, want = got.reshape(-1), want.reshape(-1)
+    tol = _family_tolerance(w, im.role, want)
+    worst, differing, bad = 0.0, 0, 0
+    for i in range(0, want.size, _CHUNK):
+        g = got[i:i + _CHUNK].astype(np.float64)
+        v = want[i:i + _CHUNK].astype(np.float64)
+        with np.errstate(invalid="ignore"):  # inf - inf
+            err = np.abs(g - v)
+        err[g == v] = 0.0  # equal infinities (the causal mask)
+        err[np.isnan(err)] = np.inf  # an infinity on one side only
+        worst = max(worst, float(err.max(initial=0.0)))
+        differing += int(np.count_nonzero(err))
+        bad += int(np.count_nonzero(err > (tol(v) if callable(tol) else tol)))
+    assert bad == 0, f"{bad} of {want.size} values differ from fastpe beyond the tolerance (up to {worst:.3g})"
+    return {"max_abs_diff": worst, "values_differing": differing, "values": int(want.size)}
+
+
 @pytest.mark.parametrize(
     "workload_key, impl_key", [(w.key, im.key) for w, im in CASES], ids=[f"{w.key}-{im.key}" for w, im in CASES]
 )
@@ -154,10 +229,16 @@ def test_speed(benchmark, workload_key: str, impl_key: str):
         check_agrees(fn(), workload)
     if workload.is_rope and impl.role in ("fastpe", "peer"):
         check_rope_agrees(fn(), workload)  # the first call: q and k rotated once
+    setup = getattr(fn, "setup", None)
+    agreement = {}
+    if workload.is_family and impl.role != "yardstick":
+        if setup:
+            setup()
+        agreement = {"agreement": check_family_agrees(fn(), workload, impl)}
     per_call = warm_up(fn)
     rounds = rounds_for(impl, per_call)
-    benchmark.extra_info.update(info(workload, impl, rounds_planned=rounds))
-    benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
+    benchmark.extra_info.update(info(workload, impl, rounds_planned=rounds, **agreement))
+    benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
 
 
 # ------------------------------------------------------------------------- the CLI goal
