@@ -250,7 +250,7 @@ def _check_relative(relative_position) -> np.ndarray:
             raise ValueError(f"{name} must be in (-2**63, 2**63), got {int(arr.max())}")
         if kind == "i" and int(arr.min()) == _INT64_MIN:
             raise ValueError(f"{name} must be in (-2**63, 2**63), got {_INT64_MIN} (its abs() overflows)")
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return arr.astype(np.int64, order="C", copy=False)  # keeps the shape, 0-d included
 
 
 # ---------------------------------------------------------------------------------- public

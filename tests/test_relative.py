@@ -1,0 +1,279 @@
+"""fastpe.relative: T5 buckets equal to Hugging Face's, on every backend.
+
+The truth is HF's own ``T5Attention._relative_position_bucket`` (and ``compute_bias``), run
+here on the same relative positions.  Configurations include the ones whose buckets depend
+on the last bit of torch's float32 log ("fragile", see :mod:`fastpe.relative`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastpe import relative
+from conftest import AVAILABLE, FAST
+
+torch = pytest.importorskip("torch")
+t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
+hf_bucket = t5.T5Attention._relative_position_bucket
+
+#: (buckets per direction, max_distance) pairs where torch's float32 log differs from the
+#: correctly rounded one at an argument that decides a bucket (found by a scan of 35,520
+#: configurations; none of them is T5's)
+FRAGILE = [(17, 27), (19, 25), (36, 50), (48, 81), (51, 81), (54, 125), (55, 75), (65, 108), (72, 100),
+           (73, 294), (91, 125), (96, 162), (99, 121), (100, 162), (108, 150), (108, 250), (113, 189),
+           (127, 175)]
+
+GRID_BUCKETS = [4, 5, 8, 10, 16, 19, 32, 33, 64, 100, 256]
+GRID_DISTANCES = [3, 9, 20, 27, 64, 100, 128, 129, 1000, 65536, 10**6]
+
+
+def hf(rel, bidirectional, num_buckets, max_distance) -> np.ndarray:
+    out = hf_bucket(torch.as_tensor(np.asarray(rel, dtype=np.int64)), bidirectional=bidirectional,
+                    num_buckets=num_buckets, max_distance=max_distance)
+    return out.numpy()
+
+
+def configs():
+    """(bidirectional, num_buckets, max_distance) for the grid and the fragile pairs."""
+    found = []
+    for bidirectional in (True, False):
+        for num_buckets in GRID_BUCKETS:
+            n = num_buckets // 2 if bidirectional else num_buckets
+            for max_distance in GRID_DISTANCES:
+                if n // 2 >= 1 and max_distance > n // 2:
+                    found.append((bidirectional, num_buckets, max_distance))
+    for n, max_distance in FRAGILE:
+        found += [(False, n, max_distance), (True, 2 * n, max_distance)]
+    return found
+
+
+def positions(bidirectional, num_buckets, max_distance) -> np.ndarray:
+    """Every relative position up to 3 * max_distance (4,000 at most), both sides of every
+    plan threshold, and the extremes."""
+    n = num_buckets // 2 if bidirectional else num_buckets
+    reach = min(3 * max_distance + 5, 4000)
+    thresholds = relative._plan(n, max_distance)[0]
+    near = (thresholds[:, None] + np.arange(-2, 3)).reshape(-1)
+    big = np.array([2**31, 10**9, 2**40, 2**53 + 1, 2**62, 2**63 - 1], dtype=np.int64)
+    return np.unique(np.concatenate([np.arange(-reach, reach + 1), near, -near, big, -big]))
+
+
+@pytest.fixture
+def fresh_plans():
+    """Plans built inside the test (and dropped after it, whatever it changed)."""
+    relative._plan.cache_clear()
+    yield
+    relative._plan.cache_clear()
+
+
+# ------------------------------------------------------------------------------ values
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_reference_values(backend, dtype):
+    rel = [-200, -20, -8, -1, 0, 1, 7, 8, 20, 127, 1000]
+    got = relative.t5_bucket(rel, dtype=dtype, backend=backend)
+    assert got.dtype == dtype
+    assert got.tolist() == [15, 10, 8, 1, 0, 17, 23, 24, 26, 31, 31]
+    causal = relative.t5_bucket([-200, -20, -8, -1, 0, 5], bidirectional=False, dtype=dtype, backend=backend)
+    assert causal.tolist() == [31, 17, 8, 1, 0, 0]
+
+
+def test_equal_to_hf_everywhere(fast_backend):
+    """Every relative position in a wide range, over the grid and the fragile configurations."""
+    for bidirectional, num_buckets, max_distance in configs():
+        rel = positions(bidirectional, num_buckets, max_distance)
+        got = relative.t5_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
+                                 max_distance=max_distance, backend=fast_backend)
+        want = hf(rel, bidirectional, num_buckets, max_distance)
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (bidirectional, num_buckets, max_distance, rel[bad[:5]], got[bad[:5]], want[bad[:5]])
+        assert got.dtype == want.dtype == np.int64
+
+
+def test_reference_equal_to_hf():
+    """The python reference (HF's float32 formula emulated exactly) on a smaller scan."""
+    picked = [(True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 19, 10), (True, 33, 100)]
+    picked += [(False, n, d) for n, d in FRAGILE[:4]] + [(True, 2 * n, d) for n, d in FRAGILE[4:7]]
+    for bidirectional, num_buckets, max_distance in picked:
+        rel = np.arange(-2 * max_distance - 3, 2 * max_distance + 4)
+        got = relative.t5_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
+                                 max_distance=max_distance, backend="python")
+        np.testing.assert_array_equal(got, hf(rel, bidirectional, num_buckets, max_distance))
+
+
+def test_without_torch_the_log_is_correctly_rounded(monkeypatch, fresh_plans):
+    """Without torch, fragile arguments take the correctly rounded float32 log: at
+    num_buckets=36, max_distance=50 (unidirectional), distance 30 (exactly 27 in real
+    arithmetic) lands in 26, where this torch's log puts HF in 27."""
+    kwargs = dict(bidirectional=False, num_buckets=36, max_distance=50)
+    with_torch = relative.t5_bucket([-30], **kwargs)
+    want = hf([-30], False, 36, 50)
+    assert with_torch.tolist() == want.tolist()
+    relative._plan.cache_clear()
+    monkeypatch.setattr(relative, "_hf_log", lambda y: None)
+    for backend in AVAILABLE:
+        assert relative.t5_bucket([-30], backend=backend, **kwargs).tolist() == [26]
+    # torch's log there is one ULP above the correctly rounded one, which explains it all
+    y = np.float32(np.float32(30) / np.float32(18))
+    assert float(torch.log(torch.tensor([float(y)]))[0]) == float(np.nextafter(relative._log32(float(y)), np.float32(1)))
+
+
+def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
+    """T5's own configurations have no fragile argument: their plans never ask torch."""
+
+    def refuse(y):
+        raise AssertionError(f"asked for the log of {y}")
+
+    monkeypatch.setattr(relative, "_hf_log", refuse)
+    for n, max_distance in [(16, 128), (32, 128), (16, 256), (32, 256), (64, 128)]:
+        thresholds, logs = relative._plan(n, max_distance)
+        assert not logs
+        assert thresholds.shape == (n - n // 2 - 1,)
+        assert (np.diff(thresholds) >= 0).all() and thresholds[0] > n // 2
+
+
+def test_shapes_and_input_forms(backend):
+    rel = np.arange(-6, 6).reshape(3, 4)
+    want = relative.t5_bucket(rel.reshape(-1), backend=backend).reshape(3, 4)
+    for form in (rel, rel.astype(np.int8), rel.astype(np.int32), rel.tolist(), torch.from_numpy(rel), rel.T.copy().T):
+        got = relative.t5_bucket(form, backend=backend)
+        assert got.shape == (3, 4)
+        np.testing.assert_array_equal(got, want)
+    assert relative.t5_bucket(np.array([], dtype=np.int64), backend=backend).shape == (0,)
+    scalar = relative.t5_bucket(-20, backend=backend)
+    assert scalar.shape == () and int(scalar) == 10
+    np.testing.assert_array_equal(relative.t5_bucket(np.array([3, 2**64 - 2**63 - 1], dtype=np.uint64), backend=backend),
+                                  hf([3, 2**63 - 1], True, 32, 128))
+
+
+def test_backends_agree_on_random_positions(backend):
+    rng = np.random.default_rng(7)
+    rel = np.concatenate([rng.integers(-300, 300, 500), rng.integers(-(2**62), 2**62, 50),
+                          [2**63 - 1, -(2**63) + 1, 0, 1, -1]])
+    for kwargs in (dict(), dict(bidirectional=False), dict(num_buckets=36, max_distance=50, bidirectional=False),
+                   dict(num_buckets=64, max_distance=1000)):
+        got = relative.t5_bucket(rel, backend=backend, **kwargs)
+        want = relative.t5_bucket(rel, backend="python", **kwargs)
+        np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------------------ matrix
+
+
+def _hf_compute_bias(q_len, k_len, bidirectional, num_buckets, max_distance, past):
+    """HF's own compute_bias, its embedding made the identity (bucket b -> value b)."""
+    config = t5.T5Config(d_model=8, d_kv=4, num_heads=1, relative_attention_num_buckets=num_buckets,
+                         relative_attention_max_distance=max_distance, is_decoder=not bidirectional)
+    attention = t5.T5Attention(config, has_relative_attention_bias=True)
+    with torch.no_grad():
+        attention.relative_attention_bias.weight.copy_(torch.arange(num_buckets, dtype=torch.float32)[:, None])
+        values = attention.compute_bias(q_len, k_len, device="cpu", past_seen_tokens=past)
+    return values[0, 0].numpy().astype(np.int64)
+
+
+@pytest.mark.parametrize("q_len, k_len, bidirectional, offset", [
+    (7, 7, True, 0), (5, 9, True, 0), (9, 5, True, 0), (1, 300, False, 299), (4, 200, False, 196), (3, 3, False, 0),
+])
+def test_matrix_equals_hf_compute_bias(q_len, k_len, bidirectional, offset, backend):
+    got = relative.t5_bucket_matrix(q_len, k_len, bidirectional=bidirectional, query_offset=offset, backend=backend)
+    assert got.shape == (q_len, k_len) and got.dtype == np.int64
+    np.testing.assert_array_equal(got, _hf_compute_bias(q_len, k_len, bidirectional, 32, 128, offset))
+
+
+def test_matrix_equals_buckets_of_the_positions(backend):
+    for kwargs in (dict(), dict(bidirectional=False, query_offset=40), dict(num_buckets=36, max_distance=50),
+                   dict(query_offset=2**62, bidirectional=False)):
+        got = relative.t5_bucket_matrix(6, 11, backend=backend, **kwargs)
+        offset = kwargs.pop("query_offset", 0)
+        rel = np.arange(11)[None, :] - (np.arange(6)[:, None] + offset)
+        np.testing.assert_array_equal(got, relative.t5_bucket(rel, backend="python", **kwargs))
+    small = relative.t5_bucket_matrix(6, dtype=np.int32, backend=backend)
+    assert small.dtype == np.int32 and small.shape == (6, 6)
+
+
+@pytest.mark.skipif(not FAST, reason="no compiled backend")
+def test_large_matrix_takes_the_parallel_path(monkeypatch):
+    """1500 x 1600 buckets (2.4M): the parallel twins (numba) and threads (cython) run;
+    the same values as HF's bucket function on the explicit positions."""
+    calls = []
+    if "numba" in FAST:
+        import numba
+
+        from fastpe._numba import bias as nb
+
+        fill = nb.t5_fill_parallel
+        monkeypatch.setattr(nb, "t5_fill_parallel", lambda *a: (calls.append("numba"), fill(*a)))
+    if "cython" in FAST:
+        from fastpe import _cython
+
+        run_blocks = _cython._run_blocks
+        monkeypatch.setattr(_cython, "threads", lambda: 2)
+        monkeypatch.setattr(_cython, "_run_blocks", lambda run, blocks: (calls.append("cython"), run_blocks(run, blocks)))
+    want = hf(np.arange(1600)[None, :] - np.arange(1500)[:, None] - 100, True, 32, 128)
+    for backend in FAST:
+        got = relative.t5_bucket_matrix(1500, 1600, query_offset=100, backend=backend)
+        np.testing.assert_array_equal(got, want)
+        flat = relative.t5_bucket(np.arange(1600)[None, :] - np.arange(1500)[:, None] - 100, backend=backend)
+        np.testing.assert_array_equal(flat, want)
+    expected = set(FAST)
+    if "numba" in FAST and numba.get_num_threads() == 1:
+        expected.discard("numba")
+    assert set(calls) >= expected
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    "rel, kwargs, error, match",
+    [
+        ([1.0, 2.0], {}, TypeError, "relative_position must hold integers, got dtype float64"),
+        ([True, False], {}, TypeError, "relative_position must hold integers, got booleans"),
+        ("12", {}, TypeError, "relative_position must be an array of integers"),
+        ([[1, 2], [3]], {}, ValueError, "relative_position must be an array of integers"),
+        (np.array([-(2**63)]), {}, ValueError, r"relative_position must be in \(-2\*\*63, 2\*\*63\)"),
+        (np.array([2**63], dtype=np.uint64), {}, ValueError, r"relative_position must be in"),
+        ([2**70], {}, ValueError, r"relative_position must be in"),
+        ([1, "a"], {}, TypeError, "relative_position must hold integers"),
+        ([1], dict(bidirectional=1), TypeError, "bidirectional must be True or False"),
+        ([1], dict(num_buckets=3), ValueError, "num_buckets must be >= 4"),
+        ([1], dict(num_buckets=1, bidirectional=False), ValueError, "num_buckets must be >= 2"),
+        ([1], dict(num_buckets=4097), ValueError, "num_buckets must be <= 4096"),
+        ([1], dict(num_buckets=32.0), TypeError, "num_buckets must be an integer"),
+        ([1], dict(max_distance=8), ValueError, "max_distance must be greater than max_exact = 8"),
+        ([1], dict(max_distance=16, bidirectional=False), ValueError, "max_distance must be greater than max_exact = 16"),
+        ([1], dict(max_distance=2**32 + 1), ValueError, "max_distance must be <= 4294967296"),
+        ([1], dict(dtype=np.float32), TypeError, "dtype must be int64 or int32"),
+        ([1], dict(dtype="int16"), TypeError, "dtype must be int64 or int32"),
+        ([1], dict(backend="tpu"), ValueError, "backend 'tpu' is not a fastpe backend"),
+    ],
+)
+def test_bad_bucket_arguments(rel, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        relative.t5_bucket(rel, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((0,), {}, ValueError, "q_len must be >= 1"),
+        ((4, 0), {}, ValueError, "k_len must be >= 1"),
+        ((4.0,), {}, TypeError, "q_len must be an integer"),
+        ((4,), dict(query_offset=-1), ValueError, "query_offset must be >= 0"),
+        ((4,), dict(query_offset=2**62 + 1), ValueError, "query_offset must be <="),
+        ((2**21, 2**20), {}, ValueError, r"q_len \* k_len must be <= 2\*\*40"),
+        ((4,), dict(num_buckets=2), ValueError, "num_buckets must be >= 4"),
+        ((4,), dict(dtype=bool), TypeError, "dtype must be int64 or int32"),
+    ],
+)
+def test_bad_matrix_arguments(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        relative.t5_bucket_matrix(*args, **kwargs)
+
+
+def test_lazy_attribute():
+    import fastpe
+
+    assert fastpe.relative is relative
