@@ -19,11 +19,13 @@ import traceback
 import click
 
 from .. import __version__
+from .alibi import alibi
 from .check import check
 from .grid import grid
 from .info import info
 from .plot import plot
 from .rope import rope
+from .t5 import t5_buckets
 from .table import table
 from .timestep import timestep
 
@@ -111,3 +113,5 @@ main.add_command(grid)
 main.add_command(timestep)
 main.add_command(rope)
 main.add_command(plot)
+main.add_command(alibi)
+main.add_command(t5_buckets)

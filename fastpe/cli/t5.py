@@ -1,0 +1,100 @@
+"""``fastpe t5-buckets``: write T5's relative-position buckets ``(q_len, k_len)`` to ``.npy``.
+
+The numbers come from :func:`fastpe.relative.t5_bucket_matrix` (equal to HF's
+``T5Attention._relative_position_bucket`` of ``compute_bias``'s relative positions); this
+module parses, names the file and writes it atomically.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import options
+from .alibi import _checked
+from .grid import default_path, summary, write_npy
+
+__all__ = ["t5_buckets"]
+
+
+def _length(name: str):
+    def check(value):
+        from .._validate import check_int
+        from ..relative import MAX_LEN
+
+        return check_int(name, value, low=1, high=MAX_LEN)
+
+    return check
+
+
+def _count(name: str, low: int, high_name: str):
+    def check(value):
+        from .. import relative
+        from .._validate import check_int
+
+        return check_int(name, value, low=low, high=getattr(relative, high_name))
+
+    return check
+
+
+def _offset(value):
+    from .._validate import check_int
+    from ..relative import MAX_OFFSET
+
+    return check_int("query_offset", value, low=0, high=MAX_OFFSET)
+
+
+def _output(ctx, param, value):
+    return None if value is None else options.check_output_path(value, writer="fastpe t5-buckets")
+
+
+@click.command("t5-buckets", short_help="Write T5 relative-position buckets (queries, keys) to .npy.")
+@click.option("--q-len", "q_len", type=int, required=True, callback=_checked("q_len", _length("q_len")),
+              metavar="L", help="Queries (rows).")
+@click.option("--k-len", "k_len", type=int, default=None, callback=_checked("k_len", _length("k_len")),
+              metavar="K", help="Keys (columns). Default: L.")
+@click.option("--num-buckets", "num_buckets", type=int, default=32, show_default=True,
+              callback=_checked("num_buckets", _count("num_buckets", 2, "MAX_BUCKETS")), metavar="N",
+              help="Buckets in all (halved per direction unless --unidirectional).")
+@click.option("--max-distance", "max_distance", type=int, default=128, show_default=True,
+              callback=_checked("max_distance", _count("max_distance", 1, "MAX_DISTANCE")), metavar="D",
+              help="Distances from D on share the last bucket.")
+@click.option("--unidirectional", is_flag=True,
+              help="T5's decoder (causal) buckets: future positions share bucket 0.")
+@click.option("--query-offset", "query_offset", type=int, default=0, show_default=True,
+              callback=_checked("query_offset", _offset), metavar="P",
+              help="Position of the first query (tokens already in the cache when decoding).")
+@options.backend_opt
+@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
+              help="Output .npy file; its directory must exist. An existing file is replaced "
+              "atomically. Default: t5_buckets_<L>x<K>.npy in the current directory.")
+@click.pass_context
+def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_distance: int, unidirectional: bool,
+               query_offset: int, backend, output) -> None:
+    """Write the T5 bucket of every (query i, key j): an (L, K) int64 array.
+
+    Exactly fastpe.relative.t5_bucket_matrix(L, K, bidirectional=not --unidirectional,
+    num_buckets=N, max_distance=D, query_offset=P), i.e. HF's
+    T5Attention._relative_position_bucket of j - (i + P).  Prints one summary line
+    (-q: nothing).  The file is written atomically; on any error (or Ctrl-C) no file is
+    left and an existing one is kept.
+
+    \b
+    Examples:
+      fastpe t5-buckets --q-len 512 -o t5_buckets.npy
+      fastpe t5-buckets --q-len 1 --k-len 513 --query-offset 512 --unidirectional
+    """
+    from .. import _backends
+    from .. import relative
+
+    k = q_len if k_len is None else k_len
+    path = output or default_path(f"t5_buckets_{q_len}x{k}.npy")
+    with options.library_errors():
+        name, _ = _backends.resolve(backend)  # to report which backend ran
+    array, compute_s, write_s = write_npy(
+        path, lambda: relative.t5_bucket_matrix(q_len, k, bidirectional=not unidirectional, num_buckets=num_buckets,
+                                                max_distance=max_distance, query_offset=query_offset, backend=name)
+    )
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        what = (f"T5 buckets {'unidirectional' if unidirectional else 'bidirectional'}, num_buckets {num_buckets}, "
+                f"max_distance {max_distance}, query_offset {query_offset}")
+        click.echo(summary(path, array, what, name, compute_s, write_s))
