@@ -836,9 +836,14 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         ),
         Implementation(
             "hf-m2m100", "HF M2M100 get_embedding (torch f32)", "peer", _make_hf_m2m100,
-            FAMILY["family_table"],
-            note="M2M100SinusoidalPositionalEmbedding.get_embedding(n, d) (fairseq's formula, "
-            "float32 angles); the float16 row casts its float32 result with .half()",
+            tuple(k for k in FAMILY["family_table"] if WORKLOADS[k].dtype == "float32"),
+            note="M2M100SinusoidalPositionalEmbedding.get_embedding(n, d): fairseq's formula, float32 angles",
+        ),
+        Implementation(
+            "hf-m2m100-half", "HF M2M100 get_embedding (torch f32) then .half()", "peer", _make_hf_m2m100,
+            tuple(k for k in FAMILY["family_table"] if WORKLOADS[k].dtype == "float16"),
+            note="the float32 table cast with .half(), as model.half() casts the buffer: the float16 "
+            "nearest torch's float32 approximation, not the correctly rounded value",
         ),
         Implementation(
             "numpy-fairseq", "NumPy f32 (fairseq formula)", "peer", _make_numpy_fairseq,

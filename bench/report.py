@@ -46,6 +46,8 @@ def fmt_time(seconds: float) -> str:
         return f"{seconds * 1e6:.0f} µs"
     if seconds < 1.0:
         return f"{seconds * 1e3:.3g} ms"
+    if seconds >= 1000.0:
+        return f"{seconds:,.0f} s"
     return f"{seconds:.3g} s"
 
 
