@@ -34,9 +34,10 @@ kernels split the slope into three 21-bit words and a remainder (as
 :func:`fastpe._plan.split_turns`), form the products exactly, sum them without error into a
 double-double and round that once, resolving a float32 midpoint by the low part -- so the
 result is correctly rounded unless the exact value lies within ``2**-100`` (relative) of a
-midpoint, which the tests never met and no value at these distances is known to.
+midpoint.  For each slope the tests take the distances below ``2**32`` whose products come
+nearest a midpoint (the convergents of its continued fraction) and compare them with mpmath.
 float64 output is the double-double's leading double: correctly rounded under the same
-proviso.  float16 and bfloat16 are the float32 values narrowed, with ties decided by the
+proviso, checked the same way.  float16 and bfloat16 are the float32 values narrowed, with ties decided by the
 exact reference (:func:`fastpe._dtypes.narrow`).
 """
 

@@ -25,8 +25,8 @@ bucket under HF's float32 arithmetic.  :func:`_plan` builds it once per configur
 searching HF's formula emulated operation by operation (float32 quotients and products are
 IEEE, so emulating them is exact); the kernels then only compare integers.  The one
 operation that is not pinned down is the float32 ``log``: torch's is within one ULP, not
-correctly rounded (it differs from the correctly rounded log on ~9% of float32 inputs in
-[1, 4)).  At almost every argument that does not matter: the bucket is the same whichever of
+correctly rounded (the MKL build it was developed with differs from the correctly rounded
+log on ~9% of the float32 inputs in [1, 4)).  At almost every argument that does not matter: the bucket is the same whichever of
 the two float32 neighbours of the true log is used.  Where it does matter -- a *fragile*
 argument, rare (18 of 35,520 configurations tested have one, T5's own have none) -- HF's
 answer is whatever its torch's log returns, so the plan asks the installed torch for that
