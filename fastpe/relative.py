@@ -29,8 +29,11 @@ correctly rounded (the MKL build it was developed with differs from the correctl
 log on ~9% of the float32 inputs in [1, 4)).  At almost every argument that does not matter: the bucket is the same whichever of
 the two float32 neighbours of the true log is used.  Where it does matter -- a *fragile*
 argument, rare (18 of 35,520 configurations tested have one, T5's own have none) -- HF's
-answer is whatever its torch's log returns, so the plan asks the installed torch for that
-log (importing it only then), and uses the correctly rounded log when torch is absent.
+answer is whatever its torch build's log returns (MKL, SLEEF and a GPU may differ), so no
+single answer is "HF's".  fastpe takes the correctly rounded log there: its buckets are the
+same on every machine, and equal HF's wherever HF's own are (the tests show that with this
+machine's torch log plugged in through ``_hf_log``, the plan reproduces HF at the fragile
+arguments too).
 Logs of powers of two are taken as correctly rounded: every float32 log in use (MKL, SLEEF,
 glibc) computes them as ``k * ln 2`` in extra precision.  The tests compare with HF's own
 function over every relative position of thousands of configurations, fragile ones included.
@@ -65,19 +68,9 @@ _INT64_MAX = (1 << 63) - 1
 # ------------------------------------------------------------------------------------ plan
 
 
-def _torch_log32(y: float) -> float | None:
-    """torch's float32 ``log(y)`` on this machine (its vectorised path, which fills all but
-    the tail of HF's bucket matrices), or ``None`` without a usable torch."""
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - ImportError, or a broken install: same as no torch
-        return None
-    with torch.no_grad():
-        return float(torch.log(torch.full((64,), y, dtype=torch.float32))[0])
-
-
-#: where fragile logs come from (tests replace it to see fastpe without torch)
-_hf_log = _torch_log32
+#: where fragile logs come from: ``None`` (the correctly rounded log), or a function giving
+#: some float32 log's value at ``y`` (the tests plug in torch's to reproduce HF bit for bit)
+_hf_log = None
 
 
 def _log32(y: float) -> np.float32:
@@ -156,8 +149,9 @@ def _plan(n: int, max_distance: int) -> tuple[np.ndarray, types.MappingProxyType
     Returns ``(thresholds, logs)``: ``thresholds[m]`` (int64, read-only, non-decreasing) is
     the smallest distance ``d`` whose bucket is ``>= max_exact + 1 + m``, so the bucket of
     ``d >= max_exact`` is ``max_exact`` plus the number of thresholds ``<= d``; ``logs`` maps
-    each fragile float32 argument where torch's log differs from the correctly rounded one
-    to torch's value (for the reference, which evaluates the formula itself).
+    each fragile float32 argument where the ``_hf_log`` hook's log differs from the correctly
+    rounded one to that value (empty unless the hook is set; for the reference, which
+    evaluates the formula itself).
     """
     chain = _Chain(n, max_distance)
     exact = chain.exact
@@ -179,7 +173,7 @@ def _plan(n: int, max_distance: int) -> tuple[np.ndarray, types.MappingProxyType
             for d in run:
                 y = float(chain.arg(d))
                 if y not in chain.overrides:
-                    theirs = _hf_log(y)
+                    theirs = None if _hf_log is None else _hf_log(y)
                     if theirs is not None and theirs != float(_log32(y)):
                         chain.overrides[y] = theirs
             run.sort()
