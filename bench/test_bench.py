@@ -33,6 +33,7 @@ from peers import (
     Implementation,
     Unavailable,
     Workload,
+    fastpe_family,
     reference_slice,
 )
 
@@ -182,7 +183,7 @@ def _family_tolerance(w: Workload, role: str, want: np.ndarray):
     return 0.0  # T5 buckets: integers
 
 
-#: values compared at a time (the ALiBi bias is 128M values: float64 copies of it would not fit)
+#: values compared at a time (the ALiBi bias is 128M values: a float64 copy of it is 1 GiB)
 _CHUNK = 1 << 22
 
 
@@ -190,8 +191,6 @@ def check_family_agrees(result, w: Workload, im: Implementation) -> dict:
     """A family row computes what fastpe computes (same shape of values, same layout), within
     :func:`_family_tolerance`.  Returns the figures for the report: the largest difference and
     how many values are not identical to fastpe's."""
-    from peers import fastpe_family
-
     want_fn = fastpe_family(w, None, w.rows_measured(im.role))
     if hasattr(want_fn, "setup"):
         want_fn.setup()
