@@ -115,21 +115,39 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
         narrow_into(out, fill32, exact, fill64)
 
 
+def _real_rows(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
+    """float32/float64 rows at real positions.  A row whose ``x`` is a whole number in
+    ``[0, 2**32)`` is an integer position: it takes the table kernels (the same value as a
+    table row of those frequencies, ~10x faster than the real-position exact path); any
+    other row takes the real-position path.  Each row depends on its own ``x`` only."""
+    whole = (x >= 0) & (x == np.floor(x))
+    if whole.all():
+        module.sincos_rows(x.astype(np.uint32), freqs, layout, out)
+    elif not whole.any():
+        module.sincos_real(x, freqs, layout, out)
+    else:
+        for rows, op, pos in ((np.flatnonzero(whole), module.sincos_rows, np.uint32),
+                              (np.flatnonzero(~whole), module.sincos_real, np.float64)):
+            part = np.empty((rows.size, out.shape[1]), dtype=out.dtype)
+            op(np.ascontiguousarray(x[rows], dtype=pos), freqs, layout, part)
+            out[rows] = part
+
+
 def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
     """Rows at the real positions ``x`` (float64), in ``out``'s dtype."""
     if out.shape[0] == 0:
         return
     if out.dtype in (np.float32, np.float64):
-        module.sincos_real(x, freqs, layout, out)
+        _real_rows(module, freqs, layout, x, out)
         return
     from . import _reference_sincos
 
     def fill32(r0, r1, part):
-        module.sincos_real(x[r0:r1], freqs, layout, part)
+        _real_rows(module, freqs, layout, x[r0:r1], part)
 
     def fill64(rows):
         values = np.empty((rows.size, out.shape[1]), dtype=np.float64)
-        module.sincos_real(np.ascontiguousarray(x[rows]), freqs, layout, values)
+        _real_rows(module, freqs, layout, np.ascontiguousarray(x[rows]), values)
         return values
 
     def exact(r, j, fmt):

@@ -135,7 +135,8 @@ def timestep(
     ``get_timestep_embedding`` (``shift`` is its ``downscale_freq_shift``: 1 is the fairseq
     form, 0 the halves form).  ``t`` (float64, or anything converting to it; a scalar is one
     row) is taken at its exact value, ``|t| < 2**32``; the angle is never rounded, so large or
-    fractional timesteps are as exact as small ones.
+    fractional timesteps are as exact as small ones.  Whole-number timesteps (the usual
+    0..999) take the table kernels and give the rows of the same frequencies' table.
     """
     x = check_real_positions(t, "t")
     dim = check_int("dim", dim, low=2)
