@@ -91,14 +91,17 @@ def test_threads_calling_table_and_forward_mixed(fast_backend):
 
 
 def test_threads_calling_the_families(fast_backend):
-    """The family kernels (tables in other layouts and dtypes, timesteps, grids) from many
-    threads at once, large enough for their parallel paths: same bits as alone."""
+    """The family kernels (tables in other layouts and dtypes, timesteps, grids, ALiBi, T5
+    buckets) from many threads at once, large enough for their parallel paths: same bits
+    as alone."""
     calls = {
         "halves": lambda: fastpe.table(130, 600, layout="halves", denominator="half-1", backend=fast_backend),
         "float64": lambda: fastpe.table(130, 600, dtype="float64", backend=fast_backend),
         "float16": lambda: fastpe.table(64, 300, dtype="float16", backend=fast_backend),
         "timestep": lambda: fastpe.timestep(np.linspace(0, 999, 600), 128, backend=fast_backend),
         "grid": lambda: fastpe.grid.sincos_2d(48, 48, 256, backend=fast_backend),
+        "alibi": lambda: fastpe.alibi.bias(12, 200, form="causal", backend=fast_backend),
+        "t5": lambda: fastpe.relative.t5_bucket_matrix(400, 300, backend=fast_backend),
     }
     want = {k: f() for k, f in calls.items()}
     errors: list[str] = []
@@ -145,6 +148,8 @@ def families():
         fastpe.table(10 if small else 130, n, dtype="float64", backend=BACKEND),
         fastpe.timestep(np.linspace(0, 999, n), 64, backend=BACKEND),
         fastpe.grid.sincos_2d(3 if small else 40, 4 if small else 40, 16 if small else 256, backend=BACKEND),
+        fastpe.alibi.bias(3 if small else 12, 5 if small else 200, form="causal", backend=BACKEND),
+        fastpe.relative.t5_bucket_matrix(6 if small else 400, 7 if small else 300, backend=BACKEND),
     ]
 
 FAMILIES = families()
