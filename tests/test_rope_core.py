@@ -551,7 +551,7 @@ BAD_COS_SIN = [
     ("odd rotary_dim", dict(rotary_dim=3), ValueError, "rotary_dim must be even"),
     ("only out_cos", dict(out_cos=np.zeros((3, 4), np.float32)), TypeError, "out_cos and out_sin must be given together"),
     ("out wrong shape", dict(out_cos=np.zeros((3, 5), np.float32), out_sin=np.zeros((3, 4), np.float32)), ValueError, r"out_cos must have shape \(3, 4\)"),
-    ("out int", dict(out_cos=np.zeros((3, 4), int), out_sin=np.zeros((3, 4), int)), TypeError, "out_cos must have dtype float32 or float64"),
+    ("out int", dict(out_cos=np.zeros((3, 4), int), out_sin=np.zeros((3, 4), int)), TypeError, "out_cos must have dtype float32, float64, float16, bfloat16"),
     ("out dtypes differ", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=np.zeros((3, 4))), TypeError, "out_sin must have dtype float32"),
     ("out read-only", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=_ro(np.zeros((3, 4), np.float32))), ValueError, "out_sin is read-only"),
     ("out the same", dict(out_cos="same", out_sin="same"), ValueError, "out_cos must not share memory with out_sin"),
@@ -716,3 +716,35 @@ def test_against_hf_float32(fast_backend):
     assert np.abs(cos - hcos).max() < 2.0**-10  # HF's float32 angles drift ~theta * 2**-24
     assert np.abs(cos.astype(np.float64) - ecos).sum() < np.abs(hcos.astype(np.float64) - ecos).sum() / 100
     assert np.abs(sin.astype(np.float64) - esin).sum() < np.abs(hsin.astype(np.float64) - esin).sum() / 100
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_low_precision_caches_are_correctly_rounded(backend, dt, layout):
+    """float16/bfloat16 caches: every value the correctly rounded one of the exact value
+    (the reference's own rounding into that format), not float32 rounded again."""
+    from fractions import Fraction
+
+    from fastpe import _dtypes, _reference_rope
+
+    pytest.importorskip("ml_dtypes")
+    dtype = _dtypes.resolve(dt)
+    fmt = _dtypes.format_of(dtype)
+    n = 40 if backend == "python" else 6000
+    pos = np.arange(n)
+    inv = INV8
+    af = 1.25
+    shape = (n, 2 * len(inv))
+    cos, sin = cos_sin_from_inv_freq(pos, inv, af, layout=layout, backend=backend,
+                                     out_cos=np.empty(shape, dtype), out_sin=np.empty(shape, dtype))
+    c32, s32 = cos_sin_from_inv_freq(pos, inv, af, layout=layout, backend=backend)
+    naive = (c32.astype(dtype) != cos) | (s32.astype(dtype) != sin)
+    rows = set(np.flatnonzero(naive.any(axis=1)).tolist()) | {0, 1, n - 1}
+    for r in sorted(rows):
+        for i, f in enumerate(inv):
+            exact = _reference_rope._settle(_reference_rope._scaled_cos_sin(int(r), float(f), af),
+                                            lambda x: _dtypes.round_fraction(Fraction(x), fmt))
+            j = i if layout == "neox" else 2 * i
+            assert (float(cos[r, j]), float(sin[r, j])) == exact, (r, i)
+    if dt == "float16" and backend != "python":
+        assert naive.any(), "expected some float32 values that are float16 ties"

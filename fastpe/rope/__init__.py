@@ -172,7 +172,8 @@ def cos_sin(
     ``"gptj"`` (``f_0, f_0, f_1, f_1, ...``).  With ``dtype=np.float32`` every value is
     within 1 float32 ULP of the exact value for the float64 ``inv_freq`` of :func:`inv_freq`;
     ``np.float64`` gives the doubles the kernels round from (absolute error below
-    ``2**-45 * attention_factor``).  ``positions``: 1-D integers in ``[0, 2**32)``.
+    ``2**-45 * attention_factor``); ``"float16"`` and ``"bfloat16"`` the correctly rounded
+    values.  ``positions``: 1-D integers in ``[0, 2**32)``.
     ``seq_len=None`` means ``max(positions) + 1`` (see the module notes).  Other arguments
     as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.
     """
@@ -193,13 +194,9 @@ def cos_sin(
 
 
 def _check_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be a numpy floating dtype, got {dtype!r}") from None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dt}")
-    return dt
+    from .. import _dtypes
+
+    return _dtypes.resolve(dtype)
 
 
 def apply_(

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _backends
+from .. import _backends, _dtypes
 from .._validate import (
     check_finite_real,
     check_inplace,
@@ -101,8 +101,9 @@ def cos_sin_from_inv_freq(
     attention_factor:
         Finite real; multiplies every value (HF's ``attention_scaling``).
     out_cos, out_sin:
-        Both or neither: writable C-contiguous arrays of the output shape, both ``float32``
-        or both ``float64`` (then the doubles the kernels use, see the module notes).
+        Both or neither: writable C-contiguous arrays of the output shape, of one dtype:
+        ``float32``, ``float64`` (then the doubles the kernels use, see the module notes),
+        or ``float16`` / ``bfloat16`` (the correctly rounded values of the exact ones).
     rotary_dim:
         Optional consistency check: must equal ``2 * len(inv_freq)``.
     backend:
@@ -123,8 +124,8 @@ def cos_sin_from_inv_freq(
         out_sin = np.empty(shape, dtype=dtype)
     else:
         dtype = out_cos.dtype if isinstance(out_cos, np.ndarray) else np.dtype(np.float32)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"out_cos must have dtype float32 or float64, got {dtype}")
+        if dtype.name not in _dtypes.DTYPES:
+            raise TypeError(f"out_cos must have dtype {', '.join(_dtypes.DTYPES)}, got {dtype}")
         check_out(out_cos, shape, "out_cos", dtype)
         check_out(out_sin, shape, "out_sin", dtype)
         check_no_overlap(out_cos, out_sin, "out_cos", "out_sin")
@@ -135,12 +136,59 @@ def cos_sin_from_inv_freq(
         return out_cos, out_sin
     if dtype == np.float32:
         module.rope_cos_sin(pos, freqs, af, layout, out_cos, out_sin)
-    else:
+    elif dtype == np.float64:
         table = np.empty((pos.shape[0], 2, len(freqs)), dtype=np.float64)
         module.rope_table(pos, freqs, af, table)
         _spread(table[:, 0], out_cos, layout)
         _spread(table[:, 1], out_sin, layout)
+    else:
+        _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin)
     return out_cos, out_sin
+
+
+#: a float16/bfloat16 tie is decided by the kernels' double when it lies this far (times
+#: |af|) from the tie or farther: beyond their error bound (2**-45 |af|)
+_DECIDE = 2.0**-44
+
+
+def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
+    """float16/bfloat16 caches: the float32 ones narrowed, each float32 that is a tie in the
+    target decided by which side of it the exact value lies -- by the kernels' double when
+    that is far enough from the tie, else by the exact reference."""
+    from .. import _reference_rope
+
+    n_freq = len(freqs)
+    width = out_cos.shape[1]
+    fmt = _dtypes.format_of(out_cos.dtype)
+    c32 = np.empty(out_cos.shape, dtype=np.float32)
+    s32 = np.empty(out_sin.shape, dtype=np.float32)
+    module.rope_cos_sin(pos, freqs, af, layout, c32, s32)
+    table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
+    module.rope_table(pos, freqs, af, table)
+    margin = _DECIDE * max(1.0, abs(af))
+
+    def rounder(x):
+        return _dtypes.round_fraction(x, fmt)
+
+    for which, x32, out in ((0, c32, out_cos), (1, s32, out_sin)):
+        def ties(idx, which=which, x32=x32, out=out):
+            x = x32.reshape(-1)[idx].astype(np.float64)
+            y = x32.reshape(-1)[idx].astype(out.dtype).astype(np.float64)  # ties to even
+            other = 2 * x - y
+            rows, cols = np.divmod(idx, width)
+            freq = cols % n_freq if layout == "neox" else cols // 2
+            v = table[rows, which, freq]
+            result = []
+            for t in range(idx.size):
+                gap = v[t] - x[t]
+                if abs(gap) > margin:
+                    result.append(other[t] if gap * (other[t] - y[t]) > 0 else y[t])
+                else:
+                    exact = _reference_rope._scaled_cos_sin(int(pos[rows[t]]), freqs[freq[t]], af)
+                    result.append(_reference_rope._settle(exact, rounder)[which])
+            return result
+
+        out[...] = _dtypes.narrow(x32, out.dtype, ties)
 
 
 def _spread(values: np.ndarray, out: np.ndarray, layout: str) -> None:
