@@ -109,6 +109,31 @@ static FASTPE_ALWAYS_INLINE double fastpe_floor_(double x, const int hw)
     return t > x ? t - 1.0 : t;
 }
 
+/*
+ * (sin, cos) of 2*pi*(t + tail): t in [0, 1) exactly, tail a small correction.  The reduction
+ * to the nearest quarter turn is exact (Sterbenz), then the polynomials and the quadrant's
+ * signs; the numba _sincos_of_turn, operation for operation.
+ */
+static FASTPE_ALWAYS_INLINE void fastpe_sincos_of_turn_(double t, double tail, double *s_out,
+                                                        double *c_out, const int hw)
+{
+    double n = fastpe_floor_(4.0 * t + 0.5, hw);        /* nearest quarter turn, 0..4 */
+    double r = (t - 0.25 * n) + tail;                   /* t - n/4 is exact (Sterbenz) */
+    double q = n - 4.0 * fastpe_floor_(0.25 * n, hw);   /* quadrant 0..3 */
+    double r2 = r * r;
+    double sp = r * (FASTPE_S0 + r2 * (FASTPE_S1 + r2 * (FASTPE_S2 + r2 * (FASTPE_S3
+                + r2 * (FASTPE_S4 + r2 * (FASTPE_S5 + r2 * (FASTPE_S6 + r2 * FASTPE_S7)))))));
+    double cp = FASTPE_C0 + r2 * (FASTPE_C1 + r2 * (FASTPE_C2 + r2 * (FASTPE_C3
+                + r2 * (FASTPE_C4 + r2 * (FASTPE_C5 + r2 * (FASTPE_C6 + r2 * FASTPE_C7))))));
+    int odd = (q == 1.0) | (q == 3.0);
+    double sv = odd ? cp : sp;
+    double cv = odd ? sp : cp;
+    double ssign = q >= 2.0 ? -1.0 : 1.0;
+    double csign = ((q == 1.0) | (q == 2.0)) ? -1.0 : 1.0;
+    *s_out = ssign * sv;
+    *c_out = csign * cv;
+}
+
 static FASTPE_ALWAYS_INLINE void fastpe_sincos_turns_(double p, double v1, double v2, double v3,
                                                       double v4, double *s_out, double *c_out,
                                                       const int hw)
@@ -129,21 +154,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_turns_(double p, double v1, doubl
     double cc = t - s;
     double e2 = (s - (t - cc)) + (c - cc);
     t = t - fastpe_floor_(t, hw);                       /* exact */
-    double n = fastpe_floor_(4.0 * t + 0.5, hw);        /* nearest quarter turn, 0..4 */
-    double r = (t - 0.25 * n) + ((e1 + e2) + d);        /* t - n/4 is exact (Sterbenz) */
-    double q = n - 4.0 * fastpe_floor_(0.25 * n, hw);   /* quadrant 0..3 */
-    double r2 = r * r;
-    double sp = r * (FASTPE_S0 + r2 * (FASTPE_S1 + r2 * (FASTPE_S2 + r2 * (FASTPE_S3
-                + r2 * (FASTPE_S4 + r2 * (FASTPE_S5 + r2 * (FASTPE_S6 + r2 * FASTPE_S7)))))));
-    double cp = FASTPE_C0 + r2 * (FASTPE_C1 + r2 * (FASTPE_C2 + r2 * (FASTPE_C3
-                + r2 * (FASTPE_C4 + r2 * (FASTPE_C5 + r2 * (FASTPE_C6 + r2 * FASTPE_C7))))));
-    int odd = (q == 1.0) | (q == 3.0);
-    double sv = odd ? cp : sp;
-    double cv = odd ? sp : cp;
-    double ssign = q >= 2.0 ? -1.0 : 1.0;
-    double csign = ((q == 1.0) | (q == 2.0)) ? -1.0 : 1.0;
-    *s_out = ssign * sv;
-    *c_out = csign * cv;
+    fastpe_sincos_of_turn_(t, (e1 + e2) + d, s_out, c_out, hw);
 }
 
 /*
@@ -559,13 +570,14 @@ static void fastpe_sincos_steps(const double *turns, ptrdiff_t n_freq, double *s
  * fractional parts; they are summed with error-free two-sums, the fraction re-taken as the
  * sum grows.
  */
-#define FASTPE_TWO_SUM_FRAC_(s, b, e)                                                        \
-    do {                                                                                      \
-        double t_ = (s) + (b);                                                                \
-        double bb_ = t_ - (s);                                                                \
-        (e) += ((s) - (t_ - bb_)) + ((b) - bb_);                                              \
-        (s) = t_ - floor(t_);                                                                 \
-    } while (0)
+/* s + b by an error-free two-sum: s becomes its fractional part (exact), e gains the error */
+static FASTPE_ALWAYS_INLINE void fastpe_add_turns_(double *s, double b, double *e)
+{
+    double t = *s + b;
+    double bb = t - *s;
+    *e = *e + ((*s - (t - bb)) + (b - bb));
+    *s = t - floor(t);
+}
 
 static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, double v2,
                                                            double v3, double v4, double *s_out,
@@ -574,42 +586,14 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, 
     double big = 134217729.0 * x; /* 2**27 + 1 */
     double xh = big - (big - x);
     double xl = x - xh;
-    double a = xh * v1;
-    a = a - floor(a);
-    double b = xl * v1;
-    b = b - floor(b);
-    double s = a + b;
-    double bb = s - a;
-    double e = (a - (s - bb)) + (b - bb);
-    s = s - floor(s);
-    b = xh * v2;
-    b = b - floor(b);
-    FASTPE_TWO_SUM_FRAC_(s, b, e);
-    b = xl * v2;
-    b = b - floor(b);
-    FASTPE_TWO_SUM_FRAC_(s, b, e);
-    b = xh * v3;
-    b = b - floor(b);
-    FASTPE_TWO_SUM_FRAC_(s, b, e);
-    b = xl * v3;
-    b = b - floor(b);
-    FASTPE_TWO_SUM_FRAC_(s, b, e);
-    double t = s;
-    double n = floor(4.0 * t + 0.5);
-    double r = (t - 0.25 * n) + (e + x * v4);
-    double q = n - 4.0 * floor(0.25 * n);
-    double r2 = r * r;
-    double sp = r * (FASTPE_S0 + r2 * (FASTPE_S1 + r2 * (FASTPE_S2 + r2 * (FASTPE_S3
-                + r2 * (FASTPE_S4 + r2 * (FASTPE_S5 + r2 * (FASTPE_S6 + r2 * FASTPE_S7)))))));
-    double cp = FASTPE_C0 + r2 * (FASTPE_C1 + r2 * (FASTPE_C2 + r2 * (FASTPE_C3
-                + r2 * (FASTPE_C4 + r2 * (FASTPE_C5 + r2 * (FASTPE_C6 + r2 * FASTPE_C7))))));
-    int odd = (q == 1.0) | (q == 3.0);
-    double sv = odd ? cp : sp;
-    double cv = odd ? sp : cp;
-    double ssign = q >= 2.0 ? -1.0 : 1.0;
-    double csign = ((q == 1.0) | (q == 2.0)) ? -1.0 : 1.0;
-    *s_out = ssign * sv;
-    *c_out = csign * cv;
+    double s = xh * v1 - floor(xh * v1);
+    double e = 0.0;
+    fastpe_add_turns_(&s, xl * v1 - floor(xl * v1), &e);
+    fastpe_add_turns_(&s, xh * v2 - floor(xh * v2), &e);
+    fastpe_add_turns_(&s, xl * v2 - floor(xl * v2), &e);
+    fastpe_add_turns_(&s, xh * v3 - floor(xh * v3), &e);
+    fastpe_add_turns_(&s, xl * v3 - floor(xl * v3), &e);
+    fastpe_sincos_of_turn_(s, e + x * v4, s_out, c_out, 1);
 }
 
 /* table[t][0][k], table[t][1][k] = cos, sin of x[t] and frequency k, rows [row_begin, row_end) */

@@ -44,8 +44,16 @@ def sincos_turns(p, v1, v2, v3, v4):
     cc = t - s
     e2 = (s - (t - cc)) + (c - cc)
     t = t - np.floor(t)  # exact
+    return _sincos_of_turn(t, (e1 + e2) + d)
+
+
+@inline
+def _sincos_of_turn(t, tail):
+    """``(sin, cos)`` of ``2*pi*(t + tail)``: ``t`` in ``[0, 1)`` exactly, ``tail`` a small
+    correction.  The reduction to the nearest quarter turn is exact (Sterbenz), then the
+    polynomials and the quadrant's signs."""
     n = np.floor(4.0 * t + 0.5)  # nearest quarter turn, 0..4
-    r = (t - 0.25 * n) + ((e1 + e2) + d)  # t - n/4 is exact (Sterbenz)
+    r = (t - 0.25 * n) + tail  # t - n/4 is exact (Sterbenz)
     q = n - 4.0 * np.floor(0.25 * n)  # quadrant 0..3
     r2 = r * r
     sp = r * (S0 + r2 * (S1 + r2 * (S2 + r2 * (S3 + r2 * (S4 + r2 * (S5 + r2 * (S6 + r2 * S7)))))))
@@ -414,60 +422,37 @@ def _sincos_rows(positions, turns, steps, layout, out):
 
 
 @inline
+def _add_turns(s, b, e):
+    """``s + b`` by an error-free two-sum: its fractional part (exact) and ``e`` plus the
+    rounding error."""
+    t = s + b
+    bb = t - s
+    e = e + ((s - (t - bb)) + (b - bb))
+    return t - np.floor(t), e
+
+
+@inline
+def _frac(a):
+    return a - np.floor(a)
+
+
+@inline
 def sincos_real_turns(x, v1, v2, v3, v4):
     """``(sin, cos)`` of ``2*pi*x*(v1+v2+v3+v4)`` for a real ``|x| < 2**32``.
 
     ``x`` is cut (Veltkamp) into ``xh + xl``, 26 bits each at most, so every product with a
-    21-bit word is exact, as are their fractional parts; six of them are summed with
-    error-free two-sums (fractions re-taken as the sum grows), as in :func:`sincos_turns`.
+    21-bit word is exact, as are their fractional parts; the six are summed with error-free
+    two-sums (the fraction re-taken at each step), as in :func:`sincos_turns`.
     """
     big = 134217729.0 * x  # 2**27 + 1
     xh = big - (big - x)
     xl = x - xh
-    a = xh * v1
-    a = a - np.floor(a)
-    b = xl * v1
-    b = b - np.floor(b)
-    s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    s = s - np.floor(s)
-    b = xh * v2
-    b = b - np.floor(b)
-    t = s + b
-    bb = t - s
-    e += (s - (t - bb)) + (b - bb)
-    s = t - np.floor(t)
-    b = xl * v2
-    b = b - np.floor(b)
-    t = s + b
-    bb = t - s
-    e += (s - (t - bb)) + (b - bb)
-    s = t - np.floor(t)
-    b = xh * v3
-    b = b - np.floor(b)
-    t = s + b
-    bb = t - s
-    e += (s - (t - bb)) + (b - bb)
-    s = t - np.floor(t)
-    b = xl * v3
-    b = b - np.floor(b)
-    t = s + b
-    bb = t - s
-    e += (s - (t - bb)) + (b - bb)
-    t = t - np.floor(t)
-    n = np.floor(4.0 * t + 0.5)
-    r = (t - 0.25 * n) + (e + x * v4)
-    q = n - 4.0 * np.floor(0.25 * n)
-    r2 = r * r
-    sp = r * (S0 + r2 * (S1 + r2 * (S2 + r2 * (S3 + r2 * (S4 + r2 * (S5 + r2 * (S6 + r2 * S7)))))))
-    cp = C0 + r2 * (C1 + r2 * (C2 + r2 * (C3 + r2 * (C4 + r2 * (C5 + r2 * (C6 + r2 * C7))))))
-    odd = (q == 1.0) | (q == 3.0)
-    sv = cp if odd else sp
-    cv = sp if odd else cp
-    ssign = -1.0 if q >= 2.0 else 1.0
-    csign = -1.0 if (q == 1.0) | (q == 2.0) else 1.0
-    return ssign * sv, csign * cv
+    s, e = _add_turns(_frac(xh * v1), _frac(xl * v1), 0.0)
+    s, e = _add_turns(s, _frac(xh * v2), e)
+    s, e = _add_turns(s, _frac(xl * v2), e)
+    s, e = _add_turns(s, _frac(xh * v3), e)
+    s, e = _add_turns(s, _frac(xl * v3), e)
+    return _sincos_of_turn(s, e + x * v4)
 
 
 def _sincos_real(x, turns, layout, out):
