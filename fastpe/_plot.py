@@ -188,10 +188,7 @@ def alibi_heatmap(
 ) -> Heatmap:
     """One head of ``fastpe.alibi.bias(n_heads, length, form=form, max_bias=max_bias)``:
     queries down, keys across; masked (``-inf``) entries drawn grey."""
-    try:
-        from . import alibi
-    except ImportError as exc:
-        raise ImportError(f"--kind alibi needs fastpe.alibi, which this fastpe does not have ({exc})") from None
+    from . import alibi
 
     n_heads = check_int("n_heads", n_heads, low=1)
     head = check_int("head", head, low=0)

@@ -4,7 +4,7 @@ valid pictures of the announced size, and bad input leaves nothing behind."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib
 import io
 import os
 import re
@@ -24,8 +24,6 @@ from fastpe import _plot  # noqa: E402
 from fastpe.cli import main  # noqa: E402
 from conftest import fastpe_env  # noqa: E402
 
-HAS_ALIBI = importlib.util.find_spec("fastpe.alibi") is not None
-needs_alibi = pytest.mark.skipif(not HAS_ALIBI, reason="fastpe.alibi is not in this fastpe yet")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SUMMARY = re.compile(
@@ -90,7 +88,6 @@ def test_rope_heatmap_is_the_cache(part):
     assert h.panel_titles == (("cos", "sin") if part == "both" else ())
 
 
-@needs_alibi
 @pytest.mark.parametrize("form", ["symmetric", "causal"])
 def test_alibi_heatmap_is_one_head_with_the_mask(form):
     from fastpe import alibi
@@ -105,7 +102,6 @@ def test_alibi_heatmap_is_one_head_with_the_mask(form):
     assert (h.xlabel, h.ylabel) == ("key position", "query position")
 
 
-@needs_alibi
 def test_alibi_head_out_of_range():
     with pytest.raises(ValueError, match="head"):
         _plot.alibi_heatmap(4, 20, head=4)
@@ -247,7 +243,6 @@ def test_rope_kind(in_tmp, part):
     assert png_size("r.png") == (800, 600)
 
 
-@needs_alibi
 @pytest.mark.parametrize("form", ["symmetric", "causal", "bloom", "mpt"])
 def test_alibi_kind(in_tmp, form):
     result = run("--kind", "alibi", "--n-heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
@@ -310,14 +305,6 @@ def test_existing_file_is_replaced_and_quiet_prints_nothing(in_tmp):
     assert result.exit_code == 0 and result.stdout == ""
     assert png_size("pe.png") == (800, 600)
     assert listing() == ["pe.png"]
-
-
-@pytest.mark.skipif(HAS_ALIBI, reason="fastpe.alibi is here")
-def test_alibi_kind_without_alibi_is_one_line(in_tmp):
-    result = run("--kind", "alibi", "-o", "a.png")
-    assert result.exit_code == 1
-    assert "fastpe.alibi" in one_line_error(result)
-    assert listing() == []
 
 
 def test_without_matplotlib_the_error_names_the_install(in_tmp, monkeypatch):

@@ -177,12 +177,9 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
             heatmap = _plot.rope_heatmap(head_dim, max_len, base=base, part=part.lower(), backend=name)
         default = f"rope_{part.lower()}_{max_len}x{head_dim}.png"
     else:
-        try:
-            with options.library_errors():
-                heatmap = _plot.alibi_heatmap(n_heads, max_len, head=head, form=form.lower(), max_bias=max_bias,
-                                              backend=name)
-        except ImportError as exc:
-            raise click.ClickException(str(exc)) from None
+        with options.library_errors():
+            heatmap = _plot.alibi_heatmap(n_heads, max_len, head=head, form=form.lower(), max_bias=max_bias,
+                                          backend=name)
         default = f"alibi_{form.lower()}_h{head}_{max_len}.png"
     computed = time.perf_counter()
 
