@@ -4,7 +4,6 @@ valid pictures of the announced size, and bad input leaves nothing behind."""
 from __future__ import annotations
 
 import importlib
-import importlib
 import io
 import os
 import re
