@@ -231,10 +231,10 @@ def test_add_equals_numpy_expression(backend, dt):
     assert np.array_equal(y, x + table[pos1])
 
 
-def test_add_large_goes_in_blocks():
+def test_add_large_goes_in_blocks(fast_backend):
     x = np.zeros((1, 3000, 512), np.float32)
-    fastpe.add_(x, offset=10)
-    assert np.array_equal(x[0], fastpe.table(512, 3010)[10:])
+    fastpe.add_(x, offset=10, backend=fast_backend)
+    assert np.array_equal(x[0], fastpe.table(512, 3010, backend=fast_backend)[10:])
 
 
 @pytest.mark.parametrize(
