@@ -8,7 +8,7 @@ for the loop, so Python threads can fill disjoint row blocks of one output at on
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "fastpe_kernels.h" nogil:
     const int FASTPE_STEPS
@@ -311,3 +311,67 @@ def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::
     with nogil:
         fastpe_sincos_real(&x[0], &turns[0, 0], turns.shape[1], &table[0, 0, 0], row_begin, row_end,
                            wide)
+
+
+
+# ----------------------------------------------------------------------- narrowing to 16 bits
+# Round-to-nearest-even of float32 bit patterns to float16 / bfloat16, flagging the float32
+# values that are exactly halfway between two target numbers: the numba _to_f16 / _to_bf16,
+# step for step (integer arithmetic only, so the same bits on any compiler).
+
+
+cdef inline uint16_t _to_f16(uint32_t u, uint8_t *tie) noexcept nogil:
+    cdef uint32_t sign = (u >> 16) & 0x8000
+    cdef uint32_t a = u & 0x7FFFFFFF
+    cdef uint32_t h, m, shift, mant, rem, half
+    tie[0] = 0
+    if a > 0x7F800000:  # NaN: quiet, sign kept
+        h = 0x7E00
+    elif a >= 0x477FF000:  # 65520 and up round to inf
+        h = 0x7C00
+        tie[0] = a == 0x477FF000
+    elif a >= 0x38800000:  # float16 normals: rebias, round off 13 bits
+        m = a - 0x38000000
+        h = (m + 0x0FFF + ((m >> 13) & 1)) >> 13
+        tie[0] = (a & 0x1FFF) == 0x1000
+    elif a >= 0x33000000:  # float16 subnormals: units of 2**-24
+        shift = 126 - (a >> 23)
+        mant = (a & 0x7FFFFF) | 0x800000
+        h = mant >> shift
+        rem = mant & ((<uint32_t>1 << shift) - 1)
+        half = <uint32_t>1 << (shift - 1)
+        if rem > half or (rem == half and (h & 1)):
+            h += 1
+        tie[0] = rem == half
+    else:
+        h = 0
+    return <uint16_t>(sign | h)
+
+
+cdef inline uint16_t _to_bf16(uint32_t u, uint8_t *tie) noexcept nogil:
+    cdef uint32_t a = u & 0x7FFFFFFF
+    if a > 0x7F800000:  # NaN: quiet
+        tie[0] = 0
+        return <uint16_t>((u >> 16) | 0x40)
+    tie[0] = (u & 0xFFFF) == 0x8000 and a < 0x7F800000
+    return <uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16)
+
+
+def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1] ties,
+             Py_ssize_t begin=0, Py_ssize_t end=-1):
+    """Elements ``[begin, end)``: ``out`` the float16 (``bf16``: bfloat16) bits nearest to the
+    float32 ``bits``, ``ties`` 1 where the float32 lies exactly halfway between two."""
+    cdef Py_ssize_t n = bits.shape[0]
+    cdef Py_ssize_t i
+    if end < 0:
+        end = n
+    if out.shape[0] != n or ties.shape[0] != n:
+        raise ValueError(f"out and ties must have {n} elements")
+    _check_rows(n, begin, end)
+    with nogil:
+        if bf16:
+            for i in range(begin, end):
+                out[i] = _to_bf16(bits[i], &ties[i])
+        else:
+            for i in range(begin, end):
+                out[i] = _to_f16(bits[i], &ties[i])

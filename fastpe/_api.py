@@ -39,13 +39,14 @@ def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
 _DECIDE = 2.0**-44
 
 
-def narrow_into(out: np.ndarray, fill32, exact, fill64=None) -> None:
+def narrow_into(out: np.ndarray, fill32, exact, fill64=None, module=None) -> None:
     """Fill ``out`` (float16 or bfloat16, ``(n, d)``) a block of rows at a time:
     ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed (see
     :func:`fastpe._dtypes.narrow`).  A float32 that is a tie in the target format is decided
     by which side of it the true value lies: by ``fill64(rows)`` (float64 values of those
     rows, within 2**-45) when that is far enough from the tie to be sure, else by
-    ``exact(r, j, fmt)``, the correctly rounded value from the reference."""
+    ``exact(r, j, fmt)``, the correctly rounded value from the reference.  ``module`` (a
+    backend) narrows in parallel."""
     n, d = out.shape
     fmt = _dtypes.format_of(out.dtype)
     block = max(1, _NARROW_VALUES // max(d, 1))
@@ -74,7 +75,7 @@ def narrow_into(out: np.ndarray, fill32, exact, fill64=None) -> None:
                     result.append(exact(r0 + flat // d, flat % d, fmt))
             return result
 
-        out[r0:r1] = _dtypes.narrow(part, out.dtype, ties)
+        out[r0:r1] = _dtypes.narrow(part, out.dtype, ties, module)
 
 
 def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray,
@@ -112,7 +113,7 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
             k, is_cos = column_owner(layout, freqs.count, j)
             return _reference_sincos.sin_cos(p, freqs, k, fmt)[is_cos]
 
-        narrow_into(out, fill32, exact, fill64)
+        narrow_into(out, fill32, exact, fill64, module)
 
 
 def _real_rows(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
@@ -154,7 +155,7 @@ def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> Non
         k, is_cos = column_owner(layout, freqs.count, j)
         return _reference_sincos.sin_cos(float(x[r]), freqs, k, fmt)[is_cos]
 
-    narrow_into(out, fill32, exact, fill64)
+    narrow_into(out, fill32, exact, fill64, module)
 
 
 def _fill(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:

@@ -287,3 +287,8 @@ def add_rows(x, pe, scale) -> None:
 
 
 from ._cython_bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (they use _split above)
+
+
+def narrow16(bits32, bf16, out, ties) -> None:
+    flags = ties.view(np.uint8)
+    _split(lambda lo, hi: _ext.narrow16(bits32, bool(bf16), out, flags, lo, hi), bits32.size, bits32.size)

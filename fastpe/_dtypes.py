@@ -155,7 +155,10 @@ def _ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
     bits = x32.reshape(-1).view(np.uint32) & np.uint32(0x7FFFFFFF)
     low = 24 - fmt.mant_bits
     tie = (bits & np.uint32((1 << low) - 1)) == np.uint32(1 << (low - 1))
-    tie &= bits < np.uint32(0x7F800000)  # not inf or NaN
+    # not past the midpoint between the largest finite number and infinity (inf, NaN and
+    # everything that overflows round one way only)
+    top = np.float32(math.ldexp(2.0 - 2.0 ** -fmt.mant_bits, fmt.emax)).view(np.uint32)
+    tie &= bits <= top
     small = np.flatnonzero(bits < np.uint32((fmt.emin + 127) << 23))
     tie[small] = False
     if small.size:
@@ -172,6 +175,7 @@ def narrow(
     x32: np.ndarray,
     dtype: np.dtype,
     correctly_rounded: Callable[[np.ndarray], Sequence[float]],
+    module=None,
 ) -> np.ndarray:
     """``x32`` (float32, each the correctly rounded float32 of an exact value) in ``dtype``,
     each element the correctly rounded ``dtype`` number of the *exact* value.
@@ -179,16 +183,26 @@ def narrow(
     ``correctly_rounded(flat_indices)`` returns, for the few elements whose float32 is a
     tie in ``dtype``, their correctly rounded values in ``dtype`` (as floats), computed from
     the exact values (the reference).  float32 and float64 targets pass through ``astype``.
+    ``module``, a backend, does the rounding and finds the ties in one parallel pass (its
+    ``narrow16`` operation); without it, NumPy's cast and :func:`_ties` do.
     """
     dtype = np.dtype(dtype)
     if dtype == np.float32:
         return x32
-    out = x32.astype(dtype)
     fmt = format_of(dtype)
     if fmt.mant_bits >= 24:
-        return out
-    idx = _ties(x32, fmt)
+        return x32.astype(dtype)
+    if module is None:
+        out = x32.astype(dtype)
+        idx = _ties(x32, fmt)
+    else:
+        flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1)
+        bits = np.empty(flat.size, dtype=np.uint16)
+        ties = np.empty(flat.size, dtype=np.bool_)
+        module.narrow16(flat.view(np.uint32), fmt.name == "bfloat16", bits, ties)
+        out = bits.view(dtype).reshape(x32.shape)
+        idx = np.flatnonzero(ties)
     if idx.size:
-        flat = out.reshape(-1)
-        flat[idx] = np.asarray(list(correctly_rounded(idx)), dtype=np.float64).astype(dtype)
+        flat_out = out.reshape(-1)
+        flat_out[idx] = np.asarray(list(correctly_rounded(idx)), dtype=np.float64).astype(dtype)
     return out

@@ -146,3 +146,13 @@ def add_rows(x, pe, scale) -> None:
                 if factor is not None:
                     v = t(v * factor)
                 x[b, s, j] = t(v + pe[s, j])
+
+
+def narrow16(bits32, bf16, out, ties) -> None:
+    """NumPy's and ml_dtypes' own casts, and the ties from exact float64 arithmetic."""
+    name = "bfloat16" if bf16 else "float16"
+    x = bits32.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[...] = x.astype(_dtypes.resolve(name)).view(np.uint16)
+    ties[...] = False
+    ties[_dtypes._ties(x, _dtypes.FORMATS[name])] = True

@@ -97,6 +97,7 @@ OPERATIONS: dict[str, Operation] = {
         Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
         Operation("grid_gather", "2-D/3-D sin-cos grids: each axis's values copied into place"),
         Operation("add_rows", "add_: x * scale + pe in place, row by row"),
+        Operation("narrow16", "float32 to float16/bfloat16 bits, flagging the exact ties"),
         Operation("alibi_bias", "ALiBi bias (heads, queries, keys), exact products of the slopes"),
         Operation("t5_bucket", "HF T5 relative-position buckets of arbitrary int64 positions"),
         Operation("t5_bucket_matrix", "HF T5 buckets of j - (i + offset), a (q_len, k_len) matrix"),

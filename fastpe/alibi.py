@@ -198,11 +198,14 @@ def _narrow(module, n_heads: int, max_bias: float, form: str, out: np.ndarray) -
     module.alibi_bias(n_heads, max_bias, form, x32)
 
     def ties(idx):
-        values = []
+        values, seen = [], {}  # a (head, distance) recurs on every diagonal
         for flat in idx.tolist():
             h, rest = divmod(flat, q_len * k_len)
             i, j = divmod(rest, k_len)
-            values.append(alibi_value(n_heads, max_bias, h, alibi_distance(form, q_len, k_len, i, j), fmt))
+            key = (h, alibi_distance(form, q_len, k_len, i, j))
+            if key not in seen:
+                seen[key] = alibi_value(n_heads, max_bias, h, key[1], fmt)
+            values.append(seen[key])
         return values
 
-    out[...] = _dtypes.narrow(x32, out.dtype, ties)
+    out[...] = _dtypes.narrow(x32, out.dtype, ties, module)

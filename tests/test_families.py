@@ -326,3 +326,38 @@ def test_low_precision_is_correctly_rounded_not_double_rounded():
     for r, j in differ:
         k, is_cos = (j, False) if j < 8 else (j - 8, True)
         assert float(got[r, j]) == _round(_mp_value(int(r), freqs, int(k), is_cos), "float16")
+
+
+@pytest.mark.parametrize("target", ["float16", "bfloat16"])
+def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target):
+    """The narrowing operation: the cast's bits (NumPy's float16, ml_dtypes' bfloat16) and
+    the ties (values exactly halfway, found by exact float64 arithmetic) on random bit
+    patterns and the edges: subnormal targets, the overflow midpoint, inf, NaN, zeros."""
+    from fastpe import _backends
+
+    rng = np.random.default_rng(11)
+    n = 3000 if backend == "python" else 400_000
+    bits = np.concatenate([
+        rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32),
+        np.arange(0x33000000 - 3, 0x33000000 + 3000, dtype=np.uint32),  # float16 subnormals
+        np.arange(0x38800000 - 3000, 0x38800000 + 3, dtype=np.uint32),
+        np.arange(0x477FF000 - 3, 0x477FF000 + 3, dtype=np.uint32),  # 65520, the overflow midpoint
+        np.arange(0x7F7F8000 - 3, 0x7F7F8000 + 3, dtype=np.uint32),  # bfloat16's
+        np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00000001, 0x00008000], np.uint32),
+        # ties: 1 + 2**-11 and 1 + 3 * 2**-11 (float16), 1 + 2**-8 and 1 + 3 * 2**-8 (bfloat16)
+        np.array([0x3F801000, 0x3F803000, 0x3F808000, 0x3F818000], np.uint32),
+    ])
+    bits = np.concatenate([bits, bits ^ np.uint32(0x80000000)])
+    x = bits.view(np.float32)
+    dtype = _dtypes.resolve(target)
+    out = np.empty(bits.size, np.uint16)
+    ties = np.empty(bits.size, np.bool_)
+    _backends.load(backend).narrow16(bits, target == "bfloat16", out, ties)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(dtype).view(np.uint16)
+    nan = np.isnan(x)
+    assert np.array_equal(out[~nan], want[~nan])
+    assert np.isnan(out[nan].view(dtype).astype(np.float32)).all()
+    want_ties = np.zeros(bits.size, bool)
+    want_ties[_dtypes._ties(x, _dtypes.FORMATS[target])] = True
+    assert np.array_equal(ties, want_ties) and ties.sum() >= 8

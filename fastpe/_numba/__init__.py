@@ -160,3 +160,7 @@ def add_rows(x, pe, scale) -> None:
 
 
 from .bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (its kernels use _run above)
+
+
+def narrow16(bits32, bf16, out, ties) -> None:
+    _run(_k.narrow16_parallel, _k.narrow16_serial, bits32.size, bits32, bool(bf16), out, ties)

@@ -520,3 +520,62 @@ def _add_rows(x, pe, scale, has_scale):
 
 
 add_rows_parallel, add_rows_serial = kernel(_add_rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Narrowing float32 to float16 / bfloat16 (fastpe._dtypes.narrow): round-to-nearest-even on
+# the bit patterns, as NumPy's and ml_dtypes' casts do, and a flag on every float32 that is
+# exactly halfway between two numbers of the target (the caller decides those from the
+# exact value).  Numba has no float16 type, so the bits are computed directly.
+
+
+@inline
+def _to_f16(u):
+    """``(bits, tie)`` of the float16 nearest (ties to even) to the float32 with bits ``u``."""
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    a = u & np.uint32(0x7FFFFFFF)
+    tie = False
+    if a > np.uint32(0x7F800000):  # NaN: quiet, sign kept
+        h = np.uint32(0x7E00)
+    elif a >= np.uint32(0x477FF000):  # 65520 and up (the midpoint to 2**16) round to inf
+        h = np.uint32(0x7C00)
+        tie = a == np.uint32(0x477FF000)
+    elif a >= np.uint32(0x38800000):  # float16 normals: rebias, round off 13 bits
+        m = a - np.uint32(0x38000000)
+        h = (m + np.uint32(0x0FFF) + ((m >> np.uint32(13)) & np.uint32(1))) >> np.uint32(13)
+        tie = (a & np.uint32(0x1FFF)) == np.uint32(0x1000)
+    elif a >= np.uint32(0x33000000):  # float16 subnormals: units of 2**-24
+        shift = np.uint32(126) - (a >> np.uint32(23))
+        mant = (a & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
+        h = mant >> shift
+        rem = mant & ((np.uint32(1) << shift) - np.uint32(1))
+        half = np.uint32(1) << (shift - np.uint32(1))
+        if rem > half or (rem == half and (h & np.uint32(1)) == np.uint32(1)):
+            h += np.uint32(1)
+        tie = rem == half
+    else:  # below 2**-25: rounds to zero
+        h = np.uint32(0)
+    return np.uint16(sign | h), tie
+
+
+@inline
+def _to_bf16(u):
+    """``(bits, tie)`` of the bfloat16 nearest (ties to even) to the float32 with bits ``u``."""
+    a = u & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):  # NaN: quiet
+        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40)), False
+    h = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return np.uint16(h), (u & np.uint32(0xFFFF)) == np.uint32(0x8000) and a < np.uint32(0x7F800000)
+
+
+def _narrow16(bits32, bf16, out, ties):
+    for i in prange(bits32.shape[0]):
+        if bf16:
+            h, t = _to_bf16(bits32[i])
+        else:
+            h, t = _to_f16(bits32[i])
+        out[i] = h
+        ties[i] = t
+
+
+narrow16_parallel, narrow16_serial = kernel(_narrow16)

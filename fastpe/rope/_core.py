@@ -188,7 +188,7 @@ def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
                     result.append(_reference_rope._settle(exact, rounder)[which])
             return result
 
-        out[...] = _dtypes.narrow(x32, out.dtype, ties)
+        out[...] = _dtypes.narrow(x32, out.dtype, ties, module)
 
 
 def _spread(values: np.ndarray, out: np.ndarray, layout: str) -> None:
