@@ -8,6 +8,7 @@ for the loop, so Python threads can fill disjoint row blocks of one output at on
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cython cimport floating
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "fastpe_kernels.h" nogil:
@@ -375,3 +376,121 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
         else:
             for i in range(begin, end):
                 out[i] = _to_f16(bits[i], &ties[i])
+
+
+
+# ----------------------------------------------------------------------- sinusoid families
+# Rows of any geometric frequency set in a layout (fastpe._layout), float32 or float64: the
+# (cos, sin) doubles of a block of rows -- fastpe_rope_table with af = 1 (integer positions)
+# or fastpe_sincos_real (real positions) -- then laid out and rounded (a C cast: round to
+# nearest, as NumPy's and numba's are).
+
+cdef enum:
+    _FAMILY_ROWS = 64  # rows per block: their (cos, sin) doubles stay in cache while laid out
+
+
+cdef void _scatter(const double *table, Py_ssize_t n_rows, Py_ssize_t n_freq, int layout,
+                   floating[:, ::1] out, Py_ssize_t row0) noexcept nogil:
+    """Rows ``row0 ..`` of ``out`` from ``table`` (``n_rows x 2 x n_freq``: cos, then sin).
+    layout 0 interleaved, 1 halves, 2 halves with the cosines first."""
+    cdef Py_ssize_t d = out.shape[1]
+    cdef Py_ssize_t t, k, j, m
+    cdef const double *c
+    cdef const double *s
+    cdef const double *first
+    cdef const double *second
+    for t in range(n_rows):
+        c = table + 2 * t * n_freq
+        s = c + n_freq
+        if layout == 0:
+            for k in range(n_freq):
+                out[row0 + t, 2 * k] = <floating>s[k]
+                if 2 * k + 1 < d:
+                    out[row0 + t, 2 * k + 1] = <floating>c[k]
+        else:
+            first = s if layout == 1 else c
+            second = c if layout == 1 else s
+            for k in range(n_freq):
+                out[row0 + t, k] = <floating>first[k]
+            m = d - n_freq
+            if m > n_freq:
+                m = n_freq
+            for k in range(m):
+                out[row0 + t, n_freq + k] = <floating>second[k]
+        for j in range(2 * n_freq, d):
+            out[row0 + t, j] = 0
+
+
+cdef int _check_family(Py_ssize_t n, const double[:, ::1] turns, floating[:, ::1] out, int layout,
+                       Py_ssize_t row_begin, Py_ssize_t row_end) except -1:
+    if turns.shape[0] != 4 or turns.shape[1] < 1:
+        raise ValueError("turns must have shape (4, n_freq), n_freq >= 1")
+    if out.shape[0] != n or out.shape[1] < 2 * turns.shape[1] - 1:
+        raise ValueError(f"out must have {n} rows of at least {2 * turns.shape[1] - 1} columns")
+    if not 0 <= layout <= 2:
+        raise ValueError(f"layout code {layout} is not 0, 1 or 2")
+    _check_rows(n, row_begin, row_end)
+    return 0
+
+
+def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
+                const double[:, :, ::1] steps, int layout, floating[:, ::1] out,
+                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
+    """Rows ``[row_begin, row_end)`` of ``out``: the family values of ``positions`` for the
+    frequencies ``turns`` (``steps`` from :func:`sincos_steps`) in ``layout`` (0, 1, 2)."""
+    if row_end < 0:
+        row_end = out.shape[0]
+    _check_rope_plan(turns, steps)
+    _check_family(positions.shape[0], turns, out, layout, row_begin, row_end)
+    if row_begin == row_end:
+        return
+    cdef Py_ssize_t n_freq = turns.shape[1]
+    cdef double *scratch = _scratch(n_freq)
+    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
+    cdef Py_ssize_t b0, b1
+    if table == NULL:
+        PyMem_Free(scratch)
+        raise MemoryError()
+    try:
+        with nogil:
+            b0 = row_begin
+            while b0 < row_end:
+                b1 = b0 + _FAMILY_ROWS
+                if b1 > row_end:
+                    b1 = row_end
+                fastpe_rope_table(&positions[b0], &turns[0, 0], n_freq, &steps[0, 0, 0], 1.0,
+                                  table, 0, b1 - b0, scratch, wide)
+                _scatter(table, b1 - b0, n_freq, layout, out, b0)
+                b0 = b1
+    finally:
+        PyMem_Free(table)
+        PyMem_Free(scratch)
+
+
+def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout,
+                     floating[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
+                     bint wide=True):
+    """Rows ``[row_begin, row_end)`` of ``out``: the family values at the real positions
+    ``x`` (finite, ``|x| < 2**32``) for the frequencies ``turns`` in ``layout``."""
+    if row_end < 0:
+        row_end = out.shape[0]
+    _check_family(x.shape[0], turns, out, layout, row_begin, row_end)
+    if row_begin == row_end:
+        return
+    cdef Py_ssize_t n_freq = turns.shape[1]
+    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
+    cdef Py_ssize_t b0, b1
+    if table == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            b0 = row_begin
+            while b0 < row_end:
+                b1 = b0 + _FAMILY_ROWS
+                if b1 > row_end:
+                    b1 = row_end
+                fastpe_sincos_real(&x[b0], &turns[0, 0], n_freq, table, 0, b1 - b0, wide)
+                _scatter(table, b1 - b0, n_freq, layout, out, b0)
+                b0 = b1
+    finally:
+        PyMem_Free(table)

@@ -22,7 +22,8 @@ import threading
 
 import numpy as np
 
-from . import _ext, _freq, _layout
+from . import _ext, _freq
+from ._layout import LAYOUT_CODES
 from ._plan import frequency_turns, sinusoid_turns
 from ._poly import COS_COEFFS, SIN_COEFFS
 from ._rope_plan import apply_chunks
@@ -211,7 +212,7 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 # ----------------------------------------------------------------------- sinusoid families
 # The values of the numba kernels (fastpe._numba.kernels, "Sinusoid families"): the RoPE
 # doubles C, S with af = 1 (integer positions) or the real-position exact path, computed a
-# block of rows at a time into a small table, then laid out and rounded by fastpe._layout.
+# block of rows at a time into a small table, then laid out and rounded, in C (csrc/_ext.pyx).
 
 
 @functools.lru_cache(maxsize=32)
@@ -224,32 +225,18 @@ def _freq_steps(freqs) -> np.ndarray:
     return steps
 
 
-def _table_blocks(compute, n_rows: int, count: int, layout: str, out) -> None:
-    """``compute(lo, hi, table)`` fills the ``(hi - lo, 2, count)`` doubles of rows
-    ``[lo, hi)``; each thread works through its rows a cache-sized block at a time."""
-    block = max(64, (1 << 17) // max(count, 1))  # a ~2 MiB table: per-block overhead stays small
-
-    def run(lo, hi):
-        table = np.empty((min(block, hi - lo), 2, count))
-        for b0 in range(lo, hi, block):
-            b1 = min(hi, b0 + block)
-            part = table[:b1 - b0]
-            compute(b0, b1, part)
-            _layout.scatter(part, layout, out[b0:b1])
-
-    _split(run, n_rows, n_rows * count * 2 * FORWARD_COST)
-
-
 def sincos_rows(positions, freqs, layout, out) -> None:
     turns, steps = _freq.turns(freqs), _freq_steps(freqs)
-    _table_blocks(lambda lo, hi, table: _ext.rope_table(positions[lo:hi], turns, steps, 1.0, table),
-                  positions.shape[0], turns.shape[1], layout, out)
+    code = LAYOUT_CODES[layout]
+    _split(lambda lo, hi: _ext.sincos_rows(positions, turns, steps, code, out, lo, hi),
+           out.shape[0], out.shape[0] * turns.shape[1] * 2 * FORWARD_COST)
 
 
 def sincos_real(x, freqs, layout, out) -> None:
     turns = _freq.turns(freqs)
-    _table_blocks(lambda lo, hi, table: _ext.sincos_real(x[lo:hi], turns, table),
-                  x.shape[0], turns.shape[1], layout, out)
+    code = LAYOUT_CODES[layout]
+    _split(lambda lo, hi: _ext.sincos_real_rows(x, turns, code, out, lo, hi),
+           out.shape[0], out.shape[0] * turns.shape[1] * 2 * FORWARD_COST * 4)
 
 
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:

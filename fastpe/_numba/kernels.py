@@ -376,7 +376,7 @@ rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)
 # `2k + 1`, `count + k` or `k`; a column past the row's end is dropped and columns from
 # 2 * count on are zero.
 
-LAYOUT_CODES = {"interleaved": 0, "halves": 1, "halves_cos": 2}
+from .._layout import LAYOUT_CODES  # noqa: E402  (0 interleaved, 1 halves, 2 halves_cos)
 
 
 @inline
