@@ -43,15 +43,20 @@ static inline void fastpe_dd_product(double d, double w1, double w2, double w3, 
  * the sign of lo picks the side */
 static inline float fastpe_round_dd_f32(double hi, double lo)
 {
+    /* hi is a float32 midpoint exactly when d = hi - t (t its rounding) is not zero and
+     * t + 2d, the other neighbour, is a float32 (both exact in double); then lo's sign
+     * picks the side.  The numba round_dd_f32, step for step. */
+    float f = (float)hi;
     if (lo != 0.0) {
-        int ex;
-        (void)frexp(hi, &ex);
-        double r = ldexp(hi, 24 - ex); /* hi in units of its float32 ULP, exactly */
-        double f = floor(r);
-        if (r - f == 0.5)
-            return (float)ldexp(lo > 0.0 ? f + 1.0 : f, ex - 24);
+        double t = (double)f;
+        double d = hi - t;
+        if (d != 0.0) {
+            double o = t + 2.0 * d;
+            if ((double)(float)o == o)
+                return ((lo > 0.0) == (o > t)) ? (float)o : f;
+        }
     }
-    return (float)hi;
+    return f;
 }
 
 /* line[h, n] = slope_h * (first + n) rounded, n in [n_begin, n_end), 0 <= first + n < 2**32;

@@ -55,14 +55,18 @@ def dd_product(d, w1, w2, w3, w4):
 def round_dd_f32(hi, lo):
     """The float32 nearest to ``hi + lo`` (``|lo| <= ulp(hi) / 2``, ``hi`` a normal float32 in
     magnitude or zero).  Rounding ``hi`` alone is right unless ``hi`` is exactly a float32
-    midpoint, where the sign of ``lo`` says which side the true value lies on."""
+    midpoint, where the sign of ``lo`` says which side the true value lies on.  ``hi`` is a
+    midpoint exactly when ``d = hi - t`` (``t`` its rounding) is not zero and ``t + 2d``, the
+    other neighbour, is a float32 (both exact in double); no frexp in the common case."""
+    f = np.float32(hi)
     if lo != 0.0:
-        m, ex = math.frexp(hi)
-        r = math.ldexp(hi, 24 - ex)  # hi in units of its float32 ULP, exactly
-        f = np.floor(r)
-        if r - f == 0.5:
-            return np.float32(math.ldexp(f + 1.0 if lo > 0.0 else f, ex - 24))
-    return np.float32(hi)
+        t = np.float64(f)
+        d = hi - t
+        if d != 0.0:
+            o = t + 2.0 * d
+            if np.float64(np.float32(o)) == o:  # a midpoint: lo picks the side
+                return np.float32(o) if (lo > 0.0) == (o > t) else f
+    return f
 
 
 def _alibi_line(words, single, first, n_blocks, line):
