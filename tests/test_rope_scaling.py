@@ -43,7 +43,7 @@ def ulps64(a, b) -> float:
 
 
 def test_yarn_reference_values():
-    """YaRN, head_dim 128, base 1e4, factor 4, original 4096 (the issue's numbers)."""
+    """YaRN, head_dim 128, base 1e4, factor 4, original 4096 (the reference numbers the rope specification gives)."""
     spec = rope.resolve(128, base=1e4, scaling=YARN)
     assert _scaling.yarn_correction_range(spec) == (20.0, 46.0)
     inv, attention = rope.inv_freq(128, base=1e4, scaling=YARN)
