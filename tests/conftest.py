@@ -14,18 +14,29 @@ AVAILABLE = fastpe.available_backends()
 #: the compiled backends among them
 FAST = [b for b in AVAILABLE if b != "python"]
 
+#: ``FASTPE_TEST_BACKENDS=default`` (``make test``'s runs after the first): the ``backend``
+#: fixture takes only ``$FASTPE_BACKEND``.  The first run crosses every backend already;
+#: the later ones are there for the paths that use the default backend.
+_DEFAULT_ONLY = os.environ.get("FASTPE_TEST_BACKENDS", "") == "default"
+BACKEND_PARAMS = (
+    [os.environ["FASTPE_BACKEND"]]
+    if _DEFAULT_ONLY and os.environ.get("FASTPE_BACKEND") in AVAILABLE
+    else AVAILABLE
+)
+
 
 def pytest_report_header(config):
     return [
         f"fastpe {fastpe.__version__}: backends available {AVAILABLE} of {list(BACKENDS)}; "
         f"FASTPE_BACKEND={os.environ.get('FASTPE_BACKEND', '')!r}; "
-        f"FASTPE_REQUIRE_EXT={os.environ.get('FASTPE_REQUIRE_EXT', '')!r}"
+        f"FASTPE_REQUIRE_EXT={os.environ.get('FASTPE_REQUIRE_EXT', '')!r}; "
+        f"backend fixture {BACKEND_PARAMS}"
     ]
 
 
-@pytest.fixture(params=AVAILABLE)
+@pytest.fixture(params=BACKEND_PARAMS)
 def backend(request):
-    """Every backend that loads here, in turn."""
+    """Every backend that loads here, in turn (only the default one in a default-only run)."""
     return request.param
 
 
