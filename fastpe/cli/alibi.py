@@ -1,7 +1,7 @@
 """``fastpe alibi``: write an ALiBi bias ``(heads, q_len, k_len)`` to a ``.npy`` file.
 
 The numbers come from :func:`fastpe.alibi.bias`; this module parses, names the file and
-writes it (atomically, through :func:`fastpe.cli.grid.write_npy`).
+writes it (atomically, through :func:`fastpe.cli._write.write_npy`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from . import options
-from .grid import default_path, dtype_opt, summary, write_npy
+from ._write import default_path, dtype_opt, summary, write_npy
 
 __all__ = ["alibi", "FORMS"]
 

@@ -1,96 +1,18 @@
 """``fastpe grid``: write a 2-D (image) or 3-D (video) sin-cos position grid to a ``.npy`` file.
 
-The numbers come from :mod:`fastpe.grid`; this module parses, names the file and writes it.
-It also holds what ``fastpe grid`` and ``fastpe timestep`` share: the ``--dtype`` option and
-:func:`write_npy`, which computes and saves an array atomically.
-
-bfloat16 in ``.npy``.  NumPy has no bfloat16: ``numpy.save`` of an ``ml_dtypes.bfloat16``
-array writes the anonymous type ``'<V2'``, which ``numpy.load`` returns as raw void records
-that neither arithmetic nor ``torch.from_numpy`` accept.  These commands therefore store a
-bfloat16 array as its 16-bit patterns, dtype ``uint16``, which every reader can load;
-``numpy.load(path).view(ml_dtypes.bfloat16)`` (or ``torch.from_numpy(...).view(torch.bfloat16)``)
-gives the values back, bit for bit.
+The numbers come from :mod:`fastpe.grid`; this module parses, names the file and writes it
+(through :mod:`fastpe.cli._write`, which stores bfloat16 as its uint16 bits).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import click
 
-from .._dtypes import DTYPES
 from .._validate import POSITION_LIMIT
 from . import options
+from ._write import default_path, dtype_opt, summary, write_npy
 
-__all__ = ["grid", "dtype_opt", "npy_array", "default_path", "write_npy", "summary"]
-
-#: the note every command writing bfloat16 to .npy shows in its help
-BFLOAT16_NOTE = (
-    "bfloat16 is stored as its raw bits, dtype uint16 (NumPy has no bfloat16 type): "
-    "read it back with numpy.load(PATH).view(ml_dtypes.bfloat16)."
-)
-
-dtype_opt = click.option(
-    "--dtype",
-    type=click.Choice(DTYPES, case_sensitive=False),
-    default=DTYPES[0],
-    show_default=True,
-    help="Output format; float16/bfloat16 are the correctly rounded exact values. " + BFLOAT16_NOTE,
-)
-
-
-def npy_array(array):
-    """``array`` as it goes into a ``.npy`` file: bfloat16 as its ``uint16`` bit patterns."""
-    import numpy as np
-
-    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
-
-
-def _stored_as(array) -> str:
-    """What the summary line adds after the shape: how bfloat16 was stored."""
-    return " as uint16 bits" if array.dtype.name == "bfloat16" else ""
-
-
-def default_path(name: str) -> str:
-    """``name`` in the current directory, checked as ``-o`` would be (exit status 2 if not)."""
-    try:
-        return options.check_output_path(name)
-    except click.BadParameter as exc:
-        raise options.InputError(f"default output path: {exc.message}; use -o") from None
-
-
-def write_npy(path: str, compute: Callable[[], object]):
-    """Run ``compute()`` (a library call) and save its array to ``path`` atomically.
-
-    Returns ``(array, compute_seconds, write_seconds)``.  The temporary file is created
-    first, so an unwritable place fails before the work; the library's ``ValueError`` /
-    ``TypeError`` become exit status 2, and on any failure or Ctrl-C nothing is left at
-    ``path`` (a file already there is kept).
-    """
-    import numpy as np
-
-    from .._atomic import atomic_write
-
-    try:
-        with atomic_write(path) as f:
-            start = time.perf_counter()
-            with options.library_errors():
-                array = compute()
-            computed = time.perf_counter()
-            np.save(f, npy_array(array), allow_pickle=False)
-    except OSError as exc:  # e.g. a full disk (exit status 1)
-        raise click.ClickException(f"could not write {path}: {exc}") from exc
-    return array, computed - start, time.perf_counter() - computed
-
-
-def summary(path: str, array, what: str, backend: str, compute_s: float, write_s: float) -> str:
-    """The one-line report of a written array, in the form ``fastpe table`` prints."""
-    return (
-        f"wrote {path}: {array.dtype.name} {array.shape}{_stored_as(array)}, {what}, "
-        f"{options.human_size(array.nbytes)}, backend {backend}, "
-        f"{options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
-    )
+__all__ = ["grid"]
 
 
 def _size(ctx, param, value):

@@ -11,7 +11,7 @@ import click
 
 from . import options
 from .alibi import _checked
-from .grid import default_path, summary, write_npy
+from ._write import default_path, summary, write_npy
 
 __all__ = ["t5_buckets"]
 

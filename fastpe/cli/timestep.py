@@ -13,7 +13,7 @@ import click
 
 from .._validate import POSITION_LIMIT
 from . import options
-from .grid import default_path, dtype_opt, summary, write_npy
+from ._write import default_path, dtype_opt, summary, write_npy
 
 __all__ = ["timestep", "parse_values", "read_values"]
 
