@@ -28,6 +28,7 @@ of one position share them.
 from __future__ import annotations
 
 import functools
+import math
 from fractions import Fraction
 
 from ._reference import _round_ratio_to_float32
@@ -105,14 +106,23 @@ def _cos_sin_fixed(p: int, f: float, bits: int) -> tuple[int, int, int, int]:
     if theta == 0:
         return 1 << w, 0, 0, w
     t = (theta.numerator << w) // theta.denominator
+    return cos_sin_of_fixed_angle(t, 0, w)
+
+
+def cos_sin_of_fixed_angle(t: int, err_t, w: int) -> tuple[int, int, int, int]:
+    """``(C, S, E, W)`` for an angle ``t / 2**w`` radians (``t`` a floor, beyond that within
+    ``err_t`` units of the truth): ``k`` the nearest multiple of ``H ~ (pi/2) 2**w`` (error
+    < 1.01 units a multiple), so ``r = t - k H`` is off by less than ``err_t + 2|k| + 2``
+    units; then the two series at ``r`` and the quadrant's signs.  Shared by the RoPE and
+    the sinusoid-family references."""
     half_pi = _pi(w + 8) >> 9  # (pi/2) 2**w, within 1 + 2**-8 units
     k = (2 * t + half_pi) // (2 * half_pi)
     r = t - k * half_pi
-    err_r = 2 * k + 2
+    err_r = err_t + 2 * abs(k) + 2
     s, n_s = _series(r, w, odd=True)
     c, n_c = _series(r, w, odd=False)
     # |d sin / dr|, |d cos / dr| <= 1, and the error of r shrinks along the series
-    err = 2 * err_r + 3 * max(n_s, n_c) + 2
+    err = math.ceil(2 * err_r) + 3 * max(n_s, n_c) + 2
     quadrant = k & 3
     if quadrant == 0:
         return c, s, err, w

@@ -21,13 +21,12 @@ rational); ``x = 0`` is answered directly.
 from __future__ import annotations
 
 import functools
-import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
 from . import _dtypes
 from ._freq import Geometric, log_terms
-from ._reference_rope import FIRST_BITS, MAX_BITS, _pi, _series
+from ._reference_rope import FIRST_BITS, MAX_BITS, cos_sin_of_fixed_angle
 
 __all__ = ["sin_cos", "rows"]
 
@@ -53,22 +52,7 @@ def _cos_sin_fixed(x: Fraction, freqs: Geometric, k: int, bits: int) -> tuple[in
     w = bits + _GUARD
     f = _frequency_fixed(freqs, k, w)
     t = (x.numerator * f) // x.denominator  # x * w_k * 2**w, within |x| + 1 units
-    err_t = abs(x) + 2
-    half_pi = _pi(w + 8) >> 9
-    q = (2 * t + half_pi) // (2 * half_pi)
-    r = t - q * half_pi
-    err_r = err_t + 2 * abs(q) + 2
-    s, n_s = _series(r, w, odd=True)
-    c, n_c = _series(r, w, odd=False)
-    err = math.ceil(2 * err_r) + 3 * max(n_s, n_c) + 2
-    quadrant = q & 3
-    if quadrant == 0:
-        return c, s, err, w
-    if quadrant == 1:
-        return -s, c, err, w
-    if quadrant == 2:
-        return -c, -s, err, w
-    return s, -c, err, w
+    return cos_sin_of_fixed_angle(t, abs(x) + 2, w)
 
 
 def sin_cos(x, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
