@@ -39,7 +39,7 @@ def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
 _DECIDE = 2.0**-44
 
 
-def narrow_into(out: np.ndarray, fill32, exact, fill64=None, module=None) -> None:
+def narrow_into(out: np.ndarray, fill32, exact, fill64, module=None) -> None:
     """Fill ``out`` (float16 or bfloat16, ``(n, d)``) a block of rows at a time:
     ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed (see
     :func:`fastpe._dtypes.narrow`).  A float32 that is a tie in the target format is decided
@@ -57,23 +57,11 @@ def narrow_into(out: np.ndarray, fill32, exact, fill64=None, module=None) -> Non
         fill32(r0, r1, part)
 
         def ties(idx, r0=r0, part=part):
-            x = part.reshape(-1)[idx].astype(np.float64)
-            y = part.reshape(-1)[idx].astype(out.dtype).astype(np.float64)  # ties to even
-            other = 2 * x - y  # the neighbour on the other side of the tie (exact)
-            rows = idx // d
-            if fill64 is not None:
-                uniq, inverse = np.unique(rows, return_inverse=True)
-                v = fill64(r0 + uniq)[inverse, idx % d]
-            else:
-                v = x
-            result = []
-            for i, flat in enumerate(idx.tolist()):
-                gap = v[i] - x[i]
-                if abs(gap) > _DECIDE:
-                    result.append(other[i] if gap * (other[i] - y[i]) > 0 else y[i])
-                else:
-                    result.append(exact(r0 + flat // d, flat % d, fmt))
-            return result
+            rows, cols = np.divmod(idx, d)
+            uniq, inverse = np.unique(rows, return_inverse=True)
+            approx = fill64(r0 + uniq)[inverse, cols]
+            return _dtypes.decide_ties(part.reshape(-1)[idx], out.dtype, approx, _DECIDE,
+                                       lambda t: exact(r0 + int(rows[t]), int(cols[t]), fmt))
 
         out[r0:r1] = _dtypes.narrow(part, out.dtype, ties, module)
 

@@ -31,6 +31,7 @@ __all__ = [
     "round_fraction",
     "round_interval",
     "narrow",
+    "decide_ties",
 ]
 
 #: accepted dtype names, the default first
@@ -169,6 +170,27 @@ def _ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
         drop = np.minimum(fmt.emin - exp + low, 40)  # bits below the target's quantum
         tie[small] = (sig != 0) & ((sig & ((1 << drop) - 1)) == (1 << (drop - 1)))
     return np.flatnonzero(tie)
+
+
+def decide_ties(x: np.ndarray, dtype: np.dtype, approx: np.ndarray, margin: float,
+                exact: Callable[[int], float]) -> list[float]:
+    """The correctly rounded ``dtype`` values at float32 ties ``x`` (each exactly halfway
+    between two ``dtype`` numbers): the true value lies above or below the tie, and
+    ``approx`` (an approximation of it, e.g. a kernel's double) tells which wherever it is
+    farther than ``margin`` (its error bound) from the tie; elsewhere ``exact(t)``, the
+    reference's correctly rounded value of tie ``t``, decides."""
+    x = np.asarray(x, dtype=np.float32)
+    tie = x.astype(np.float64)
+    even = x.astype(dtype).astype(np.float64)  # where round-half-even puts it
+    other = 2 * tie - even  # the neighbour on the other side of the tie (exact)
+    result = []
+    for t in range(tie.size):
+        gap = float(approx[t]) - tie[t]
+        if abs(gap) > margin:
+            result.append(other[t] if gap * (other[t] - even[t]) > 0 else even[t])
+        else:
+            result.append(exact(t))
+    return result
 
 
 def narrow(

@@ -172,21 +172,15 @@ def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
 
     for which, x32, out in ((0, c32, out_cos), (1, s32, out_sin)):
         def ties(idx, which=which, x32=x32, out=out):
-            x = x32.reshape(-1)[idx].astype(np.float64)
-            y = x32.reshape(-1)[idx].astype(out.dtype).astype(np.float64)  # ties to even
-            other = 2 * x - y
             rows, cols = np.divmod(idx, width)
             freq = cols % n_freq if layout == "neox" else cols // 2
-            v = table[rows, which, freq]
-            result = []
-            for t in range(idx.size):
-                gap = v[t] - x[t]
-                if abs(gap) > margin:
-                    result.append(other[t] if gap * (other[t] - y[t]) > 0 else y[t])
-                else:
-                    exact = _reference_rope._scaled_cos_sin(int(pos[rows[t]]), freqs[freq[t]], af)
-                    result.append(_reference_rope._settle(exact, rounder)[which])
-            return result
+
+            def exact(t):
+                values = _reference_rope._scaled_cos_sin(int(pos[rows[t]]), freqs[freq[t]], af)
+                return _reference_rope._settle(values, rounder)[which]
+
+            return _dtypes.decide_ties(x32.reshape(-1)[idx], out.dtype, table[rows, which, freq],
+                                       margin, exact)
 
         out[...] = _dtypes.narrow(x32, out.dtype, ties, module)
 
