@@ -40,6 +40,14 @@ def backend(request):
     return request.param
 
 
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """A fresh temporary directory as the working directory (the CLI's default outputs land
+    there)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 @pytest.fixture(params=FAST or ["python"])
 def fast_backend(request):
     """Every compiled backend that loads here (the reference when there is none)."""

@@ -59,12 +59,6 @@ def assert_one_line_error(result_or_stderr, code=None):
     return lines[0]
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def make_unavailable(monkeypatch, name):
     """Make ``name`` fail to load in this process, as when its import fails."""
     monkeypatch.delitem(_backends._modules, name, raising=False)

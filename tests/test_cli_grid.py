@@ -15,12 +15,12 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import fastpe
 from fastpe import _backends
 from fastpe import grid as fg
-from fastpe.cli import main
+from cli_helpers import assert_one_line_error, run, same_bits
+from cli_helpers import ok as check_summary
 
 DEFAULT = _backends.resolve(None)[0]
 
@@ -30,36 +30,8 @@ SUMMARY = re.compile(
 )
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
 def ok(result) -> re.Match:
-    assert result.exit_code == 0, (result.output, result.stderr)
-    lines = result.stdout.splitlines()
-    assert len(lines) == 1, result.stdout
-    match = SUMMARY.fullmatch(lines[0])
-    assert match, lines[0]
-    return match
-
-
-def assert_one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("Error: ") and "Traceback" not in result.stderr, result.stderr
-    assert result.stdout == ""
-    return lines[0]
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return check_summary(result, SUMMARY)
 
 
 # --------------------------------------------------------------------------- fastpe grid

@@ -67,12 +67,6 @@ def assert_one_line_error(stderr: str) -> str:
 
 
 @pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
 def llama3_config(in_tmp):
     path = in_tmp / "config.json"
     path.write_text(json.dumps(LLAMA3_CONFIG, indent=2))

@@ -84,12 +84,6 @@ def assert_one_line_error(result, code):
 
 
 @pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
 def chunk_starts(monkeypatch):
     """The start row of every chunk computed (table_rows still does the work)."""
     starts = []
