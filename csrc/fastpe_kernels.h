@@ -110,14 +110,15 @@ static FASTPE_ALWAYS_INLINE double fastpe_floor_(double x, const int hw)
 }
 
 /*
- * (sin, cos) of 2*pi*(t + tail): t in [0, 1) exactly, tail a small correction.  The reduction
+ * (sin, cos) of 2*pi*(t + tail): t in [0, 1) (or the centred [-1/2, 1/2] of the real-position
+ * path; hw is 1 there) exactly, tail a small correction.  The reduction
  * to the nearest quarter turn is exact (Sterbenz), then the polynomials and the quadrant's
  * signs; the numba _sincos_of_turn, operation for operation.
  */
 static FASTPE_ALWAYS_INLINE void fastpe_sincos_of_turn_(double t, double tail, double *s_out,
                                                         double *c_out, const int hw)
 {
-    double n = fastpe_floor_(4.0 * t + 0.5, hw);        /* nearest quarter turn, 0..4 */
+    double n = fastpe_floor_(4.0 * t + 0.5, hw);        /* nearest quarter turn, -2..4 */
     double r = (t - 0.25 * n) + tail;                   /* t - n/4 is exact (Sterbenz) */
     double q = n - 4.0 * fastpe_floor_(0.25 * n, hw);   /* quadrant 0..3 */
     double r2 = r * r;
@@ -566,17 +567,24 @@ static void fastpe_sincos_steps(const double *turns, ptrdiff_t n_freq, double *s
 /*
  * Real positions (timesteps): (sin, cos) of 2*pi*x*(v1+v2+v3+v4) for a double |x| < 2**32,
  * operation for operation the numba sincos_real_turns.  x is cut (Veltkamp) into xh + xl of
- * at most 26 bits each, so the six products with the 21-bit words are exact and so are their
- * fractional parts; they are summed with error-free two-sums, the fraction re-taken as the
- * sum grows.
+ * at most 26 bits each, so the six products with the 21-bit words are exact.  x and xl may be
+ * negative, so each product is reduced to its centred fraction (less the nearest integer,
+ * exact whatever the sign; a - floor(a) rounds for a small negative a); they are summed with
+ * error-free two-sums, re-centred as the sum grows.
  */
-/* s + b by an error-free two-sum: s becomes its fractional part (exact), e gains the error */
+/* a less its nearest integer (ties to even, as numpy's rint): exact for every double */
+static FASTPE_ALWAYS_INLINE double fastpe_centred_(double a)
+{
+    return a - rint(a);
+}
+
+/* s + b by an error-free two-sum: s becomes its centred fraction (exact), e gains the error */
 static FASTPE_ALWAYS_INLINE void fastpe_add_turns_(double *s, double b, double *e)
 {
     double t = *s + b;
     double bb = t - *s;
     *e = *e + ((*s - (t - bb)) + (b - bb));
-    *s = t - floor(t);
+    *s = fastpe_centred_(t);
 }
 
 static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, double v2,
@@ -586,13 +594,13 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, 
     double big = 134217729.0 * x; /* 2**27 + 1 */
     double xh = big - (big - x);
     double xl = x - xh;
-    double s = xh * v1 - floor(xh * v1);
+    double s = fastpe_centred_(xh * v1);
     double e = 0.0;
-    fastpe_add_turns_(&s, xl * v1 - floor(xl * v1), &e);
-    fastpe_add_turns_(&s, xh * v2 - floor(xh * v2), &e);
-    fastpe_add_turns_(&s, xl * v2 - floor(xl * v2), &e);
-    fastpe_add_turns_(&s, xh * v3 - floor(xh * v3), &e);
-    fastpe_add_turns_(&s, xl * v3 - floor(xl * v3), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(xl * v1), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(xh * v2), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(xl * v2), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(xh * v3), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(xl * v3), &e);
     fastpe_sincos_of_turn_(s, e + x * v4, s_out, c_out, 1);
 }
 
@@ -612,8 +620,9 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_rows_(const double *x, const
     }
 }
 
-/* floor() is needed for negative arguments here (the baseline's 2**52 trick is not), so the
- * baseline copy calls libm's floor; the AVX2 copy has it as one instruction */
+/* the baseline copy calls libm's rint (and floor: the quarter-turn step meets negative turns
+ * here, where the baseline's 2**52 trick does not hold); the AVX2 copy has both as one
+ * instruction */
 static void fastpe_sincos_real_baseline(const double *x, const double *turns, ptrdiff_t n_freq,
                                         double *table, ptrdiff_t row_begin, ptrdiff_t row_end)
 {

@@ -182,6 +182,48 @@ def test_timestep_exact_for_large_and_fractional_t(fast_backend):
     assert np.abs(got64 - ref64).max() <= 2.0**-45
 
 
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_timestep_tiny_negative_t_keeps_its_sign(backend, dt):
+    """A negative product's fraction was once taken as ``a - floor(a)``, which rounds to 1.0
+    for ``|a| < 2**-53``: -1e-20 came out as +8.66e-29 and -1e-40 as 0.  sin is odd and
+    cos even, so the values are ``-|t| w`` (and 1)."""
+    t = np.array([-1e-20, -1e-40, -1e-12, -3e-300, 1e-20])
+    got = fastpe.timestep(t, 4, dtype=dt, backend=backend)  # w = 1, 1e-4
+    # float64's documented bound is absolute (2**-45), which says nothing at 1e-20: ask for
+    # a relative 2**-50 here, and the float32 values within 1 ULP of the correctly rounded
+    rel = 2.0**-50 if dt == "float64" else 2.0**-23
+    for r, tv in enumerate(t):
+        for k in range(2):
+            s, c = (float(v) for v in _mp_sin_cos(tv, 4, k))
+            want = float(np.float32(s)) if dt == "float32" else s
+            assert math.copysign(1, got[r, k]) == math.copysign(1, s), (tv, k)
+            assert abs(got[r, k] - want) <= rel * abs(want), (tv, k)
+            assert got[r, 2 + k] == np.array(c).astype(dt)
+    assert np.array_equal(got[0, :2], -got[4, :2])
+
+
+def _near_quarter_turns(n: int, seed: int) -> np.ndarray:
+    """Doubles nearest ``k * pi/2`` for random ``k < 2**22``: angles within ~1e-10 of a zero
+    of sin or cos, where the reduction must keep ~85 bits."""
+    rng = np.random.default_rng(seed)
+    with mpmath.workdps(40):
+        return np.array([float(int(k) * mpmath.pi / 2) for k in rng.integers(1, 2**22, n)])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_timestep_exact_near_zeros_of_sin_and_cos(backend, sign):
+    """Fractional t whose angle is near a multiple of pi/2 (the real-position path once lost
+    a negative Veltkamp half's low bits there: 2,746 ULP off at t = 1712515.142194659)."""
+    t = sign * np.concatenate([[1712515.142194659], _near_quarter_turns(300, 11)])
+    got = fastpe.timestep(t, 2, shift=0.0, backend=backend)  # one frequency, w = 1
+    with mpmath.workdps(60):
+        want = np.array([[float(mpmath.sin(mpmath.mpf(x))), float(mpmath.cos(mpmath.mpf(x)))]
+                         for x in t], dtype=np.float32)
+    assert f32_ulp_diff(got, want).max() <= 1
+    if sign > 0:
+        assert got[0, 1] == np.float32(3.616179e-12)
+
+
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_timestep_low_precision_matches_reference(fast_backend, dt):
     pytest.importorskip("ml_dtypes")

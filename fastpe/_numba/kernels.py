@@ -49,10 +49,11 @@ def sincos_turns(p, v1, v2, v3, v4):
 
 @inline
 def _sincos_of_turn(t, tail):
-    """``(sin, cos)`` of ``2*pi*(t + tail)``: ``t`` in ``[0, 1)`` exactly, ``tail`` a small
-    correction.  The reduction to the nearest quarter turn is exact (Sterbenz), then the
-    polynomials and the quadrant's signs."""
-    n = np.floor(4.0 * t + 0.5)  # nearest quarter turn, 0..4
+    """``(sin, cos)`` of ``2*pi*(t + tail)``: ``t`` in ``[0, 1)`` (or the centred
+    ``[-1/2, 1/2]`` of the real-position path) exactly, ``tail`` a small correction.  The
+    reduction to the nearest quarter turn is exact (Sterbenz), then the polynomials and the
+    quadrant's signs."""
+    n = np.floor(4.0 * t + 0.5)  # nearest quarter turn, 0..4 (-2..2 for a centred t)
     r = (t - 0.25 * n) + tail  # t - n/4 is exact (Sterbenz)
     q = n - 4.0 * np.floor(0.25 * n)  # quadrant 0..3
     r2 = r * r
@@ -423,17 +424,20 @@ def _sincos_rows(positions, turns, steps, layout, out):
 
 @inline
 def _add_turns(s, b, e):
-    """``s + b`` by an error-free two-sum: its fractional part (exact) and ``e`` plus the
-    rounding error."""
+    """``s + b`` by an error-free two-sum, reduced to the nearest whole turn: the centred
+    fraction (exact) and ``e`` plus the rounding error."""
     t = s + b
     bb = t - s
     e = e + ((s - (t - bb)) + (b - bb))
-    return t - np.floor(t), e
+    return t - np.rint(t), e
 
 
 @inline
-def _frac(a):
-    return a - np.floor(a)
+def _centred(a):
+    """``a`` less its nearest integer, in ``[-1/2, 1/2]``: exact for every double, unlike
+    ``a - floor(a)``, which rounds when ``a`` is a small negative number (``-1e-21 + 1`` is
+    1.0) and so loses the angle of negative positions."""
+    return a - np.rint(a)
 
 
 @inline
@@ -441,17 +445,19 @@ def sincos_real_turns(x, v1, v2, v3, v4):
     """``(sin, cos)`` of ``2*pi*x*(v1+v2+v3+v4)`` for a real ``|x| < 2**32``.
 
     ``x`` is cut (Veltkamp) into ``xh + xl``, 26 bits each at most, so every product with a
-    21-bit word is exact, as are their fractional parts; the six are summed with error-free
-    two-sums (the fraction re-taken at each step), as in :func:`sincos_turns`.
+    21-bit word is exact.  ``x`` and ``xl`` may be negative, so each product is reduced to
+    its *centred* fraction (less the nearest integer, exact whatever the sign); the six are
+    summed with error-free two-sums (re-centred at each step), as in :func:`sincos_turns`.
+    The quarter-turn step takes the centred turn as it takes one in ``[0, 1)``.
     """
     big = 134217729.0 * x  # 2**27 + 1
     xh = big - (big - x)
     xl = x - xh
-    s, e = _add_turns(_frac(xh * v1), _frac(xl * v1), 0.0)
-    s, e = _add_turns(s, _frac(xh * v2), e)
-    s, e = _add_turns(s, _frac(xl * v2), e)
-    s, e = _add_turns(s, _frac(xh * v3), e)
-    s, e = _add_turns(s, _frac(xl * v3), e)
+    s, e = _add_turns(_centred(xh * v1), _centred(xl * v1), 0.0)
+    s, e = _add_turns(s, _centred(xh * v2), e)
+    s, e = _add_turns(s, _centred(xl * v2), e)
+    s, e = _add_turns(s, _centred(xh * v3), e)
+    s, e = _add_turns(s, _centred(xl * v3), e)
     return _sincos_of_turn(s, e + x * v4)
 
 
