@@ -8,7 +8,8 @@ from . import _backends, _dtypes
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._validate import POSITION_LIMIT, check_int, check_no_overlap, check_positions, check_table_out
 
-__all__ = ["forward", "table", "table_rows", "out_dtypes", "fill_rows", "fill_real", "narrow_into"]
+__all__ = ["forward", "table", "table_rows", "out_dtypes", "output_array", "fill_rows", "fill_real",
+           "narrow_into"]
 
 #: rows of float32 scratch narrowed to float16/bfloat16 at a time (bounded extra memory)
 _NARROW_VALUES = 1 << 20
@@ -23,6 +24,22 @@ def out_dtypes() -> tuple[np.dtype, ...]:
     else:
         names.append("bfloat16")
     return tuple(_dtypes.resolve(n) for n in names)
+
+
+def output_array(out, shape: tuple[int, ...], dtype, inputs=()) -> np.ndarray:
+    """The array a function writes: ``out`` checked (shape, a table dtype, writable, not
+    sharing memory with any of ``inputs``, ``(name, array)`` pairs), else a new array of
+    ``dtype``.  ``dtype`` is validated either way; ``None`` means float32, or ``out``'s
+    dtype, and a ``dtype`` given beside an ``out`` of another dtype is refused."""
+    dt = None if dtype is None else _dtypes.resolve(dtype)
+    if out is None:
+        return np.empty(shape, dtype=np.float32 if dt is None else dt)
+    check_table_out(out, shape, out_dtypes())
+    if dt is not None and out.dtype != dt:
+        raise ValueError(f"dtype is {dt.name} but out has dtype {out.dtype.name}: give one of them")
+    for name, arr in inputs:
+        check_no_overlap(out, arr, other_name=name)
+    return out
 
 
 def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
@@ -201,7 +218,7 @@ def table(
     denominator: str = "d",
     min_timescale: float = 1.0,
     max_timescale: float | None = None,
-    dtype="float32",
+    dtype=None,
     backend: str | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -210,20 +227,16 @@ def table(
     Bit-identical to ``forward(np.arange(max_len), PosEncConfig(d_model, max_len, base,
     layout, denominator, min_timescale, max_timescale), out)`` on the same backend, without
     building the positions array.  ``dtype``: ``"float32"`` (default), ``"float64"``,
-    ``"float16"`` or ``"bfloat16"`` (needs ml_dtypes).  ``out``, if given, is filled and
-    returned (its dtype wins; same requirements as in :func:`forward`).
+    ``"float16"`` or ``"bfloat16"`` (needs ml_dtypes); ``None`` means float32, or ``out``'s
+    dtype.  ``out``, if given, is filled and returned (same requirements as in
+    :func:`forward`; a ``dtype`` beside it must be ``out``'s).
 
     Example: fairseq's table is ``table(d, n, layout="halves", denominator="half-1")``;
     tensor2tensor's adds ``min_timescale`` / ``max_timescale``.
     """
     config = PosEncConfig(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
-    if out is None:
-        dt = _dtypes.resolve(dtype)
-        _, module = _backends.resolve(backend)
-        out = np.empty((config.max_len, config.d_model), dtype=dt)
-    else:
-        check_table_out(out, (config.max_len, config.d_model), out_dtypes())
-        _, module = _backends.resolve(backend)
+    _, module = _backends.resolve(backend)
+    out = output_array(out, (config.max_len, config.d_model), dtype)
     _fill(module, config, None, 0, out)
     return out
 

@@ -79,12 +79,16 @@ def resolve(dtype, name: str = "dtype") -> np.dtype:
             return _bfloat16()
         if key in FORMATS:
             return np.dtype(key)
-        raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        # other spellings NumPy knows ('f4', '<f8', '>f2'): judged as the dtype they name
     try:
         dt = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: malformed type strings such as 'f4,'
         raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
     if dt.name in FORMATS and dt.kind in "fV":  # ml_dtypes' bfloat16 has kind 'V'
+        if not dt.isnative:  # '>f4' on a little-endian machine: the kernels write native words
+            raise TypeError(
+                f"{name} must be in native byte order, got {dt.str!r} (use {dt.name!r})"
+            )
         return dt if dt.name != "bfloat16" else _bfloat16()
     raise TypeError(f"{name} must be one of {', '.join(DTYPES)}, got {dt.name}")
 

@@ -11,20 +11,24 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backends, _dtypes
-from ._api import fill_real, fill_rows
+from ._api import fill_real, fill_rows, output_array
 from ._config import DEFAULT_BASE, PosEncConfig
 from ._freq import MAX_FREQUENCY, Geometric
 from ._validate import (
+    MAX_D_MODEL,
     check_finite_real,
     check_int,
     check_offset,
     check_position_grid,
+    check_no_overlap,
     check_positive,
     check_real_positions,
     check_table_out,
 )
 
 __all__ = ["add_", "timestep", "fairseq_positions", "fairseq_embedding"]
+
+_INT64_MAX = (1 << 63) - 1
 
 #: rows of the encoding computed at a time by :func:`add_` (bounded scratch memory)
 _ADD_VALUES = 1 << 20
@@ -75,12 +79,22 @@ def add_(
     """
     x = _check_x(x)
     seq, d_model = x.shape[-2], x.shape[-1]
+    if d_model == 0:
+        raise ValueError(f"x must have at least one column (d_model >= 1), got shape {x.shape}")
+    # the keywords are checked even beside a config, so that a typo is never ignored
+    keywords = PosEncConfig(d_model, 1, base, layout, denominator, min_timescale, max_timescale)
     if config is None:
-        config = PosEncConfig(d_model, 1, base, layout, denominator, min_timescale, max_timescale)
+        config = keywords
     elif not isinstance(config, PosEncConfig):
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
     elif config.d_model != d_model:
         raise ValueError(f"config.d_model is {config.d_model} but x has {d_model} columns")
+    elif keywords != PosEncConfig(d_model, 1):
+        given = [k for k, v, default in (("base", base, DEFAULT_BASE), ("layout", layout, "interleaved"),
+                                         ("denominator", denominator, "d"),
+                                         ("min_timescale", min_timescale, 1.0),
+                                         ("max_timescale", max_timescale, None)) if v != default]
+        raise ValueError(f"give config or {', '.join(given)}, not both")
     factor = None if scale is None else check_finite_real("scale", scale)
     if positions is None:
         offset = check_offset(offset, seq)
@@ -89,7 +103,10 @@ def add_(
         if check_int("offset", offset, low=0):
             raise ValueError("give offset or positions, not both")
         pos = check_position_grid(positions, ((seq,), x.shape[:-1]))
+        check_no_overlap(x, positions, "x")
     _, module = _backends.resolve(backend)
+    if x.size == 0:
+        return x
     spec = (config.d_model, config.base) if config.is_spec and x.dtype == np.float32 else None
     freqs = config.frequencies
     block = max(1, _ADD_VALUES // d_model)
@@ -123,7 +140,7 @@ def timestep(
     flip_sin_to_cos: bool = False,
     shift: float = 1.0,
     scale: float = 1.0,
-    dtype="float32",
+    dtype=None,
     backend: str | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -137,9 +154,11 @@ def timestep(
     row) is taken at its exact value, ``|t| < 2**32``; the angle is never rounded, so large or
     fractional timesteps are as exact as small ones.  Whole-number timesteps (the usual
     0..999) take the table kernels and give the rows of the same frequencies' table.
+    ``dim`` is at most 65536, as ``d_model`` is.  ``dtype`` as in :func:`fastpe.table`
+    (``None``: float32, or ``out``'s dtype); ``out`` must not share memory with ``t``.
     """
     x = check_real_positions(t, "t")
-    dim = check_int("dim", dim, low=2)
+    dim = check_int("dim", dim, low=2, high=MAX_D_MODEL)
     half = dim // 2
     max_period = check_finite_real("max_period", max_period)
     if max_period < 1.0:
@@ -151,15 +170,8 @@ def timestep(
     if not isinstance(flip_sin_to_cos, (bool, np.bool_)):
         raise TypeError(f"flip_sin_to_cos must be a bool, got {type(flip_sin_to_cos).__name__}")
     freqs = Geometric(half, half - shift, max(max_period, 1.0), 1.0, scale)
-    if out is None:
-        dt = _dtypes.resolve(dtype)
-        _, module = _backends.resolve(backend)
-        out = np.empty((x.shape[0], dim), dtype=dt)
-    else:
-        from ._api import out_dtypes
-
-        check_table_out(out, (x.shape[0], dim), out_dtypes())
-        _, module = _backends.resolve(backend)
+    _, module = _backends.resolve(backend)
+    out = output_array(out, (x.shape[0], dim), dtype, [("t", t)])
     fill_real(module, freqs, "halves_cos" if flip_sin_to_cos else "halves", x, out)
     return out
 
@@ -169,11 +181,15 @@ def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0) -> np.ndarra
     the last axis, counting only non-pad tokens, and ``padding_idx`` at pad tokens
     (``(cumsum(tokens != pad) + offset) * mask + padding_idx``; ``offset`` is HF's
     ``past_key_values_length``).  int64, the shape of ``tokens``."""
-    padding_idx = check_int("padding_idx", padding_idx, low=0)
-    offset = check_int("offset", offset, low=0)
+    padding_idx = check_int("padding_idx", padding_idx, low=0, high=_INT64_MAX)
+    offset = check_int("offset", offset, low=0, high=_INT64_MAX)
     tok = np.asarray(tokens)
     if tok.dtype.kind not in "iu" or tok.ndim < 1:
         raise TypeError(f"tokens must be an integer array of shape (..., seq), got {tok.dtype} {tok.shape}")
+    if padding_idx + offset + tok.shape[-1] > _INT64_MAX:  # the largest position is below this
+        raise ValueError(
+            f"padding_idx + offset + seq must fit in int64, got {padding_idx} + {offset} + {tok.shape[-1]}"
+        )
     mask = tok != padding_idx
     return (np.cumsum(mask, axis=-1, dtype=np.int64) + offset) * mask + padding_idx
 

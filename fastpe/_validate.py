@@ -61,10 +61,32 @@ def check_max_len(max_len) -> int:
     return check_int("max_len", max_len, low=1, high=POSITION_LIMIT)
 
 
+def _as_float(name: str, value) -> float:
+    """``float(value)``, with a Python int too large for a double (``10**400``) reported as a
+    ValueError naming the argument rather than a bare OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be finite, got an integer of {value.bit_length()} bits") from None
+
+
+def _reject_bools(positions, arr: np.ndarray, name: str) -> None:
+    """A Python sequence mixing bools with numbers (``[1, True]``) converts to an integer
+    array in which the bools are lost; refuse it as an all-bool array is refused."""
+    if isinstance(positions, np.ndarray) or arr.dtype.kind not in "iuf" or arr.size == 0:
+        return
+    try:
+        items = np.asarray(positions, dtype=object).reshape(-1)
+    except (ValueError, TypeError):  # pragma: no cover - converted once already
+        return
+    if any(isinstance(v, (bool, np.bool_)) for v in items):
+        raise TypeError(f"{name} must hold numbers, got a bool among them")
+
+
 def check_base(base) -> float:
     if isinstance(base, (bool, np.bool_)) or not isinstance(base, (numbers.Real, np.floating, np.integer)):
         raise TypeError(f"base must be a real number, got {type(base).__name__} {base!r}")
-    value = float(base)
+    value = _as_float("base", base)
     if not math.isfinite(value):
         raise ValueError(f"base must be finite, got {value!r}")
     if value <= 1.0:
@@ -89,6 +111,7 @@ def check_positions(positions, name: str = "positions") -> np.ndarray:
     kind = arr.dtype.kind
     if kind == "b":
         raise TypeError(f"{name} must hold integers, got booleans")
+    _reject_bools(positions, arr, name)
     if arr.size == 0:
         if kind not in "iufO":
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
@@ -154,7 +177,7 @@ def check_finite_real(name: str, value) -> float:
     """``value`` as a finite Python float; bools, strings and complex numbers are rejected."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    result = float(value)
+    result = _as_float(name, value)
     if not math.isfinite(result):
         raise ValueError(f"{name} must be finite, got {result!r}")
     return result
@@ -248,6 +271,7 @@ def check_position_grid(positions, shapes: tuple[tuple[int, ...], ...], name: st
     if arr.shape not in shapes:
         want = " or ".join(str(s) for s in shapes)
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+    _reject_bools(positions, arr, name)
     flat = check_positions(arr.reshape(-1), name)
     return flat.reshape(arr.shape)
 
@@ -297,6 +321,7 @@ def check_real_positions(x, name: str = "t") -> np.ndarray:
         raise ValueError(f"{name} must be 1-D (or a scalar), got an array of shape {arr.shape}")
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    _reject_bools(x, arr, name)
     out = np.ascontiguousarray(arr, dtype=np.float64)
     if out.size:
         if not np.isfinite(out).all():

@@ -23,7 +23,7 @@ import numpy as np
 from . import _backends, _dtypes
 from ._api import fill_rows
 from ._freq import Geometric
-from ._validate import POSITION_LIMIT, check_base, check_choice, check_int
+from ._validate import MAX_D_MODEL, POSITION_LIMIT, check_base, check_choice, check_int
 
 __all__ = ["sincos_2d", "sincos_3d", "ORDERS"]
 
@@ -38,7 +38,7 @@ _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarray:
     n_axes = len(sizes)
     sizes = tuple(check_int(n, s, low=1, high=POSITION_LIMIT) for n, s in zip(names, sizes))
-    dim = check_int("dim", dim, low=1)
+    dim = check_int("dim", dim, low=1, high=MAX_D_MODEL)  # as d_model is
     if dim % (2 * n_axes):
         raise ValueError(f"dim must be divisible by {2 * n_axes} for a {n_axes}-D grid, got {dim}")
     base = check_base(base)

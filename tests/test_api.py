@@ -146,6 +146,46 @@ def test_out_sharing_memory_with_positions_is_refused():
         fastpe.forward(positions, CFG, buf)
 
 
+@pytest.mark.parametrize("dt", [np.dtype(">f4"), np.dtype(">f8"), np.dtype(">f2"), ">f4", ">f2"])
+def test_byte_swapped_dtype_is_refused(dt):
+    """``'>f2'`` once passed as float16 and gave garbage (the kernels write native words)."""
+    with pytest.raises(TypeError, match="dtype must be in native byte order"):
+        fastpe.table(4, 3, dtype=dt)
+    with pytest.raises(TypeError, match="dtype must be in native byte order"):
+        fastpe.timestep([1.0], 4, dtype=dt)
+    with pytest.raises(TypeError, match="dtype must be in native byte order"):
+        fastpe.fairseq_embedding(np.array([[3, 4]]), 4, 1, dtype=dt)
+    from fastpe import grid
+
+    with pytest.raises(TypeError, match="dtype must be in native byte order"):
+        grid.sincos_2d(2, 2, 8, dtype=dt)
+
+
+@pytest.mark.parametrize("dt", ["f4", "<f8", "=f2", np.dtype("<f4")])
+def test_native_numpy_spellings_of_dtypes(dt):
+    assert fastpe.table(4, 3, dtype=dt).dtype == np.dtype(dt)
+
+
+def test_positions_mixing_bools_are_refused():
+    with pytest.raises(TypeError, match="positions must hold numbers, got a bool"):
+        fastpe.forward([1, True], CFG, np.empty((2, 6), np.float32))
+
+
+def test_huge_integers_are_named():
+    with pytest.raises(ValueError, match="base must be finite"):
+        fastpe.table(4, 3, base=10**400)
+    with pytest.raises(ValueError, match="padding_idx \\+ offset \\+ seq must fit in int64"):
+        fastpe.fairseq_positions(np.array([[2, 3]]), 2**63 - 1)
+    with pytest.raises(ValueError, match="padding_idx must be <= "):
+        fastpe.fairseq_positions(np.array([[2, 3]]), 2**64)
+
+
+def test_table_dtype_beside_out():
+    with pytest.raises(ValueError, match="dtype is float32 but out has dtype float64"):
+        fastpe.table(4, 3, dtype="float32", out=np.empty((3, 4)))
+    assert fastpe.table(4, 3, out=np.empty((3, 4))).dtype == np.float64
+
+
 def test_bad_table_out(backend):
     with pytest.raises(ValueError, match=r"out must have shape \(4, 6\)"):
         fastpe.table(6, 4, out=np.zeros((4, 5), np.float32), backend=backend)

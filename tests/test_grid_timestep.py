@@ -255,11 +255,35 @@ def test_timestep_scalar_and_out(backend):
         (lambda: fastpe.timestep([1.0], 8, scale=5000.0), ValueError, "scale must be <= 1024"),
         (lambda: fastpe.timestep([1.0], 8, flip_sin_to_cos="yes"), TypeError, "flip_sin_to_cos must be a bool"),
         (lambda: fastpe.timestep([1.0], 8, out=np.empty((2, 8), np.float32)), ValueError, "out must have shape"),
+        (lambda: fastpe.timestep([1.0], 2**20), ValueError, "dim must be <= 65536"),
+        (lambda: fastpe.timestep([1.0], 8, dtype="int8", out=np.empty((1, 8), np.float32)), TypeError,
+         "dtype must be one of"),
+        (lambda: fastpe.timestep([1.0], 8, dtype="float64", out=np.empty((1, 8), np.float32)), ValueError,
+         "dtype is float64 but out has dtype float32"),
+        (lambda: fastpe.timestep([1.0, True], 8), TypeError, "t must hold numbers, got a bool"),
+        (lambda: fastpe.timestep([1.0], 8, max_period=10**400), ValueError, "max_period must be finite"),
+        (lambda: grid.sincos_2d(1, 1, 4 * 10**8), ValueError, "dim must be <= 65536"),
+        (lambda: grid.sincos_3d(1, 1, 1, 6 * 10**8), ValueError, "dim must be <= 65536"),
     ],
 )
 def test_timestep_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_timestep_refuses_t_inside_out():
+    buf = np.zeros((4, 8))
+    buf[:, 0] = [0.5, 1.5, 2.5, 3.5]
+    before = buf.copy()
+    with pytest.raises(ValueError, match="out must not share memory with t"):
+        fastpe.timestep(buf[:, 0], 8, out=buf)
+    assert np.array_equal(buf, before)
+
+
+def test_timestep_dtype_follows_out(backend):
+    out = np.empty((2, 8), np.float64)
+    assert fastpe.timestep([0.5, 2.0], 8, out=out, backend=backend).dtype == np.float64
+    assert np.array_equal(out, fastpe.timestep([0.5, 2.0], 8, dtype="float64", backend=backend))
 
 
 # ------------------------------------------------------------------ fairseq positions
