@@ -385,3 +385,27 @@ def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target
     want_ties = np.zeros(bits.size, bool)
     want_ties[_dtypes._ties(x, _dtypes.FORMATS[target])] = True
     assert np.array_equal(ties, want_ties) and ties.sum() >= 8
+
+
+@pytest.mark.parametrize(
+    "freqs",
+    [Geometric(257, 256.0, 10000.0), Geometric(40, 39.0, 1e300, 1e-3), Geometric(7, 2.5, 1.5, 1.0, 1024.0),
+     Geometric(64, 63.0, 10000.0, 1.0, 3.0)],
+)
+def test_plan_words_equal_a_separate_exponential_per_frequency(freqs):
+    """The plans' integer power chain against each ``w_k / (2 pi)`` computed on its own at
+    70 digits and cut by the decimal splitter: the same words, bit for bit."""
+    from decimal import Decimal, localcontext
+
+    from fastpe._exact import decimal_pi
+    from fastpe._freq import log_terms, turns
+    from fastpe._plan import split_turns
+
+    got = turns(freqs)
+    with localcontext() as ctx:
+        ctx.prec = 70
+        first, step = log_terms(freqs)
+        inv_two_pi = 1 / (2 * decimal_pi(80))
+        for k in range(freqs.count):
+            want = split_turns((first - k * step).exp() * inv_two_pi)
+            assert tuple(got[:, k]) == want, k
