@@ -159,6 +159,13 @@ def _plan(n: int, max_distance: int) -> tuple[np.ndarray, types.MappingProxyType
     for b in range(exact + 1, n):
         estimate = exact * (max_distance / exact) ** ((b - exact) / (n - exact))
         t = _first_reaching(chain, b, estimate)
+        if _hf_log is None:
+            # with the correctly rounded log everywhere there is nothing to record, and the
+            # rescan below would return t itself (the bucket is monotonic): skip it, it walks
+            # every fragile distance one by one (up to 2**8 of them per float32 argument at
+            # max_distance 2**32)
+            thresholds.append(t)
+            continue
         # the distances around t whose bucket the log's last bit decides
         run = []
         d = t - 1

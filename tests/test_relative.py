@@ -160,6 +160,30 @@ def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
         assert (np.diff(thresholds) >= 0).all() and thresholds[0] > n // 2
 
 
+def test_widest_configurations(fast_backend, fresh_plans, monkeypatch):
+    """num_buckets=4096 and max_distance=2**32, the largest allowed, where each float32
+    argument stands for up to 256 distances.  Without the log hook the plan never scans for
+    fragile distances (that scan took seconds here); its thresholds are where HF's formula,
+    emulated by the python reference, puts them, and HF's own function agrees wherever the
+    log's last bit does not decide."""
+    monkeypatch.setattr(relative._Chain, "fragile", lambda self, d: pytest.fail("scanned for fragile distances"))
+    cases = []
+    for bidirectional, n in ((True, 2048), (False, 4096)):
+        thresholds = relative._plan(n, 2**32)[0]
+        assert thresholds.shape == (n - n // 2 - 1,) and n // 2 < thresholds[0] and thresholds[-1] < 2**32
+        near = np.concatenate([thresholds - 1, thresholds])
+        cases.append((bidirectional, n, near, np.concatenate([near, -near]) if bidirectional else -near))
+    monkeypatch.undo()
+    for bidirectional, n, near, rel in cases:
+        kwargs = dict(bidirectional=bidirectional, num_buckets=4096, max_distance=2**32)
+        got = relative.t5_bucket(rel, backend=fast_backend, **kwargs)
+        np.testing.assert_array_equal(got, relative.t5_bucket(rel, backend="python", **kwargs))
+        chain = relative._Chain(n, 2**32)
+        sure = ~np.array([chain.fragile(int(d)) for d in np.abs(rel)])
+        assert sure.sum() > 1000  # near a threshold the last bit often decides
+        np.testing.assert_array_equal(got[sure], hf(rel[sure], bidirectional, 4096, 2**32))
+
+
 def test_shapes_and_input_forms(backend):
     rel = np.arange(-6, 6).reshape(3, 4)
     want = relative.t5_bucket(rel.reshape(-1), backend=backend).reshape(3, 4)
