@@ -13,9 +13,12 @@ from __future__ import annotations
 import copy
 import math
 import types
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastpe import rope
 from fastpe.rope import _reference_scaling as twin
@@ -185,6 +188,25 @@ def test_returns_a_fresh_array_each_call():
     assert again[0] == 1.0
 
 
+def test_values_hf_takes_silently_are_taken_and_computed_as_hf_does():
+    # an attention factor of 0 multiplies cos and sin by 0 (HF warns only below 0)
+    assert rope.inv_freq(64, scaling={**YARN, "attention_factor": 0.0})[1] == 0.0
+    assert rope.inv_freq(32, scaling={**longrope(16), "attention_factor": 0})[1] == 0.0
+    # a beta of 0 is the default, as HF's ``get(...) or default``
+    np.testing.assert_array_equal(rope.inv_freq(64, scaling={**YARN, "beta_fast": 0, "beta_slow": 0.0})[0],
+                                  rope.inv_freq(64, scaling=YARN)[0])
+    linear8 = rope.inv_freq(64, base=5e5, scaling={"rope_type": "linear", "factor": 8.0})[0]
+    # llama3, low_freq_factor < 0: HF's first test (wavelength > O / low) holds everywhere
+    np.testing.assert_array_equal(rope.inv_freq(64, base=5e5, scaling={**LLAMA3, "low_freq_factor": -1.0})[0], linear8)
+    # yarn, base 1.01: low = 9693 > high = 63, HF's ramp is 1 everywhere below high
+    np.testing.assert_array_equal(rope.inv_freq(64, base=1.01, scaling=YARN)[0],
+                                  rope.inv_freq(64, base=1.01, scaling={"rope_type": "linear", "factor": 4.0})[0])
+    # dynamic with a huge factor at L = M: no scaling at all (it gave inf frequencies)
+    np.testing.assert_array_equal(
+        rope.inv_freq(32, scaling={"rope_type": "dynamic", "factor": 1e300}, max_position_embeddings=64)[0],
+        rope.inv_freq(32)[0])
+
+
 # =========================================================================== the exact twin
 
 #: (head_dim, kwargs, seq_len) covering every rope_type and branch
@@ -223,6 +245,17 @@ TWIN_CASES = [
     pytest.param(96, {"scaling": longrope(48), "max_position_embeddings": 131072}, 131072, id="longrope-long"),
     pytest.param(64, {"scaling": {**longrope(16), "partial_rotary_factor": 0.5}, "max_position_embeddings": 8192},
                  9000, id="longrope-partial"),
+    # a base near 1 pushes beta_fast's correction dimension past dim - 1: the clamps leave
+    # high < low and the ramp runs backwards (HF's clamp of (i - low) / (high - low))
+    pytest.param(64, {"base": 1.01, "scaling": YARN}, None, id="yarn-backward-ramp"),
+    pytest.param(64, {"base": 1.01, "scaling": {**YARN, "truncate": False}}, None, id="yarn-backward-ramp-real"),
+    pytest.param(64, {"base": 5e5, "scaling": {**LLAMA3, "low_freq_factor": -1.0}}, None, id="llama3-negative-low"),
+    # 1 + factor * (L - M) / M: the two large terms of HF's form cancel for a huge factor
+    pytest.param(32, {"scaling": {"rope_type": "dynamic", "factor": 1e300}, "max_position_embeddings": 64},
+                 None, id="dynamic-huge-factor-init"),
+    pytest.param(32, {"scaling": {"rope_type": "dynamic", "factor": 1e300}, "max_position_embeddings": 64},
+                 65, id="dynamic-huge-factor-long"),
+    pytest.param(32, {"scaling": {**YARN, "original_max_position_embeddings": 2**64}}, None, id="yarn-longest-original"),
 ]
 
 
@@ -370,6 +403,19 @@ HF_CASES = [
     pytest.param(96, {**longrope(48), "rope_theta": 1e4}, 131072, 5000, id="longrope-long"),
     pytest.param(96, {**longrope(48), "rope_theta": 1e4, "factor": 4.0, "attention_factor": 1.1}, 131072, 5000,
                  id="longrope-explicit"),
+    # values HF takes without a warning: fastpe takes them and computes what HF does
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1.01, **{k: v for k, v in YARN.items() if k != "rope_type"}},
+                 16384, None, id="yarn-backward-ramp"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "attention_factor": 0.0,
+                      "original_max_position_embeddings": 4096}, 16384, None, id="yarn-attention-0"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "mscale": -3.0, "mscale_all_dim": 0.5,
+                      "original_max_position_embeddings": 4096}, 32768, None, id="yarn-negative-mscale"),
+    pytest.param(64, {"rope_type": "llama3", "rope_theta": 5e5, **{k: v for k, v in LLAMA3.items() if k != "rope_type"},
+                      "low_freq_factor": -1.0}, 131072, None, id="llama3-negative-low"),
+    pytest.param(32, {**longrope(16), "rope_theta": 1e4, "original_max_position_embeddings": 1, "attention_factor": 0.0},
+                 4096, 8, id="longrope-original-1-attention-given"),
+    pytest.param(32, {**longrope(16), "rope_theta": 1e4, "original_max_position_embeddings": 1, "factor": 1.0},
+                 4096, 8, id="longrope-original-1-factor-1"),
 ]
 
 
@@ -391,6 +437,28 @@ def test_hf_rope_types_are_all_covered(hf):
     assert set(hf.init_functions) - set(_scaling.ROPE_TYPES) <= {"proportional"}
     covered = {p.values[1].get("rope_type") for p in HF_CASES}
     assert covered == set(_scaling.ROPE_TYPES)
+
+
+@pytest.mark.parametrize("scaling, mpe, key", [
+    pytest.param({**longrope(16), "original_max_position_embeddings": 1, "factor": 2.0}, 4096,
+                 "original_max_position_embeddings", id="longrope-original-1"),
+    pytest.param({**longrope(16), "original_max_position_embeddings": 1}, 4096,
+                 "original_max_position_embeddings", id="longrope-original-1-ratio"),
+    pytest.param({**YARN, "beta_fast": -1.0, "beta_slow": -2.0}, 16384, "beta_fast", id="yarn-negative-betas"),
+    pytest.param({**YARN, "beta_slow": -2.0}, 16384, "beta_slow", id="yarn-negative-beta-slow"),
+    pytest.param({**LLAMA3, "low_freq_factor": 0.0}, 131072, "low_freq_factor", id="llama3-low-0"),
+    pytest.param({**LLAMA3, "low_freq_factor": -1.0, "high_freq_factor": 0}, 131072, "high_freq_factor",
+                 id="llama3-high-0"),
+])
+def test_what_hf_cannot_compute_is_refused_naming_the_key(hf, scaling, mpe, key):
+    """Each breaks HF's own arithmetic (a log of a negative number or of 1 as a divisor, a
+    division by zero); fastpe refuses it up front naming the key, where it used to leak
+    ``decimal.DivisionByZero`` / ``InvalidOperation``."""
+    scaling = {**scaling, "rope_theta": 1e4}
+    with pytest.raises((ValueError, ZeroDivisionError)):
+        hf(32, scaling, max_position_embeddings=mpe, seq_len=None)
+    with pytest.raises(ValueError, match=rf"^scaling\['{key}'\] must"):
+        rope.inv_freq(32, scaling=scaling, max_position_embeddings=mpe)
 
 
 @pytest.mark.parametrize("kind", _scaling.ROPE_TYPES)
@@ -491,6 +559,48 @@ BAD = [
     pytest.param({"max_position_embeddings": 0}, ValueError, "max_position_embeddings must be >= 1", id="mpe-0"),
     pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}, "rotary_dim": 2,
                   "max_position_embeddings": 8}, ValueError, "rotary_dim must be >= 4", id="dynamic-dim-2"),
+    # keys whose values broke the decimal arithmetic (DivisionByZero, InvalidOperation)
+    pytest.param({"scaling": {**longrope(64), "original_max_position_embeddings": 1, "factor": 2.0}}, ValueError,
+                 r"scaling\['original_max_position_embeddings'\] must be >= 2 for LongRoPE's attention factor",
+                 id="longrope-original-1"),
+    pytest.param({"scaling": {**YARN, "beta_fast": -1.0, "beta_slow": -2.0}}, ValueError,
+                 r"scaling\['beta_fast'\] must be > 0 \(0 or null: the default 32\), got -1.0", id="yarn-beta-fast-neg"),
+    pytest.param({"scaling": {**YARN, "beta_slow": -1e-300}}, ValueError, r"scaling\['beta_slow'\] must be > 0",
+                 id="yarn-beta-slow-neg"),
+    pytest.param({"scaling": {**LLAMA3, "low_freq_factor": 0}}, ValueError,
+                 r"scaling\['low_freq_factor'\] must not be 0", id="llama3-low-0"),
+    # huge Python ints: an OverflowError naming nothing before
+    pytest.param({"base": 10**400}, ValueError, r"^base must be finite, got int beyond the float64 range \(about 2\*\*1328\)",
+                 id="base-huge-int"),
+    pytest.param({"scaling": {"rope_theta": 10**400}}, ValueError, r"^scaling\['rope_theta'\] must be finite",
+                 id="theta-huge-int"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": 10**400}}, ValueError,
+                 r"^scaling\['factor'\] must be finite, got int beyond the float64 range", id="factor-huge-int"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": Fraction(10**400, 3)}}, ValueError,
+                 r"^scaling\['factor'\] must be finite, got Fraction beyond", id="factor-huge-fraction"),
+    pytest.param({"scaling": {**YARN, "mscale": -10**400, "mscale_all_dim": 1.0}}, ValueError,
+                 r"^scaling\['mscale'\] must be finite", id="mscale-huge-int"),
+    pytest.param({"scaling": {**longrope(64), "factor": 2.0, "short_factor": [10**400] * 64}}, ValueError,
+                 r"^scaling\['short_factor'\]\[0\] must be finite", id="longrope-huge-int"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 2**64 + 1},
+                 ValueError, r"^max_position_embeddings must be <= 2\*\*64, got 18446744073709551617$", id="mpe-huge"),
+    pytest.param({"scaling": {**YARN, "original_max_position_embeddings": 10**10**4}}, ValueError,
+                 r"^scaling\['original_max_position_embeddings'\] must be <= 2\*\*64, got an integer of 33220 bits$",
+                 id="original-huge"),
+    # results the kernels cannot take, named by the key that caused them
+    pytest.param({"scaling": {**longrope(64), "factor": 2.0, "short_factor": [1e-4] + [1.0] * 63}}, ValueError,
+                 r"^scaling\['short_factor'\]\[0\] = 0.0001 is too small: inv_freq\[0\] = .* = 10000.0 exceeds 1024",
+                 id="longrope-tiny-short"),
+    pytest.param({"scaling": {**longrope(64), "factor": 2.0, "long_factor": [1.0] * 63 + [5e-324]}}, ValueError,
+                 r"^scaling\['long_factor'\]\[63\] = 5e-324 is too small: .* = inf exceeds", id="longrope-tiny-long"),
+    pytest.param({"scaling": {**YARN, "mscale": 1e308, "mscale_all_dim": 1e-308}}, ValueError,
+                 r"^scaling\['mscale'\] = 1e\+308 and scaling\['mscale_all_dim'\] = 1e-308 give the attention factor",
+                 id="yarn-mscale-extreme"),
+    pytest.param({"scaling": {**YARN, "attention_factor": 2.0**64 * 2}}, ValueError,
+                 r"^scaling\['attention_factor'\] must be <= 2\*\*64", id="yarn-attention-huge"),
+    pytest.param({"scaling": {**longrope(64), "short_factor": np.array(2.0)}}, ValueError,
+                 r"^scaling\['short_factor'\] must be a list of 64 numbers, got an array of shape \(\)",
+                 id="longrope-0d-array"),
 ]
 
 
@@ -533,3 +643,68 @@ def test_spec_is_hashable_and_frozen():
     assert hash(spec) == hash(rope.resolve(128, scaling=longrope(64), max_position_embeddings=4096))
     with pytest.raises(AttributeError):
         spec.base = 2.0
+
+
+# =========================================================================== fuzzing the keys
+
+_EDGE = st.sampled_from([0, 0.0, -0.0, 1, 1.0, 2, 5e-324, 1e-300, 1e-5, 2.718281828459045, 1e300, 1.7e308,
+                         -1.0, -1e-300, -10.0, -1e300, float("nan"), float("inf"), 2**64, 10**400, Fraction(1, 3),
+                         np.float32(3.0), np.int64(7), True, "2", None])
+
+
+def _reals(lo, hi):
+    return st.one_of(st.floats(lo, hi), st.integers(math.ceil(lo), math.floor(hi)), _EDGE)
+
+
+_FACTORS = st.one_of(_reals(1.0, 64.0), st.floats(1.0, 1e308), st.floats(1e30, 1e308))
+_LENGTHS = st.one_of(st.integers(1, 10**6), st.sampled_from([0, 1, 2, 2**32, 2**64, 2**64 + 1, 10**400, 4096.0]))
+
+
+@st.composite
+def _configs(draw):
+    """A rope dict of each type with every key drawn from its plausible range or an edge
+    value (zeros, signs, subnormals, the largest doubles, huge ints, non-numbers)."""
+    kind = draw(st.sampled_from(_scaling.ROPE_TYPES))
+    head_dim = draw(st.sampled_from([2, 4, 6, 16, 18]))
+    s = {"rope_type": kind}
+    if kind in ("linear", "dynamic", "yarn", "llama3") or draw(st.booleans()):
+        s["factor"] = draw(_FACTORS)
+    if kind in ("yarn", "llama3", "longrope") and draw(st.booleans()):
+        s["original_max_position_embeddings"] = draw(_LENGTHS)
+    for key in {"yarn": ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
+                "longrope": ("attention_factor",)}.get(kind, ()):
+        if draw(st.booleans()):
+            s[key] = draw(_reals(-100.0, 100.0))
+    if kind == "llama3":
+        s["low_freq_factor"] = draw(_reals(-10.0, 10.0))
+        s["high_freq_factor"] = draw(_reals(-10.0, 100.0))
+    if kind == "longrope":
+        for key in ("short_factor", "long_factor"):
+            s[key] = draw(st.lists(st.one_of(st.floats(1e-4, 1e4), _EDGE), min_size=head_dim // 2,
+                                   max_size=head_dim // 2))
+    base = draw(st.one_of(st.none(), st.floats(1.0, 1e7), st.floats(1.0, 1e308),
+                          st.sampled_from([1.0000000000000002, 1.01, 10**300, 10**400])))
+    mpe = draw(st.one_of(st.none(), _LENGTHS))
+    seq_len = draw(st.one_of(st.none(), st.integers(0, 2**20), st.integers(0, 2**32)))
+    return head_dim, {"base": base, "scaling": s, "max_position_embeddings": mpe}, seq_len
+
+
+@settings(max_examples=400, derandomize=True, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(_configs())
+def test_every_key_is_refused_by_name_or_computed_exactly(case):
+    """No value of any key reaches decimal or float errors: either a TypeError/ValueError
+    naming what was passed, or frequencies and an attention factor the kernels take, equal
+    (to the ULP) to the exact twin's."""
+    from fastpe._validate import check_inv_freq
+
+    head_dim, kwargs, seq_len = case
+    try:
+        inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+    except (TypeError, ValueError) as exc:
+        assert str(exc).startswith(("scaling", "max_position_embeddings", "base", "rotary_dim", "longrope needs")), exc
+        return
+    check_inv_freq(inv)  # what cos_sin and apply_ will accept
+    assert math.isfinite(attention) and abs(attention) <= _scaling.MAX_ATTENTION_FACTOR
+    ref, ref_attention = twin.inv_freq(rope.resolve(head_dim, **kwargs), seq_len)
+    assert ulps64(inv, ref) <= 1 and ulps64([attention], [ref_attention]) <= 1, (kwargs, seq_len)

@@ -109,10 +109,11 @@ def inv_freq_exact(spec, seq_len: int | None = None) -> tuple[list[Decimal], Dec
             out = []
             for x in p:
                 wavelength = two_pi / x
-                if wavelength < orig / hi:
-                    out.append(x)
-                elif wavelength > orig / lo:
+                # HF's order of the tests: with lo < 0 the first always holds
+                if wavelength > orig / lo:
                     out.append(x / factor)
+                elif wavelength < orig / hi:
+                    out.append(x)
                 else:
                     s = (orig / wavelength - lo) / (hi - lo)
                     out.append((1 - s) * x / factor + s * x)

@@ -31,15 +31,18 @@ yarn
     ``r_i = clip((i - low) / (high - low), 0, 1)``; ``low``/``high`` from
     ``d(b) = dim * ln(O / (2*pi*b)) / (2 * ln base)`` at ``b = beta_fast`` (default 32) and
     ``beta_slow`` (default 1), floored/ceiled unless ``truncate`` is false, then clamped to
-    ``[0, dim - 1]`` (``high = low + 0.001`` if they meet); ``O`` =
+    ``[0, dim - 1]`` (``high = low + 0.001`` if they meet; if the clamps leave ``high < low``,
+    the ramp runs backwards, as HF's does); ``O`` =
     ``original_max_position_embeddings``.  Attention factor: ``attention_factor`` if given,
     else ``g(factor, mscale) / g(factor, mscale_all_dim)`` if both are given (and non-zero),
     else ``g(factor, 1)``, with ``g(s, m) = 0.1 * m * ln s + 1`` (1 for ``s <= 1``).
 llama3
-    with wavelength ``w_i = 2*pi / p_i``: ``p_i`` if ``w_i < O / high_freq_factor``,
-    ``p_i / factor`` if ``w_i > O / low_freq_factor``, otherwise
+    with wavelength ``w_i = 2*pi / p_i``: ``p_i / factor`` if ``w_i > O / low_freq_factor``,
+    else ``p_i`` if ``w_i < O / high_freq_factor``, otherwise
     ``(1 - s_i) * p_i / factor + s_i * p_i`` with
-    ``s_i = (O / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+    ``s_i = (O / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`` (HF's
+    order of the tests, which matters only for a negative ``low_freq_factor``: every
+    frequency is then divided).
 longrope
     ``p_i / e_i`` with ``e = long_factor`` if ``seq_len > O`` else ``short_factor``.
     Attention factor: ``attention_factor`` if given, else 1 if ``F <= 1``, else
@@ -58,7 +61,19 @@ current rule; to reproduce an older release, put that ratio in ``factor`` yourse
 
 Where HF only logs a warning for a value its validators call invalid (``factor < 1``,
 ``beta_fast < beta_slow``, ``high_freq_factor <= low_freq_factor``, a LongRoPE list of the
-wrong length), fastpe raises; keys a rule does not read are ignored, as in HF.
+wrong length), fastpe raises; keys a rule does not read are ignored, as in HF.  A value HF
+takes without a warning, fastpe takes too and computes the same rule with (an
+``attention_factor`` of 0, a negative ``mscale`` or ``low_freq_factor``, a base so close to
+1 that YaRN's ramp runs backwards), except where HF's own arithmetic fails and fastpe
+raises instead, naming the key: a negative ``beta_fast`` or ``beta_slow`` (``math.log`` of
+a negative number), a ``low_freq_factor`` or ``high_freq_factor`` of 0 (division by zero),
+LongRoPE's attention factor with ``original_max_position_embeddings = 1`` (``ln 1 = 0``
+divides).  Every key is validated in :func:`resolve`, before any arithmetic, and so are the
+results the kernels take: a LongRoPE factor so small that an ``inv_freq`` passes
+``MAX_INV_FREQ`` (1024), an ``mscale`` pair whose attention factor passes
+:data:`MAX_ATTENTION_FACTOR` (``2**64``).  Also refused, though HF computes something:
+non-finite numbers, a base of at most 1 (as everywhere in fastpe), a negative or zero
+LongRoPE factor (a negative or infinite frequency), lengths above :data:`MAX_LENGTH`.
 """
 
 from __future__ import annotations
@@ -66,6 +81,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
@@ -73,7 +89,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 import numpy as np
 
 from .._exact import decimal_pi
-from .._validate import POSITION_LIMIT, check_base, check_int
+from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int
 
 __all__ = [
     "ROPE_TYPES",
@@ -84,6 +100,8 @@ __all__ = [
     "yarn_correction_range",
     "uses_seq_len",
     "MAX_HEAD_DIM",
+    "MAX_LENGTH",
+    "MAX_ATTENTION_FACTOR",
 ]
 
 #: the rope types understood, as HF spells them (``rope_type``, or legacy ``type``)
@@ -92,6 +110,16 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 _ALIASES = {"su": "longrope"}
 MAX_HEAD_DIM = 65536
 DEFAULT_BASE = 10000.0
+#: the largest ``max_position_embeddings`` / ``original_max_position_embeddings``: positions
+#: stop below 2**32, and bounded lengths keep every decimal quantity of the rules (a ratio
+#: ``O / (2*pi*beta)``, ``factor * L / M``) far inside decimal's exponent range, which a
+#: length of a million digits would leave (``decimal.Overflow``)
+MAX_LENGTH = 1 << 64
+#: the largest attention factor, in magnitude: with ``|x| < 2**128`` (float32) the rotation's
+#: double products ``x1 * C - x2 * S`` stay finite (below ``2**193``), where a factor near
+#: ``2**900`` would overflow them to ``inf - inf = NaN`` instead of the float32 overflow the
+#: exact value rounds to.  Real models use factors near 1.
+MAX_ATTENTION_FACTOR = 2.0**64
 
 
 @dataclass(frozen=True)
@@ -132,16 +160,54 @@ def _is_real(x) -> bool:
     return isinstance(x, (numbers.Real, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _to_float(name: str, value) -> float:
+    """``float(value)`` of a real number, finite; an int or Fraction beyond the doubles
+    (``10**400``) is a ValueError naming ``name``, not a bare OverflowError."""
+    try:
+        v = float(value)
+    except OverflowError:  # only exact types overflow: ints and Fractions
+        bits = abs(value.numerator).bit_length() - value.denominator.bit_length()
+        raise ValueError(f"{name} must be finite, got {type(value).__name__} beyond the float64 range "
+                         f"(about 2**{bits})") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    return v
+
+
 def _real(name: str, value, *, low: float | None = None, low_open: bool = False) -> float:
     """A finite real number (not a bool) as a float, optionally bounded below."""
     if not _is_real(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v!r}")
+    v = _to_float(name, value)
     if low is not None and (v <= low if low_open else v < low):
         raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {v!r}")
     return v
+
+
+def _base(name: str, value) -> float:
+    """RoPE theta: a finite real number greater than 1 (the messages of ``check_base``)."""
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    v = _to_float(name, value)
+    if v <= 1.0:
+        raise ValueError(f"{name} must be greater than 1, got {v!r}")
+    return v
+
+
+def _length(name: str, value) -> int:
+    """A length in ``[1, MAX_LENGTH]``.  A huge one is described by its size: ``str()`` of
+    an int past 4300 digits is itself an error."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
+    if not 1 <= value <= MAX_LENGTH:
+        shown = value if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
+        raise ValueError(f"{name} must be {'>= 1' if value < 1 else '<= 2**64'}, got {shown}")
+    return value
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _opt_real(name: str, params: Mapping, key: str, **bounds) -> float | None:
@@ -152,6 +218,8 @@ def _opt_real(name: str, params: Mapping, key: str, **bounds) -> float | None:
 def _factor_list(name: str, value, n: int) -> tuple[float, ...]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Sequence, np.ndarray)):
         raise TypeError(f"{name} must be a list of {n} numbers, got {type(value).__name__}")
+    if isinstance(value, np.ndarray) and value.ndim != 1:  # a 0-d array has no len()
+        raise ValueError(f"{name} must be a list of {n} numbers, got an array of shape {value.shape}")
     if len(value) != n:
         raise ValueError(f"{name} must have rotary_dim/2 = {n} entries, got {len(value)}")
     return tuple(_real(f"{name}[{i}]", v, low=0.0, low_open=True) for i, v in enumerate(value))
@@ -211,19 +279,14 @@ def resolve(
     rope_type = _rope_type(scaling)
 
     if max_position_embeddings is not None:
-        max_position_embeddings = check_int("max_position_embeddings", max_position_embeddings, low=1)
+        max_position_embeddings = _length("max_position_embeddings", max_position_embeddings)
 
     # base / rope_theta
     theta = scaling.get("rope_theta")
     if theta is not None:
-        if isinstance(theta, (bool, np.bool_)) or not _is_real(theta):
-            raise TypeError(f"scaling['rope_theta'] must be a real number, got {type(theta).__name__} {theta!r}")
-        try:
-            theta = check_base(theta)
-        except ValueError as exc:
-            raise ValueError(f"scaling['rope_theta'] {str(exc)[len('base '):]}") from None
+        theta = _base("scaling['rope_theta']", theta)
     if base is not None:
-        base = check_base(base)
+        base = _base("base", base)
         if theta is not None and theta != base:
             raise ValueError(f"base={base!r} contradicts scaling['rope_theta']={theta!r}; give one of them")
     base = base if base is not None else theta if theta is not None else DEFAULT_BASE
@@ -257,7 +320,9 @@ def resolve(
 
     spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
                 max_position_embeddings=max_position_embeddings)
-    return RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings))
+    spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings))
+    _check_results(spec)
+    return spec
 
 
 def _required(params: Mapping, key: str, rope_type: str):
@@ -280,7 +345,27 @@ def _original(params: Mapping, rope_type: str, max_position_embeddings) -> int:
                 f"default) is required for rope_type {rope_type!r}"
             )
         return max_position_embeddings
-    return check_int("scaling['original_max_position_embeddings']", value, low=1)
+    return _length("scaling['original_max_position_embeddings']", value)
+
+
+def _beta(params: Mapping, key: str, default: float) -> float:
+    # HF: ``get(...) or default``, so 0 and None both mean the default.  A negative count of
+    # rotations has no correction dimension (``ln(O / (2*pi*beta))``; HF's math.log raises)
+    value = _opt_real("scaling", params, key)
+    if not value:
+        return default
+    if value < 0:
+        raise ValueError(f"scaling[{key!r}] must be > 0 (0 or null: the default {default:g}), got {value!r}")
+    return value
+
+
+def _llama3_band(params: Mapping, key: str) -> float:
+    # HF divides O by both (``O / low_freq_factor``: ZeroDivisionError at 0); a negative one is
+    # taken as HF takes it (see _llama3)
+    value = _real(f"scaling[{key!r}]", _required(params, key, "llama3"))
+    if value == 0:
+        raise ValueError(f"scaling[{key!r}] must not be 0 (the band edge is original_max_position_embeddings / {key})")
+    return value
 
 
 def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -> dict:
@@ -297,10 +382,9 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -
         return {"factor": factor}
     if rope_type == "yarn":
         out = {"factor": _factor(p, rope_type), "original_max_position_embeddings": _original(p, rope_type, mpe)}
-        out["attention_factor"] = _opt_real("scaling", p, "attention_factor", low=0.0, low_open=True)
-        # HF: ``get(...) or default``, so 0 and None both mean the default
-        out["beta_fast"] = _opt_real("scaling", p, "beta_fast") or 32.0
-        out["beta_slow"] = _opt_real("scaling", p, "beta_slow") or 1.0
+        out["attention_factor"] = _attention_key(p)
+        out["beta_fast"] = _beta(p, "beta_fast", 32.0)
+        out["beta_slow"] = _beta(p, "beta_slow", 1.0)
         if out["beta_fast"] < out["beta_slow"]:
             raise ValueError(
                 f"scaling['beta_fast'] ({out['beta_fast']:g}) must be >= scaling['beta_slow'] "
@@ -315,8 +399,8 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -
         return out
     if rope_type == "llama3":
         out = {"factor": _factor(p, rope_type), "original_max_position_embeddings": _original(p, rope_type, mpe)}
-        low = _real("scaling['low_freq_factor']", _required(p, "low_freq_factor", rope_type), low=0.0, low_open=True)
-        high = _real("scaling['high_freq_factor']", _required(p, "high_freq_factor", rope_type))
+        low = _llama3_band(p, "low_freq_factor")
+        high = _llama3_band(p, "high_freq_factor")
         if high <= low:
             raise ValueError(
                 f"scaling['high_freq_factor'] ({high:g}) must be greater than scaling['low_freq_factor'] ({low:g})"
@@ -329,17 +413,69 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -
         "short_factor": _factor_list("scaling['short_factor']", _required(p, "short_factor", rope_type), n),
         "long_factor": _factor_list("scaling['long_factor']", _required(p, "long_factor", rope_type), n),
         "original_max_position_embeddings": _original(p, rope_type, mpe),
-        "attention_factor": _opt_real("scaling", p, "attention_factor", low=0.0, low_open=True),
+        "attention_factor": _attention_key(p),
     }
     factor = p.get("factor")
     if factor is not None:
         out["factor"] = _real("scaling['factor']", factor, low=1.0)
-    elif out["attention_factor"] is None and mpe is None:
-        raise ValueError(
-            "longrope needs scaling['factor'], scaling['attention_factor'] or max_position_embeddings "
-            "to set its attention factor"
-        )
+    if out["attention_factor"] is None:
+        if factor is None and mpe is None:
+            raise ValueError(
+                "longrope needs scaling['factor'], scaling['attention_factor'] or max_position_embeddings "
+                "to set its attention factor"
+            )
+        orig = out["original_max_position_embeddings"]
+        # sqrt(1 + ln F / ln O) for F > 1: ln 1 = 0 divides (HF: ZeroDivisionError)
+        above_one = out["factor"] > 1 if factor is not None else mpe > orig
+        if above_one and orig == 1:
+            raise ValueError(
+                "scaling['original_max_position_embeddings'] must be >= 2 for LongRoPE's attention factor "
+                "sqrt(1 + ln(factor) / ln(original_max_position_embeddings)), got 1 (ln 1 = 0); "
+                "give scaling['attention_factor'] to set the factor directly"
+            )
     return out
+
+
+def _attention_key(params: Mapping) -> float | None:
+    # HF (yarn, longrope) warns only below 0 and multiplies cos and sin by it, 0 included
+    value = _opt_real("scaling", params, "attention_factor", low=0.0)
+    if value is not None and value > MAX_ATTENTION_FACTOR:
+        raise ValueError(f"scaling['attention_factor'] must be <= 2**64, got {value!r}")
+    return value
+
+
+def _check_results(spec: RopeSpec) -> None:
+    """Refuse, naming the key, a configuration whose results the kernels cannot take: every
+    ``inv_freq`` in ``[0, MAX_INV_FREQ]`` and ``|attention_factor| <= MAX_ATTENTION_FACTOR``.
+
+    The other rules cannot break these bounds once their keys are in range (their
+    frequencies are at most 1 and their attention factors at most ~72); LongRoPE divides by
+    factors that may be tiny, and YaRN's ``mscale`` pair is a ratio whose denominator may
+    be 0.  The values are those :func:`compute` returns (and caches).
+    """
+    if spec.rope_type == "yarn" and spec.attention_factor is None and spec.mscale and spec.mscale_all_dim:
+        with localcontext() as ctx:
+            ctx.prec = _PREC + 5
+            denominator = _mscale(Decimal(spec.factor), Decimal(spec.mscale_all_dim))
+        pair = f"scaling['mscale'] = {spec.mscale!r} and scaling['mscale_all_dim'] = {spec.mscale_all_dim!r}"
+        # exactly 0 needs mscale_all_dim * ln(factor) = -10 to 45 digits, which doubles
+        # practically never give; but a DivisionByZero must not be what the caller sees
+        if denominator == 0:
+            raise ValueError(f"{pair} give no attention factor: 0.1 * mscale_all_dim * ln(factor) + 1 is 0")
+        attention = _compute(spec, None)[1]
+        if not abs(attention) <= MAX_ATTENTION_FACTOR:
+            raise ValueError(f"{pair} give the attention factor {attention!r}; its magnitude must be <= 2**64")
+    if spec.rope_type == "longrope":
+        for long, key in ((False, "short_factor"), (True, "long_factor")):
+            values = _compute(spec, long)[0]
+            if max(values) > MAX_INV_FREQ:  # resolve runs on every call: one C-level pass when fine
+                i, v = next((i, v) for i, v in enumerate(values) if v > MAX_INV_FREQ)
+                e = getattr(spec, key)[i]
+                raise ValueError(
+                    f"scaling[{key!r}][{i}] = {e!r} is too small: inv_freq[{i}] = "
+                    f"base**(-{2 * i}/{spec.rotary_dim}) / {e!r} = {v!r} exceeds {MAX_INV_FREQ:g}, "
+                    "the largest frequency fastpe's exact kernels take"
+                )
 
 
 # ------------------------------------------------------------------------------ numerics
@@ -385,8 +521,10 @@ def _dynamic_ln_base(spec: RopeSpec, seq_len: int | None) -> Decimal:
     """``ln`` of dynamic NTK's effective base, exactly from the doubles it is built of."""
     mpe = spec.max_position_embeddings
     length = mpe if seq_len is None else max(seq_len, mpe)
-    f = Decimal(spec.factor)
-    s = f * length / mpe - (f - 1)
+    # HF's factor * L / M - (factor - 1), as 1 + factor * (L - M) / M: a sum of non-negative
+    # terms, where the difference of the two large ones cancels for a huge factor (1e300 gave
+    # 0 at 45 digits, hence ln 0 and infinite frequencies); exactly 1 at L = M
+    s = 1 + Decimal(spec.factor) * (length - mpe) / mpe
     dim = spec.rotary_dim
     return Decimal(spec.base).ln() + Decimal(dim) / (dim - 2) * s.ln()
 
@@ -479,12 +617,16 @@ def _yarn(spec: RopeSpec, p) -> tuple[list[Decimal], Decimal]:
     width = high - low
     out = []
     for i, x in enumerate(p):
-        if i <= low:
+        # HF's clamp((i - low) / (high - low), 0, 1), tested as such: where the clamps to
+        # [0, dim - 1] leave high below low (a base near 1 or a tiny beta_fast) the ramp runs
+        # the other way -- 1 up to high, 0 from low on -- which tests of i against low and
+        # high would miss
+        ramp = (i - low) / width
+        if ramp <= 0:
             out.append(x)
-        elif i >= high:
+        elif ramp >= 1:
             out.append(x / factor)
         else:
-            ramp = (i - low) / width
             out.append(x * (1 - ramp) + x / factor * ramp)
     return out, attention
 
@@ -495,12 +637,14 @@ def _llama3(spec: RopeSpec, p) -> list[Decimal]:
     two_pi = 2 * decimal_pi(_PREC + 5)
     out = []
     for x in p:
-        # O / wavelength, with wavelength = 2*pi / p_i: the bands compare it with lo and hi
+        # O / wavelength, with wavelength = 2*pi / p_i: the bands compare it with lo and hi.
+        # HF tests ``wavelength > O / lo`` first; with lo < 0 that holds everywhere (O / lo is
+        # negative), so every frequency is divided, whatever hi says
         turns = orig * x / two_pi
-        if turns > hi:  # wavelength < O / high_freq_factor: unchanged
-            out.append(x)
-        elif turns < lo:  # wavelength > O / low_freq_factor: fully interpolated
+        if lo < 0 or turns < lo:  # wavelength > O / low_freq_factor: fully interpolated
             out.append(x / factor)
+        elif turns > hi:  # wavelength < O / high_freq_factor: unchanged
+            out.append(x)
         else:
             s = (turns - lo) / (hi - lo)
             out.append((1 - s) * x / factor + s * x)
