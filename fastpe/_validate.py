@@ -198,7 +198,8 @@ def check_inv_freq(inv_freq, name: str = "inv_freq") -> tuple[float, ...]:
         raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must hold at least one frequency")
-    arr = arr.astype(np.float64)
+    with np.errstate(over="ignore"):  # a longdouble beyond the doubles becomes inf, refused below
+        arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} must be finite, got NaN or inf")
     if (arr < 0).any():
@@ -241,18 +242,19 @@ def check_inplace(x, name: str) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
     if x.dtype != np.float32:
+        # a byte-swapped float32 ('>f4') is not equal to float32 either: the kernels write native words
+        if x.dtype.kind == "f" and x.dtype.newbyteorder("=") == np.float32:
+            raise TypeError(f"{name} must have dtype float32 in native byte order, got {x.dtype.str!r}")
         raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
     if x.ndim not in (3, 4):
         raise ValueError(
             f"{name} must have shape (tokens, heads, head_dim) or (batch, heads, seq, head_dim), "
-            f"got {x.shape}"
+            f"got a {x.ndim}-D array of shape {x.shape}"
         )
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
     if not x.flags.writeable:
         raise ValueError(f"{name} is read-only (it is rotated in place)")
-    if not x.dtype.isnative:
-        raise ValueError(f"{name} must be in native byte order")
     return x
 
 

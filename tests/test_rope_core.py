@@ -478,6 +478,29 @@ def _share_q(q, k):
     return q, q  # the same array twice: it would be rotated twice
 
 
+def _positions_inside(shape, dtype):
+    """A float32 array of ``shape`` and valid positions 0..4 read (as ``dtype``) from its
+    first bytes: a conversion to uint32 copies them, yet they share memory with it."""
+    x = np.zeros(shape, np.float32)
+    positions = x.reshape(-1).view(dtype)[:5]
+    positions[:] = np.arange(5)
+    return x, positions
+
+
+def _inv_freq_inside(shape, start=0):
+    """A float32 array of ``shape`` and 8 valid frequencies read from it (a view)."""
+    x = np.zeros(shape, np.float32)
+    inv = x.reshape(-1)[start:start + 8]
+    inv[:] = INV8
+    return x, inv
+
+
+def _overlapping_qk():
+    """q (2, 3, 5, 16) and k (2, 1, 5, 16) in one buffer, k's first half on q's last rows."""
+    buf = np.zeros(480 + 80, np.float32)
+    return buf[:480].reshape(2, 3, 5, 16), buf[400:].reshape(2, 1, 5, 16)
+
+
 #: (name, call(q, k) -> None, exception, message); q (2, 3, 5, 16) and k (2, 1, 5, 16)
 INV8 = list(hf_inv_freq(16, 10000.0))
 BAD_APPLY = [
@@ -504,7 +527,16 @@ BAD_APPLY = [
     ("k read-only", lambda q, k: apply_qk_from_inv_freq(q, _ro(k), np.arange(5), INV8), ValueError, "k is read-only"),
     ("x a list", lambda q, k: apply_from_inv_freq(q.tolist(), np.arange(5), INV8), TypeError, "x must be a numpy.ndarray, got list"),
     ("x 2-D", lambda q, k: apply_from_inv_freq(q[0, 0], np.arange(5), INV8), ValueError, "x must have shape"),
-    ("x big-endian", lambda q, k: apply_from_inv_freq(q.astype(">f4"), np.arange(5), INV8), TypeError, "x must have dtype float32"),
+    ("x big-endian", lambda q, k: apply_from_inv_freq(q.astype(">f4"), np.arange(5), INV8), TypeError, "x must have dtype float32 in native byte order, got '>f4'"),
+    ("x 0-d", lambda q, k: apply_from_inv_freq(q[0, 0, 0, 0, ...], np.arange(5), INV8), ValueError, r"x must have shape .* got a 0-D array of shape \(\)"),
+    ("attention_factor beyond 2**64", lambda q, k: apply_qk_from_inv_freq(q, k, np.arange(5), INV8, -2.0**65), ValueError, r"attention_factor must be at most 2\*\*64 in magnitude"),
+    ("attention_factor huge int", lambda q, k: apply_from_inv_freq(q, np.arange(5), INV8, 10**400), ValueError, "attention_factor must be finite"),
+    # inputs sharing memory with what is written: refused even where their conversion copies
+    ("positions int64 view of x", lambda q, k: apply_from_inv_freq(*_positions_inside((2, 3, 5, 16), np.int64), INV8), ValueError, "x must not share memory with positions"),
+    ("positions float view of k", lambda q, k: apply_qk_from_inv_freq(q, *_positions_inside((2, 1, 5, 16), np.float32), INV8), ValueError, "k must not share memory with positions"),
+    ("inv_freq view of x", lambda q, k: (lambda x, inv: apply_from_inv_freq(x, np.arange(5), inv))(*_inv_freq_inside((2, 3, 5, 16))), ValueError, "x must not share memory with inv_freq"),
+    ("inv_freq view of k", lambda q, k: (lambda k2, inv: apply_qk_from_inv_freq(q, k2, np.arange(5), inv))(*_inv_freq_inside((2, 1, 5, 16), 8)), ValueError, "k must not share memory with inv_freq"),
+    ("q, k partly overlapping", lambda q, k: apply_qk_from_inv_freq(*_overlapping_qk(), np.arange(5), INV8), ValueError, "k must not share memory with q"),
     ("both positions and offset", lambda q, k: apply_from_inv_freq(q, np.arange(5), INV8, offset=0), TypeError, "exactly one of positions and offset"),
     ("neither positions nor offset", lambda q, k: apply_qk_from_inv_freq(q, k, None, INV8), TypeError, "exactly one of positions and offset"),
     ("offset + seq > 2**32", lambda q, k: apply_from_inv_freq(q, None, INV8, offset=2**32 - 4), ValueError, r"offset \+ seq must be <= 2\*\*32"),
@@ -545,19 +577,37 @@ def test_positions_aliasing_x_are_refused():
         apply_from_inv_freq(q, positions, INV8)
 
 
+def test_the_largest_attention_factor_overflows_alike_on_every_backend(backend):
+    """At |af| = 2**64 the rotation's doubles stay finite (the float32 result is the
+    correctly rounded overflow, +-inf); near 2**900 ``x1 C - x2 S`` was ``inf - inf``, a
+    NaN where the reference gives -inf."""
+    x = np.full((2, 1, 4), 3e38, np.float32)
+    want = np.array([_reference_rope.rotate_f32(3e38, 3e38, p, f, -2.0**64) for p in (1, 7) for f in (1.0, 0.25)])
+    got = apply_from_inv_freq(x, [1, 7], [1.0, 0.25], -2.0**64, backend=backend)
+    y1, y2 = got[:, 0, :2].reshape(-1), got[:, 0, 2:].reshape(-1)
+    assert np.isinf(y1).all() and np.isinf(y2).all()
+    assert same_bits(y1, want[:, 0].astype(np.float32)) and same_bits(y2, want[:, 1].astype(np.float32))
+
+
 BAD_COS_SIN = [
     ("positions 2-D", dict(positions=np.zeros((2, 2), int)), ValueError, "positions must be 1-D"),
     ("positions >= 2**32", dict(positions=[2**32]), ValueError, r"positions must be < 2\*\*32"),
     ("odd rotary_dim", dict(rotary_dim=3), ValueError, "rotary_dim must be even"),
     ("only out_cos", dict(out_cos=np.zeros((3, 4), np.float32)), TypeError, "out_cos and out_sin must be given together"),
     ("out wrong shape", dict(out_cos=np.zeros((3, 5), np.float32), out_sin=np.zeros((3, 4), np.float32)), ValueError, r"out_cos must have shape \(3, 4\)"),
-    ("out int", dict(out_cos=np.zeros((3, 4), int), out_sin=np.zeros((3, 4), int)), TypeError, "out_cos must have dtype float32, float64, float16, bfloat16"),
+    ("out int", dict(out_cos=np.zeros((3, 4), int), out_sin=np.zeros((3, 4), int)), TypeError, "out_cos must be one of float32, float64, float16, bfloat16"),
     ("out dtypes differ", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=np.zeros((3, 4))), TypeError, "out_sin must have dtype float32"),
     ("out read-only", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=_ro(np.zeros((3, 4), np.float32))), ValueError, "out_sin is read-only"),
     ("out the same", dict(out_cos="same", out_sin="same"), ValueError, "out_cos must not share memory with out_sin"),
     ("layout", dict(layout="NEOX"), ValueError, "layout must be one of"),
     ("attention_factor", dict(attention_factor=math.inf), ValueError, "attention_factor must be finite"),
+    ("attention_factor beyond 2**64", dict(attention_factor=1e300), ValueError, r"attention_factor must be at most 2\*\*64"),
     ("inv_freq", dict(inv_freq=[1.0, -1.0]), ValueError, "inv_freq must be >= 0"),
+    ("out big-endian", dict(out_cos=np.zeros((3, 4), ">f4"), out_sin=np.zeros((3, 4), ">f4")), TypeError, "out_cos must be in native byte order"),
+    ("out_sin big-endian", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=np.zeros((3, 4), ">f4")), TypeError, "out_sin must have dtype float32, got >f4"),
+    ("out_cos overlapping out_sin", dict(out_cos="halves", out_sin="halves"), ValueError, "out_cos must not share memory with out_sin"),
+    ("out_cos holding inv_freq", dict(out_cos="inv", out_sin=np.zeros((3, 4), np.float32)), ValueError, "out_cos must not share memory with inv_freq"),
+    ("out_sin holding positions", dict(out_cos=np.zeros((3, 4), np.float32), out_sin="pos"), ValueError, "out_sin must not share memory with positions"),
 ]
 
 
@@ -565,8 +615,18 @@ BAD_COS_SIN = [
 def test_bad_cos_sin_input(kwargs, exc, match):
     args = dict(positions=[1, 2, 3], inv_freq=[1.0, 0.5], attention_factor=1.0)
     args.update(kwargs)
-    if isinstance(args.get("out_cos"), str):
+    setup = next((v for v in (args.get("out_cos"), args.get("out_sin")) if isinstance(v, str)), None)
+    if setup == "same":
         args["out_cos"] = args["out_sin"] = np.full((3, 4), 7, np.float32)
+    elif setup == "halves":  # one buffer, the second cache starting a row early
+        buf = np.full((5, 4), 7, np.float32)
+        args["out_cos"], args["out_sin"] = buf[:3], buf[2:]
+    elif setup == "inv":  # inv_freq read from the first row of out_cos
+        args["out_cos"] = np.full((3, 4), 0.5, np.float32)
+        args["inv_freq"] = args["out_cos"][0, :2]
+    elif setup == "pos":  # positions read from the first row of out_sin
+        args["out_sin"] = np.full((3, 4), 2, np.float32)
+        args["positions"] = args["out_sin"].reshape(-1).view(np.uint32)[:3]
     outs = [args.get(n) for n in ("out_cos", "out_sin") if isinstance(args.get(n), np.ndarray)]
     before = [o.copy() for o in outs]
     with pytest.raises(exc, match=match):

@@ -58,6 +58,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _backends, _dtypes
+from ._scaling import MAX_ATTENTION_FACTOR
 from .._validate import (
     check_finite_real,
     check_inplace,
@@ -99,11 +100,13 @@ def cos_sin_from_inv_freq(
     inv_freq:
         1-D, non-empty, finite, ``0 <= f <= 1024`` (radians per position).
     attention_factor:
-        Finite real; multiplies every value (HF's ``attention_scaling``).
+        Finite real, ``|af| <= 2**64``; multiplies every value (HF's ``attention_scaling``).
     out_cos, out_sin:
-        Both or neither: writable C-contiguous arrays of the output shape, of one dtype:
-        ``float32``, ``float64`` (then the doubles the kernels use, see the module notes),
-        or ``float16`` / ``bfloat16`` (the correctly rounded values of the exact ones).
+        Both or neither: writable C-contiguous arrays of the output shape, of one dtype in
+        native byte order: ``float32``, ``float64`` (then the doubles the kernels use, see
+        the module notes), or ``float16`` / ``bfloat16`` (the correctly rounded values of
+        the exact ones).  Neither may share memory with the other or with ``positions`` or
+        ``inv_freq``.
     rotary_dim:
         Optional consistency check: must equal ``2 * len(inv_freq)``.
     backend:
@@ -111,7 +114,7 @@ def cos_sin_from_inv_freq(
     """
     freqs = check_inv_freq(inv_freq)
     width = check_rotary_dim(rotary_dim, len(freqs))
-    af = check_finite_real("attention_factor", attention_factor)
+    af = _check_attention(attention_factor)
     layout = check_layout(layout)
     pos = check_positions(positions)
     shape = (pos.shape[0], width)
@@ -123,14 +126,12 @@ def cos_sin_from_inv_freq(
         out_cos = np.empty(shape, dtype=dtype)
         out_sin = np.empty(shape, dtype=dtype)
     else:
-        dtype = out_cos.dtype if isinstance(out_cos, np.ndarray) else np.dtype(np.float32)
-        if dtype.name not in _dtypes.DTYPES:
-            raise TypeError(f"out_cos must have dtype {', '.join(_dtypes.DTYPES)}, got {dtype}")
+        # the accepted dtypes, native byte order only, as every ``dtype`` argument takes them
+        dtype = _dtypes.resolve(out_cos.dtype, "out_cos") if isinstance(out_cos, np.ndarray) else np.dtype(np.float32)
         check_out(out_cos, shape, "out_cos", dtype)
         check_out(out_sin, shape, "out_sin", dtype)
         check_no_overlap(out_cos, out_sin, "out_cos", "out_sin")
-        check_no_overlap(out_cos, positions, "out_cos")
-        check_no_overlap(out_sin, positions, "out_sin")
+        _check_apart(((out_cos, "out_cos"), (out_sin, "out_sin")), positions, pos, inv_freq)
         _, module = _backends.resolve(backend)
     if pos.shape[0] == 0:
         return out_cos, out_sin
@@ -144,6 +145,25 @@ def cos_sin_from_inv_freq(
     else:
         _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin)
     return out_cos, out_sin
+
+
+def _check_attention(attention_factor) -> float:
+    af = check_finite_real("attention_factor", attention_factor)
+    if abs(af) > MAX_ATTENTION_FACTOR:  # see MAX_ATTENTION_FACTOR: the rotation's doubles would overflow
+        raise ValueError(f"attention_factor must be at most 2**64 in magnitude, got {af!r}")
+    return af
+
+
+def _check_apart(outputs, positions, pos, inv_freq) -> None:
+    """Refuse, before anything is written, an output array sharing memory with an input
+    array (``fastpe.forward``'s rule): the kernels would read what they have just written.
+    ``positions`` and ``inv_freq`` are checked as given -- even where their conversion
+    copies them, one rule is simpler to state than the cases it would be safe in -- and
+    ``pos`` (the converted positions) too, which catches a buffer that is not a NumPy
+    array but converted without a copy."""
+    for out, name in outputs:
+        for other, other_name in ((positions, "positions"), (pos, "positions"), (inv_freq, "inv_freq")):
+            check_no_overlap(out, other, name, other_name)
 
 
 #: a float16/bfloat16 tie is decided by the kernels' double when it lies this far (times
@@ -224,8 +244,9 @@ def apply_from_inv_freq(
         Integer ``>= 0``: positions ``offset, offset + 1, ...`` along the sequence (token)
         axis, all below ``2**32``.  Exactly one of ``positions`` and ``offset``.
 
-    Every argument is validated before ``x`` is touched; see the module notes for the
-    value of every output and its error bound.
+    Every argument is validated before ``x`` is touched (``x`` must not share memory with
+    ``positions`` or ``inv_freq``); see the module notes for the value of every output and
+    its error bound.
     """
     x = check_inplace(x, "x")
     return _apply(x, None, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend)
@@ -246,8 +267,8 @@ def apply_qk_from_inv_freq(
     """Rotate ``q`` and ``k`` in place in one pass; return ``(q, k)``.
 
     As :func:`apply_from_inv_freq` for both; they share ``positions`` and every dimension
-    but the heads (grouped-query attention), and must not overlap in memory.  Both are
-    validated before either is touched.
+    but the heads (grouped-query attention), and must not overlap in memory (nor either of
+    them ``positions`` or ``inv_freq``).  Both are validated before either is touched.
     """
     q = check_inplace(q, "q")
     k = check_inplace(k, "k")
@@ -271,7 +292,7 @@ def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_d
     name = "x" if k is None else "q"
     freqs = check_inv_freq(inv_freq)
     check_rotary_dim(rotary_dim, len(freqs), q.shape[-1])
-    af = check_finite_real("attention_factor", attention_factor)
+    af = _check_attention(attention_factor)
     layout = check_layout(layout)
     n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
     if (positions is None) == (offset is None):
@@ -282,9 +303,7 @@ def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_d
     else:
         shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
         pos = check_position_grid(positions, shapes)
-        for arr, arr_name in ((q, name), (k, "k")):
-            if arr is not None:
-                check_no_overlap(arr, pos, arr_name)
+    _check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, inv_freq)
     _, module = _backends.resolve(backend)
     if q.size or (k is not None and k.size):
         module.rope_apply(q, k, pos, freqs, af, layout)
