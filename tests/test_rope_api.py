@@ -136,6 +136,16 @@ def test_cos_sin_float64_is_the_kernels_doubles(core):
         pytest.param(([0, 1], 16), {"dtype": np.int16}, TypeError, "dtype must be one of float32, float64, float16, bfloat16",
                      id="dtype-int"),
         pytest.param(([0, 1], 16), {"dtype": "nope"}, TypeError, "dtype", id="dtype-bad"),
+        # byte-swapped: refused as dtype (it used to surface as "out_cos must be in native byte order")
+        pytest.param(([0, 1], 16), {"dtype": ">f4"}, TypeError, "^dtype must be in native byte order", id="dtype->f4"),
+        pytest.param(([0, 1], 16), {"dtype": np.dtype(">f8")}, TypeError, "^dtype must be in native byte order",
+                     id="dtype->f8"),
+        # a result the kernels cannot take is named by the key that caused it, not as inv_freq
+        pytest.param(([0, 1], 16), {"scaling": {**longrope(8), "short_factor": [1e-4] + [1.0] * 7}}, ValueError,
+                     r"^scaling\['short_factor'\]\[0\] = 0.0001 is too small", id="longrope-tiny-factor"),
+        pytest.param(([0, 1], 16), {"scaling": {**YARN, "mscale": 1e308, "mscale_all_dim": 1e-308}}, ValueError,
+                     r"^scaling\['mscale'\] = 1e\+308 and scaling\['mscale_all_dim'\]", id="yarn-mscale"),
+        pytest.param(([0, 1], np.array([16, 16])), {}, TypeError, "^head_dim must be an integer", id="head-dim-array"),
         pytest.param(([0, 1], 16), {"layout": "hf"}, ValueError, "layout", id="layout"),
         pytest.param(([0, 1], 16), {"scaling": {"rope_type": "su"}}, ValueError, "short_factor", id="scaling"),
     ],
@@ -291,6 +301,26 @@ BAD_APPLY = [
                   "seq_len": -1}, ValueError, "seq_len", id="seq-len"),
     pytest.param({"positions": [0.5, 1, 2, 3], "scaling": longrope(8), "max_position_embeddings": 64},
                  ValueError, "positions", id="positions-fraction-longrope"),
+    # integer arguments of every form: numpy arrays (numpy's "truth value is ambiguous"
+    # before), bools, floats, huge ints
+    pytest.param({"head_dim": np.array([16, 16])}, TypeError, "^head_dim must be an integer, got ndarray",
+                 id="head-dim-array"),
+    pytest.param({"head_dim": True}, TypeError, "^head_dim must be an integer, got bool", id="head-dim-bool"),
+    pytest.param({"head_dim": 16.0}, TypeError, "^head_dim must be an integer, got float", id="head-dim-float"),
+    pytest.param({"rotary_dim": np.array(8)}, TypeError, "^rotary_dim must be an integer", id="rotary-dim-0d"),
+    pytest.param({"rotary_dim": 10**400}, ValueError, "^rotary_dim must be <= head_dim", id="rotary-dim-huge"),
+    pytest.param({"positions": None, "offset": np.array([1])}, TypeError, "^offset must be an integer", id="offset-array"),
+    pytest.param({"positions": None, "offset": 10**400}, ValueError, r"^offset \+ seq must be <= 2\*\*32",
+                 id="offset-huge"),
+    pytest.param({"seq_len": np.array([5])}, TypeError, "^seq_len must be an integer", id="seq-len-array"),
+    pytest.param({"seq_len": 10**400}, ValueError, "^seq_len must be <=", id="seq-len-huge"),
+    pytest.param({"scaling": {**longrope(8), "long_factor": [1e-5] + [1.0] * 7}, "seq_len": 100}, ValueError,
+                 r"^scaling\['long_factor'\]\[0\] = 1e-05 is too small", id="longrope-tiny-factor"),
+    pytest.param({"scaling": {**YARN, "mscale": 1e300, "mscale_all_dim": 1e-300}}, ValueError,
+                 r"^scaling\['mscale'\] = 1e\+300", id="yarn-mscale"),
+    # inputs that are views into the arrays written
+    pytest.param({"positions": "view of q"}, ValueError, "^q must not share memory with positions|^x must not share",
+                 id="positions-in-q"),
 ]
 
 
@@ -299,6 +329,9 @@ def test_bad_input_leaves_x_untouched(core, kwargs, exc, message):
     kwargs = dict(kwargs)
     positions = kwargs.pop("positions", np.arange(4))
     q, k = rand(4, 2, 16), rand(4, 1, 16)
+    if isinstance(positions, str):  # the first four floats of q, whole numbers
+        q.reshape(-1)[:4] = np.arange(4)
+        positions = q.reshape(-1)[:4]
     q0, k0 = q.copy(), k.copy()
     with pytest.raises(exc, match=message):
         rope.apply_(q, positions, **kwargs)
@@ -318,6 +351,38 @@ def test_bad_k_leaves_q_untouched(core):
 def test_apply_rejects_non_arrays():
     with pytest.raises(TypeError, match="x must be"):
         rope.apply_([[1.0, 2.0]], [0])
+
+
+@pytest.mark.parametrize("x, exc, message", [
+    # a 0-d array has an empty shape: it was "x must be a numpy.ndarray, got ndarray"
+    pytest.param(np.array(1.0, np.float32), ValueError, r"^x must have shape .* got a 0-D array of shape \(\)",
+                 id="0-d"),
+    pytest.param(np.zeros(4, np.float32), ValueError, r"^x must have shape .* got a 1-D array", id="1-d"),
+    pytest.param(np.zeros((4, 1, 8), ">f4"), TypeError, "^x must have dtype float32 in native byte order, got '>f4'",
+                 id="big-endian"),
+    pytest.param(np.zeros((4, 1, 8), np.float16), TypeError, "^x must have dtype float32, got float16", id="float16"),
+    pytest.param(np.zeros((4, 1, 16), np.float32)[..., ::2], ValueError, "^x must be C-contiguous", id="strided"),
+])
+def test_apply_says_what_is_wrong_with_x(x, exc, message):
+    with pytest.raises(exc, match=message):
+        rope.apply_(x, np.arange(x.shape[0] if x.ndim else 1))
+    with pytest.raises(exc, match=message.replace("^x", "^k")):
+        rope.apply_qk_(np.zeros((x.shape[0] if x.ndim else 1, 1, 8), np.float32), x, np.arange(4))
+
+
+def test_apply_qk_refuses_inputs_sharing_memory_with_what_it_writes():
+    buf = np.zeros((8, 1, 16), np.float32)
+    q, k = buf[:4], buf[4:]
+    rope.apply_qk_(q, k, np.arange(4))  # halves of one buffer: apart, fine
+    with pytest.raises(ValueError, match="^k must not share memory with q"):
+        rope.apply_qk_(buf[:5], buf[3:], np.arange(5))
+    k.reshape(-1)[:4] = np.arange(4)
+    before = buf.copy()
+    with pytest.raises(ValueError, match="^k must not share memory with positions"):
+        rope.apply_qk_(q, k, k.reshape(-1)[:4])  # float positions: converted by a copy, refused all the same
+    with pytest.raises(ValueError, match="^x must not share memory with positions"):
+        rope.apply_(q, q.reshape(-1).view(np.uint32)[:4])
+    assert same_bits(buf, before)
 
 
 # ================================================================================ permutation
@@ -379,6 +444,17 @@ def test_permuted_weights_give_the_same_attention_scores(core, rotary_dim):
         pytest.param((rand(2, 24, 5), 3), {"to": "gptj"}, ValueError, "1-D .* or 2-D", id="3d"),
         pytest.param(([[1.0]], 1), {"to": "gptj"}, TypeError, "w must be", id="list"),
         pytest.param((rand(24, 5), 0), {"to": "gptj"}, ValueError, "n_heads", id="zero-heads"),
+        # head_dim is derived from w here: name what was passed
+        pytest.param((rand(0, 5), 1), {"to": "gptj"}, ValueError, r"^w.shape\[0\] = 0 gives head_dim = 0",
+                     id="empty-w"),
+        pytest.param((rand(3), 3), {"to": "neox"}, ValueError, r"^w.shape\[0\] = 3 gives head_dim = 1", id="1-row-heads"),
+        pytest.param((rand(24, 5), np.array([3])), {"to": "gptj"}, TypeError, "^n_heads must be an integer", id="heads-array"),
+        pytest.param((rand(24, 5), True), {"to": "gptj"}, TypeError, "^n_heads must be an integer", id="heads-bool"),
+        pytest.param((rand(24, 5), 3), {"head_dim": np.array(8), "to": "gptj"}, TypeError, "^head_dim must be an integer",
+                     id="head-dim-0d"),
+        pytest.param((rand(24, 5), 3), {"rotary_dim": 8.0, "to": "gptj"}, TypeError, "^rotary_dim must be an integer",
+                     id="rotary-float"),
+        pytest.param((np.array(1.0), 1), {"to": "gptj"}, ValueError, "^w must be 1-D", id="0-d"),
     ],
 )
 def test_permute_bad_input(args, kwargs, exc, message):

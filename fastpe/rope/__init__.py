@@ -105,7 +105,11 @@ def inv_freq(
     TypeError, ValueError
         Naming the argument or dict key: unknown ``rope_type``, a missing required key,
         ``factor < 1``, a longrope factor list whose length is not ``rotary_dim / 2``, an
-        odd or too large ``rotary_dim``, a ``scaling`` that is not a dict, a bad ``base``.
+        odd or too large ``rotary_dim``, a ``scaling`` that is not a dict, a bad ``base``;
+        a value HF's own arithmetic fails on (a negative ``beta_fast``, LongRoPE's
+        attention factor with ``original_max_position_embeddings = 1``), and a result the
+        kernels cannot take (a LongRoPE factor giving an ``inv_freq`` above 1024, an
+        attention factor beyond ``2**64``) -- see :mod:`fastpe.rope._scaling`.
     """
     spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                    max_position_embeddings=max_position_embeddings)
@@ -144,9 +148,7 @@ def _call_seq_len(spec: RopeSpec, seq_len, positions, x=None, offset=None) -> in
         return seq_len
     if positions is not None:
         return _max_position_plus_one(positions)
-    if not isinstance(x, np.ndarray) or x.ndim not in (3, 4):
-        return None  # the core rejects x
-    n = x.shape[0] if x.ndim == 3 else x.shape[2]
+    n = x.shape[0] if x.ndim == 3 else x.shape[2]  # x is validated
     if not isinstance(offset, (numbers.Integral, np.integer)) or isinstance(offset, (bool, np.bool_)):
         return None  # the core rejects offset
     return int(offset) + n
@@ -257,14 +259,17 @@ def apply_qk_(
 
 def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
             max_position_embeddings, backend):
-    shape = getattr(q, "shape", None)
-    if not shape:
-        raise TypeError(f"{'q' if k is not None else 'x'} must be a numpy.ndarray, got {type(q).__name__}")
+    from .._validate import check_inplace, check_int
+
+    # the arrays first: head_dim and the sequence length are read from their shapes
+    name = "x" if k is None else "q"
+    check_inplace(q, name)
+    if k is not None:
+        check_inplace(k, "k")
     if head_dim is None:
-        head_dim = shape[-1]
-    elif head_dim != shape[-1]:
-        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of "
-                         f"{'q' if k is not None else 'x'} ({shape[-1]})")
+        head_dim = q.shape[-1]
+    elif check_int("head_dim", head_dim) != q.shape[-1]:
+        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({q.shape[-1]})")
     spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                    max_position_embeddings=max_position_embeddings)
     if positions is None and offset is None:
@@ -335,6 +340,9 @@ def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
     if head_dim is None:
         if rows % n_heads:
             raise ValueError(f"w.shape[0] = {rows} is not a multiple of n_heads = {n_heads}")
+        if rows < 2 * n_heads:  # name what was passed: head_dim is derived here
+            raise ValueError(f"w.shape[0] = {rows} gives head_dim = {rows // n_heads} for n_heads = {n_heads}; "
+                             "a head needs at least 2 rows")
         head_dim = rows // n_heads
     head_dim = check_int("head_dim", head_dim, low=2)
     if n_heads * head_dim != rows:
