@@ -246,6 +246,23 @@ BAD = [
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "adir"], "names a directory", id="out-dir"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", ""], "empty", id="out-empty"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--backend", "gpu"], "--backend", id="backend"),
+    # values that reached decimal errors (exit 1, "Error: DivisionByZero: [<class ...>]")
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling",
+                  '{"rope_type": "longrope", "short_factor": [1, 1, 1, 1], "long_factor": [1, 1, 1, 1], "factor": 2,'
+                  ' "original_max_position_embeddings": 1}'],
+                 "Error: scaling['original_max_position_embeddings'] must be >= 2 for LongRoPE's attention factor",
+                 id="longrope-original-1"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling",
+                  '{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 4, "beta_fast": -3}'],
+                 "Error: scaling['beta_fast'] must be > 0", id="yarn-negative-beta"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "linear", "factor": 1' + "0" * 400 + "}"],
+                 "Error: scaling['factor'] must be finite, got int beyond the float64 range", id="huge-int-factor"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling",
+                  '{"rope_type": "longrope", "short_factor": [1e-9, 1, 1, 1], "long_factor": [1, 1, 1, 1], "factor": 2,'
+                  ' "original_max_position_embeddings": 4}'], "Error: scaling['short_factor'][0] = 1e-09 is too small",
+                 id="longrope-tiny-factor"),
+    pytest.param(["--scaling", "bigcfg.json"],
+                 "Error: the default --max-len, config 'max_position_embeddings', must be <= 4294967296", id="config-mpe-huge"),
 ]
 
 
@@ -255,6 +272,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, messag
     (in_tmp / "list.json").write_text("[1, 2]")
     (in_tmp / "badcfg.json").write_text(json.dumps({"hidden_size": 64, "head_dim": "64"}))
     (in_tmp / "nohead.json").write_text(json.dumps({"model_type": "x", "rope_theta": 1e4}))
+    (in_tmp / "bigcfg.json").write_text(json.dumps({"model_type": "x", "head_dim": 8, "max_position_embeddings": 2**40}))
     before = listing()
     result = run("rope", *args)
     assert result.exit_code == 2, result.output

@@ -166,7 +166,12 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
         if max_position_embeddings is None:
             max_position_embeddings = found["max_position_embeddings"]
         if max_len is None and found["max_position_embeddings"] is not None:
-            max_len = options.max_len_handler(ctx, None, found["max_position_embeddings"])
+            try:
+                max_len = options.max_len_handler(ctx, None, found["max_position_embeddings"])
+            except click.BadParameter as exc:  # say where the value came from: no option was given
+                raise options.InputError(
+                    f"the default --max-len, config 'max_position_embeddings', {exc.message}; pass --max-len"
+                ) from None
     else:
         data = dict(data)
     # options on the command line win over the file
