@@ -5,6 +5,18 @@
 flushes and fsyncs it, then renames it onto the target.  On any exception -- including
 ``KeyboardInterrupt`` and a full disk -- the temporary file is removed, nothing appears at
 the target and a file already there is left untouched.
+
+Signals.  ``SIGINT`` already arrives as ``KeyboardInterrupt``.  ``SIGTERM`` (what ``kill``,
+``timeout`` and batch schedulers send) and ``SIGHUP`` (a closed terminal) end a Python
+process on the spot by default, skipping every ``except`` and ``finally`` block, and with them
+the removal of the temporary file.  :func:`signals_raise` turns them into a
+:class:`Terminated` exception for the duration of a block, so the usual cleanups run; the
+command line holds it for its whole run.  :func:`end_cleanly_on_signals` is the library's
+version for one call (:func:`fastpe.save_table`): it takes over only signals left at their
+default (never one the program handles or ignores, and only in the main thread, the one
+Python lets set handlers), puts the default back when the call returns, and after the
+cleanup ends the process by the same signal, so the program sees exactly what it would have
+seen without fastpe -- less the temporary file.
 """
 
 from __future__ import annotations
@@ -12,11 +24,20 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import stat
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["atomic_write", "TEMP_PREFIX"]
+__all__ = [
+    "atomic_write",
+    "TEMP_PREFIX",
+    "TERMINATING_SIGNALS",
+    "Terminated",
+    "signals_raise",
+    "end_cleanly_on_signals",
+]
 
 #: temporary files are named ``.<target name>.<random>.tmp``: hidden, and easy to spot
 #: (and delete) should a process be killed outright before it could clean up
@@ -98,3 +119,109 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
                 os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+# --------------------------------------------------------------------------- signals
+
+#: the signals whose default action ends the process without unwinding it (SIGHUP does not
+#: exist on Windows)
+TERMINATING_SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Terminated(BaseException):
+    """One of :data:`TERMINATING_SIGNALS` arrived while :func:`signals_raise` held it.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that ``except Exception`` blocks let
+    it through while ``finally`` blocks and :func:`atomic_write`'s cleanup still run.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def signal_name(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:  # pragma: no cover - only the signals above are ever taken
+            return f"signal {self.signum}"
+
+    @property
+    def exit_status(self) -> int:
+        """What a shell reports for a process that this signal ended: 128 + its number."""
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return f"terminated by {self.signal_name}"
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[frozenset[int]]:
+    """While the block runs, :data:`TERMINATING_SIGNALS` raise :class:`Terminated` in the
+    main thread instead of ending the process; yields the signals taken over.
+
+    Only a signal at its default disposition is taken: one the program ignores (``nohup``
+    ignores SIGHUP) or handles itself is left as it is, and outside the main thread, where
+    Python cannot set handlers, nothing is taken.  On exit the default is put back.  After
+    one ``Terminated`` has been raised, further signals are ignored until the block exits, so
+    a second SIGTERM cannot interrupt the cleanup the first one started; a signal arriving
+    while the handlers are being put back is sent again once the default is in place, so it
+    is never lost.
+    """
+    state = {"raised": False, "closing": False, "pending": None}
+
+    def handler(signum, frame):
+        if state["raised"]:
+            return
+        if state["closing"]:
+            state["pending"] = signum
+            return
+        state["raised"] = True
+        raise Terminated(signum)
+
+    taken = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in TERMINATING_SIGNALS:
+            try:
+                if signal.getsignal(signum) == signal.SIG_DFL:
+                    signal.signal(signum, handler)
+                    taken.append(signum)
+            except (OSError, ValueError):  # pragma: no cover - e.g. an embedded interpreter
+                pass
+    try:
+        yield frozenset(taken)
+    finally:
+        state["closing"] = True
+        for signum in taken:
+            with contextlib.suppress(OSError, ValueError):
+                if signal.getsignal(signum) is handler:  # unless the block installed its own
+                    signal.signal(signum, signal.SIG_DFL)
+        if state["pending"] is not None and not state["raised"]:
+            os.kill(os.getpid(), state["pending"])
+
+
+@contextlib.contextmanager
+def end_cleanly_on_signals() -> Iterator[None]:
+    """For a library call that writes files: a SIGTERM or SIGHUP arriving during the block
+    unwinds it (its cleanups remove the temporary files), then ends the process by that same
+    signal, as it would have ended without the block.
+
+    Signals the program handles or ignores are left to it (see :func:`signals_raise`); so is
+    a :class:`Terminated` raised by an enclosing :func:`signals_raise` (the command line's),
+    which propagates.  The process ends when the main thread next runs Python code: after
+    the write or computation under way (for :func:`fastpe.save_table`, one chunk).
+    """
+    with signals_raise() as taken:
+        try:
+            yield
+        except Terminated as exc:
+            if exc.signum not in taken:
+                raise
+            ending = exc
+        else:
+            return
+    # the default disposition is back: this ends the process ...
+    os.kill(os.getpid(), ending.signum)
+    raise ending  # ... unless the signal is blocked in this thread; then it stays pending

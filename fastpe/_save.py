@@ -37,14 +37,24 @@ every :class:`~fastpe.PosEncConfig` field and ``dtype``: exactly the keyword arg
 ``save_table(path, **load_spec(other)["params"])`` re-creates ``other``'s table.  The
 backend is not recorded: every backend computes the same bits.
 
-Safety.  Every argument is checked, and the free space of the target's file system compared
-with the exact size of what will be written, before any file is created.  Files are written
-to temporary files in the target's directory (:mod:`fastpe._atomic`) and renamed into place
-only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
+Safety.  Every argument is checked, the one chunk buffer compared with the machine's
+physical memory, and the free space of the target's file system with the exact size of what
+will be written, before any file is created.  Files are written to temporary files in the
+target's directory (:mod:`fastpe._atomic`) and renamed into place only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
 no temporary file remains (a file already at the target is kept).  For ``.npy`` the data are
 written and synced first, then the sidecar is renamed into place, then the data: the new
 data never sit at their name without their complete sidecar.  Should the data's rename fail
 after the sidecar's, the sidecar is taken back (the previous one restored, if there was one).
+
+Signals.  SIGTERM and SIGHUP end a Python process on the spot by default, which would leave
+the temporary file (as large as the part written so far) behind.  While :func:`save_table`
+writes, a SIGTERM or SIGHUP left at its default disposition unwinds the call instead, so the
+temporary files are removed, and then ends the process by that same signal: the program and
+its parent see what they would have seen without fastpe, less the temporary file.  A signal
+the program handles or ignores is left to it, and a call from a thread other than the main
+one (where Python cannot set handlers) leaves the signals alone: there a SIGTERM can leave a
+``.<name>.<random>.tmp`` file behind, safe to delete (:mod:`fastpe._atomic`).  The process
+ends when the chunk being computed or written is done.
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from . import _api, _backends, _dtypes
-from ._atomic import TEMP_PREFIX, atomic_write
+from ._atomic import TEMP_PREFIX, atomic_write, end_cleanly_on_signals
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._validate import check_int
 
@@ -83,6 +93,9 @@ __all__ = [
     "output_size",
     "format_of",
     "require_safetensors",
+    "physical_memory",
+    "check_memory",
+    "check_space",
 ]
 
 #: the extensions save_table writes, the default first
@@ -236,8 +249,9 @@ def _human(nbytes: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _check_space(target: str, needed: int) -> None:
-    """Refuse, before writing, a table that cannot fit in the target's file system."""
+def check_space(target: str, needed: int) -> None:
+    """Refuse, before writing, a file of ``needed`` bytes that cannot fit in the target's file
+    system: :class:`OSError` ``ENOSPC`` naming both sizes."""
     directory = os.path.dirname(target) or os.curdir
     free = shutil.disk_usage(directory).free
     if needed > free:
@@ -245,6 +259,26 @@ def _check_space(target: str, needed: int) -> None:
             errno.ENOSPC,
             f"not enough free space in {directory!r}: {os.path.basename(target)} needs {needed} bytes "
             f"({_human(needed)}), {free} bytes ({_human(free)}) are free",
+        )
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes; ``None`` where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+
+
+def check_memory(what: str, needed: int) -> None:
+    """Refuse, before allocating, ``needed`` bytes that exceed the physical memory: such an
+    allocation either fails or, memory being overcommitted, brings the machine to its knees
+    before failing.  :class:`ValueError` starting with ``what``."""
+    total = physical_memory()
+    if total is not None and needed > total:
+        raise ValueError(
+            f"{what} needs {needed} bytes ({_human(needed)}) of memory, more than this machine's "
+            f"{total} bytes ({_human(total)})"
         )
 
 
@@ -645,13 +679,17 @@ def save_table(
     chunk_bytes:
         Memory budget of one chunk of rows: every buffer held while a chunk is computed and
         written fits in it (for float16/bfloat16 that includes the float32 values they are
-        narrowed from).  Must hold at least one row.  Default 256 MiB.
+        narrowed from).  Must hold at least one row, and the chunk it gives (at most the
+        whole table) must fit in the machine's physical memory.  Default 256 MiB.
     backend:
         As for :func:`fastpe.table`.
     progress:
         ``None`` or a callable ``progress(rows_done, rows_total)``, called after each
         chunk is written.  An exception it raises (``KeyboardInterrupt`` included) stops
         the write and leaves nothing behind.
+
+    A SIGTERM or SIGHUP during the call removes the temporary files, then ends the process
+    by that signal (see "Signals" in :mod:`fastpe._save`).
 
     Raises
     ------
@@ -672,6 +710,12 @@ def save_table(
     dt = _dtypes.resolve(dtype)
     chunk_bytes = check_int("chunk_bytes", chunk_bytes, low=1)
     rows = _rows_per_chunk(config.d_model, dt, chunk_bytes)
+    # the one buffer allocated, at most the whole table: a budget beyond memory is refused
+    # only for a table that is larger too
+    check_memory(
+        f"chunk_bytes must fit in memory: a chunk of {min(rows, config.max_len)} rows",
+        _chunk_bytes(min(rows, config.max_len), config.d_model, dt),
+    )
     _check_progress(progress)
     backend_name, _ = _backends.resolve(backend)
     if fmt == ".safetensors":
@@ -682,10 +726,11 @@ def save_table(
         _check_place(sidecar)
     spec = _make_spec(config, dt)
     layout_ = _Layout(fmt, config, dt, spec)
-    _check_space(target, layout_.total)
+    check_space(target, layout_.total)
 
     stream = _Stream(config, dt, rows, backend_name, progress)
-    _commit(target, sidecar, layout_, stream)
+    with end_cleanly_on_signals():  # see "Signals" above
+        _commit(target, sidecar, layout_, stream)
     return SavedTable(
         path=target, sidecar=sidecar, spec=spec, shape=layout_.shape, dtype=dt.name,
         nbytes=layout_.nbytes, backend=backend_name, compute_seconds=stream.compute_seconds,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -164,3 +166,84 @@ def test_real_write_error_from_a_size_limit_leaves_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert listing(tmp_path) == ["keep.bin"]
     assert (tmp_path / "keep.bin").read_bytes() == b"old"
+
+
+# --------------------------------------------------------------------------- signals
+
+posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGTERM and SIGHUP are POSIX signals")
+
+
+@pytest.fixture
+def default_signals():
+    """SIGTERM and SIGHUP at their defaults for the test (as a shell starts a program),
+    whatever this test run inherited; put back afterwards."""
+    saved = {s: signal.signal(s, signal.SIG_DFL) for s in _atomic.TERMINATING_SIGNALS}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@posix_signals
+def test_signals_raise_takes_the_default_ones_and_puts_them_back(default_signals):
+    with _atomic.signals_raise() as taken:
+        assert taken == {signal.SIGTERM, signal.SIGHUP}
+        handler = signal.getsignal(signal.SIGTERM)
+        with pytest.raises(_atomic.Terminated) as info:
+            handler(signal.SIGTERM, None)  # what Python does when the signal arrives
+        assert info.value.signum == signal.SIGTERM
+        assert info.value.exit_status == 128 + 15 and info.value.signal_name == "SIGTERM"
+        assert str(info.value) == "terminated by SIGTERM"
+        # a second signal while the first one unwinds is ignored: the cleanup runs to its end
+        assert signal.getsignal(signal.SIGHUP)(signal.SIGHUP, None) is None
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+@posix_signals
+def test_signals_raise_leaves_ignored_and_handled_signals_alone(default_signals):
+    def own(signum, frame):  # pragma: no cover - never called
+        pass
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a program
+    signal.signal(signal.SIGTERM, own)
+    with _atomic.signals_raise() as taken:
+        assert taken == set()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is own
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is own
+
+
+@posix_signals
+def test_signals_raise_nested_the_inner_takes_nothing(default_signals):
+    with _atomic.signals_raise() as outer:
+        handler = signal.getsignal(signal.SIGTERM)
+        with _atomic.signals_raise() as inner:
+            assert inner == set() and signal.getsignal(signal.SIGTERM) is handler
+        assert signal.getsignal(signal.SIGTERM) is handler  # the outer one still holds it
+    assert outer and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+@posix_signals
+def test_signals_raise_outside_the_main_thread_takes_nothing(default_signals):
+    seen = []
+
+    def worker():
+        with _atomic.signals_raise() as taken:
+            seen.append((taken, signal.getsignal(signal.SIGTERM)))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [(frozenset(), signal.SIG_DFL)]
+
+
+@posix_signals
+def test_terminated_unwinds_atomic_write_leaving_nothing(tmp_path, default_signals):
+    (tmp_path / "out.bin").write_bytes(b"old")
+    with pytest.raises(_atomic.Terminated):
+        with _atomic.signals_raise():
+            with atomic_write(tmp_path / "out.bin") as f:
+                f.write(b"half of the new contents")
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    assert listing(tmp_path) == ["out.bin"] and (tmp_path / "out.bin").read_bytes() == b"old"

@@ -257,6 +257,19 @@ def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp,
     assert listing() == []
 
 
+def test_table_chunk_larger_than_memory_exits_2_naming_chunk_mb(in_tmp, monkeypatch):
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
+    result = run("table", "--d-model", "1024", "--max-len", "1000", "--chunk-mb", "2", "--backend", DEFAULT)
+    assert result.exit_code == 2
+    line = assert_one_line_error(result)
+    assert line.startswith("Error: Invalid value for '--chunk-mb': must fit in memory: a chunk of 512 rows needs "
+                           "2097152 bytes (2.0 MiB) of memory, more than this machine's 1048576 bytes (1.0 MiB)")
+    assert listing() == []
+    # a budget that holds the whole table is the table's size, not the budget
+    result = run("table", "--d-model", "8", "--max-len", "10", "--chunk-mb", "100000", "--backend", DEFAULT)
+    assert result.exit_code == 0, result.output
+
+
 def test_table_too_big_for_the_disk_exits_1(in_tmp):
     """The table streams (its memory is the chunk budget); 1 PiB fails the free-space check."""
     result = run("table", "--d-model", "65536", "--max-len", str(2**32), "--backend", DEFAULT)
@@ -555,3 +568,144 @@ def test_process_info_and_version(tmp_path):
     assert "default backend: " in proc.stdout
     version = fastpe_process("--version", cwd=tmp_path)
     assert version.returncode == 0 and version.stdout == f"fastpe {fastpe.__version__}\n"
+
+
+# ======================================================================== signals
+
+posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGTERM and SIGHUP are POSIX signals")
+
+#: every command that writes a file, on small requests and the reference backend (the child
+#: need not load numba)
+WRITERS = {
+    "table": ["table", "--d-model", "8", "--max-len", "16", "-o", "out.npy"],
+    "rope": ["rope", "--head-dim", "8", "--max-len", "16", "-o", "out.npz"],
+    "alibi": ["alibi", "--heads", "2", "--q-len", "8", "-o", "out.npy"],
+    "t5-buckets": ["t5-buckets", "--q-len", "8", "-o", "out.npy"],
+    "grid": ["grid", "--height", "2", "--width", "2", "--dim", "8", "-o", "out.npy"],
+    "timestep": ["timestep", "--dim", "8", "--steps", "4", "-o", "out.npy"],
+    "plot": ["plot", "--d-model", "8", "--max-len", "8", "-o", "out.png"],
+}
+
+#: what each signal ends a command with: 128 + its number, as shells report, and one line
+SIGNAL_ENDS = {"SIGINT": (130, "Aborted!"), "SIGTERM": (143, "Aborted! (SIGTERM)"), "SIGHUP": (129, "Aborted! (SIGHUP)")}
+
+#: the command line in a child whose signals are at their defaults, as a shell starts a
+#: program (whatever this test run inherited); with "wait" first, its fsync of the complete
+#: temporary file announces itself and waits there for the signal
+SIGNALLED_CLI = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if sys.argv[1] == "wait":
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            print("temporary file written", flush=True)
+            time.sleep(60)
+            real_fsync(fd)
+
+        os.fsync = fsync
+    from fastpe.cli import main
+    main(sys.argv[2:], prog_name="fastpe")
+    """
+)
+
+
+def _signalled(args, cwd, wait: bool):
+    return subprocess.Popen([sys.executable, "-c", SIGNALLED_CLI, "wait" if wait else "run", *args], cwd=cwd,
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@posix_signals
+@pytest.mark.parametrize("signame", list(SIGNAL_ENDS))
+def test_process_signal_while_writing_leaves_nothing(tmp_path, signame):
+    """Every writing command, sent the signal while its temporary file exists: the exit
+    status is 128 + the signal's number, stderr one line, and the directory as it was (the
+    seven children run side by side)."""
+    code, message = SIGNAL_ENDS[signame]
+    children = {}
+    try:
+        for name, args in WRITERS.items():
+            (tmp_path / name).mkdir()
+            children[name] = _signalled([*args, "--backend", "python"], tmp_path / name, wait=True)
+        for name, child in children.items():
+            assert child.stdout.readline() == "temporary file written\n", (name, child.stderr.read())
+            (temporary,) = listing(tmp_path / name)
+            assert temporary.startswith(".out.") and temporary.endswith(".tmp"), name
+            child.send_signal(getattr(signal, signame))
+        for name, child in children.items():
+            out, err = child.communicate(timeout=60)
+            assert (child.returncode, err.strip(), out) == (code, message, ""), (name, err)
+            assert listing(tmp_path / name) == [], name
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.slow
+@posix_signals
+@pytest.mark.parametrize(("signame", "args"), [
+    # the finding: `timeout` sending SIGTERM to a table being written
+    ("SIGTERM", ["table", "--d-model", "64", "--max-len", "100000", "-o", "big.npy"]),
+    ("SIGHUP", ["timestep", "--dim", "64", "--steps", "20000", "-o", "big.npy"]),
+])
+def test_process_signal_during_a_long_request_leaves_nothing(tmp_path, signame, args):
+    """No help from the test: a request that the reference backend takes tens of seconds
+    over, signalled once its temporary file appears."""
+    (tmp_path / "big.npy").write_bytes(b"precious")
+    child = _signalled([*args, "--backend", "python"], tmp_path, wait=False)
+    try:
+        deadline = time.monotonic() + 60
+        while len(listing(tmp_path)) < 2 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(listing(tmp_path)) == 2, child.stderr.read() if child.poll() is not None else "no temporary file"
+        child.send_signal(getattr(signal, signame))
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert (child.returncode, err.strip(), out) == (*SIGNAL_ENDS[signame], ""), err
+    assert listing(tmp_path) == ["big.npy"] and (tmp_path / "big.npy").read_bytes() == b"precious"
+
+
+@pytest.fixture
+def default_signals():
+    """SIGTERM at its default and SIGHUP ignored (as under nohup) for one in-process run."""
+    saved = {signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+             signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_IGN)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@posix_signals
+def test_commands_hold_sigterm_for_their_run_and_leave_an_ignored_sighup_alone(in_tmp, monkeypatch, default_signals):
+    seen = {}
+    real = fastpe.grid.sincos_2d
+
+    def spy(*args, **kwargs):
+        seen.update({s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fastpe.grid, "sincos_2d", spy)
+    result = run("grid", "--height", "2", "--width", "2", "--dim", "4", "-o", "g.npy")
+    assert result.exit_code == 0, result.output
+    assert callable(seen[signal.SIGTERM]) and seen[signal.SIGHUP] == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+
+
+@posix_signals
+def test_a_sigterm_mid_command_exits_143_keeping_the_old_file(in_tmp, monkeypatch, default_signals):
+    (in_tmp / "old.npy").write_bytes(b"previous")
+
+    def terminated(*args, **kwargs):
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # what Python does when it arrives
+
+    monkeypatch.setattr(fastpe, "timestep", terminated)
+    result = run("timestep", "--dim", "4", "--steps", "3", "-o", "old.npy")
+    assert (result.exit_code, result.stderr, result.stdout) == (143, "Aborted! (SIGTERM)\n", "")
+    assert listing() == ["old.npy"] and (in_tmp / "old.npy").read_bytes() == b"previous"

@@ -455,6 +455,11 @@ def test_permuted_weights_give_the_same_attention_scores(core, rotary_dim):
         pytest.param((rand(24, 5), 3), {"rotary_dim": 8.0, "to": "gptj"}, TypeError, "^rotary_dim must be an integer",
                      id="rotary-float"),
         pytest.param((np.array(1.0), 1), {"to": "gptj"}, ValueError, "^w must be 1-D", id="0-d"),
+        # an odd head and no rotary_dim: it said "rotary_dim must be even", an argument not passed
+        pytest.param((rand(6, 2), 2), {"to": "gptj"}, ValueError,
+                     r"^head_dim = w.shape\[0\] // n_heads = 3 is odd, and rotary_dim defaults to it", id="odd-head"),
+        pytest.param((rand(6, 2), 2), {"head_dim": 3, "to": "neox"}, ValueError, "^head_dim = 3 is odd",
+                     id="odd-head-dim"),
     ],
 )
 def test_permute_bad_input(args, kwargs, exc, message):

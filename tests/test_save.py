@@ -14,7 +14,9 @@ import io
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
 import sys
 import tracemalloc
 import zipfile
@@ -25,7 +27,7 @@ import pytest
 import fastpe
 from fastpe import _api, _dtypes, _save
 from fastpe._dtypes import DTYPES
-from conftest import FAST
+from conftest import FAST, fastpe_env
 
 D, L = 10, 203
 #: rows per chunk in most tests: 203 = 8 * 23 + 19, so 9 chunks, the last one ragged
@@ -473,3 +475,92 @@ def test_files_without_a_spec(tmp_path):
         _save.load_spec(tmp_path / "absent.json")
     with pytest.raises(FileNotFoundError):
         _save.load_spec(tmp_path / "absent.npz")
+
+
+# ======================================================================== memory and signals
+
+
+def test_a_chunk_larger_than_memory_is_refused_before_creating_anything(tmp_path, monkeypatch):
+    row = D * 4
+    monkeypatch.setattr(_save, "physical_memory", lambda: 50 * row)
+    with pytest.raises(ValueError, match=rf"chunk_bytes must fit in memory: a chunk of 51 rows needs {51 * row} bytes"):
+        fastpe.save_table(tmp_path / "pe.npy", D, L, chunk_bytes=51 * row)
+    assert listing(tmp_path) == []
+    # what is allocated is the chunk, at most the whole table: a large budget for a small one is fine
+    fastpe.save_table(tmp_path / "pe.npy", D, 50, chunk_bytes=10**15)
+    assert same_bits(read_table(tmp_path / "pe.npy"), fastpe.table(D, 50))
+
+
+posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGTERM and SIGHUP are POSIX signals")
+
+
+@posix_signals
+def test_save_table_holds_the_default_signals_only_while_it_writes(tmp_path):
+    saved = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)}
+    seen = []
+    try:
+        fastpe.save_table(tmp_path / "pe.npz", D, 30, chunk_bytes=budget(10),
+                          progress=lambda done, total: seen.append(signal.getsignal(signal.SIGTERM)))
+        after = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert len(seen) == 3 and all(callable(h) for h in seen)
+    assert after == (signal.SIG_DFL, signal.SIG_DFL)
+
+
+#: a program using the library: save_table stops in its progress callback until the test
+#: has sent the signal (and, for a signal that does not end it, made the file ``go``)
+SIGNALLED_SCRIPT = r"""
+import os, signal, sys, time
+import fastpe
+
+mode, signum = sys.argv[1], getattr(signal, sys.argv[2])
+signal.signal(signum, {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN,
+                       "own": lambda s, frame: sys.exit(3)}[mode])
+
+def progress(done, total):
+    if done == 8:
+        print("writing", flush=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join("..", "go")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+fastpe.save_table(sys.argv[3], 8, 40, chunk_bytes=8 * 8 * 4, backend="python", progress=progress)
+print("done", signal.getsignal(signum) == {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN}.get(mode), flush=True)
+"""
+
+
+@pytest.mark.slow
+@posix_signals
+@pytest.mark.parametrize(("mode", "signame", "target"), [
+    ("default", "SIGTERM", "pe.npy"),   # the process ends by the signal, as without fastpe ...
+    ("default", "SIGHUP", "pe.npz"),    # ... less the temporary file
+    ("own", "SIGTERM", "pe.npy"),       # the program's handler runs (here: exits 3)
+    ("ignored", "SIGHUP", "pe.npy"),    # an ignored signal stays ignored: the table is written
+])
+def test_a_signal_during_save_table_in_a_program(tmp_path, mode, signame, target):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "pe.npy").write_bytes(b"precious")
+    (out / "pe.npy.json").write_bytes(b"old spec")
+    child = subprocess.Popen([sys.executable, "-c", SIGNALLED_SCRIPT, mode, signame, target], cwd=out,
+                             env=fastpe_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n", child.stderr.read()
+        assert len(listing(out)) == 3  # the two old files and one temporary file
+        child.send_signal(getattr(signal, signame))
+        (tmp_path / "go").touch()
+        rest, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    if mode == "ignored":
+        assert (child.returncode, rest) == (0, "done True\n"), err
+        assert same_bits(np.load(out / "pe.npy"), fastpe.table(8, 40, backend="python"))
+        assert listing(out) == ["pe.npy", "pe.npy.json"]
+        return
+    assert child.returncode == (-getattr(signal, signame) if mode == "default" else 3), err
+    assert rest == "" and "Traceback" not in err, err
+    assert listing(out) == ["pe.npy", "pe.npy.json"]
+    assert (out / "pe.npy").read_bytes() == b"precious" and (out / "pe.npy.json").read_bytes() == b"old spec"

@@ -6,8 +6,16 @@ Heavy imports (numba, the kernels, the reference) happen inside the commands, so
 
 Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up) or, for
 ``check``, a value off by more than 1 ULP; 2 bad input (options, paths, ``$FASTPE_BACKEND``);
-130 interrupted.  Every error is a single ``Error: ...`` line on stderr (``-v`` adds the
-traceback of an unexpected failure).
+128 + the signal's number when a signal ends the command, as shells report a death by that
+signal: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP.
+Every error is a single ``Error: ...`` line on stderr (``-v`` adds the traceback of an
+unexpected failure); a signal prints ``Aborted!``, followed by the signal's name for SIGTERM
+and SIGHUP (which, unlike Ctrl-C, come from elsewhere: ``kill``, ``timeout``, a batch
+scheduler, a closed terminal).
+
+Signals.  For the whole run SIGTERM and SIGHUP raise an exception, as SIGINT does
+(:func:`fastpe._atomic.signals_raise`), so every command's cleanup runs: no temporary or
+partial file is left behind.  A signal the shell set to be ignored (``nohup``) stays ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import traceback
 import click
 
 from .. import __version__
+from .._atomic import Terminated, signals_raise
 from .alibi import alibi
 from .check import check
 from .grid import grid
@@ -31,7 +40,8 @@ from .timestep import timestep
 
 __all__ = ["main"]
 
-#: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2)
+#: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2); SIGTERM and SIGHUP
+#: give 128 + their number likewise (:attr:`fastpe._atomic.Terminated.exit_status`)
 EXIT_INTERRUPTED = 130
 
 # click >= 8.2 signals a bare group invocation with this usage error, whose message is the
@@ -75,19 +85,24 @@ class FastpeGroup(click.Group):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
-        try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
-        except _NoArgsIsHelp as exc:  # bare `fastpe`: the help, as click shows it
-            exc.show()
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            click.echo(f"Error: {_one_line(exc.format_message())}", err=True)
-            sys.exit(exc.exit_code)
-        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
-            click.echo("Aborted!", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        # a command returns None; --help, --version and ctx.exit(n) return an exit status
-        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+        # held until the process exits: a second signal cannot cut the first one's cleanup short
+        with signals_raise():
+            try:
+                rv = super().main(*args, standalone_mode=False, **kwargs)
+            except _NoArgsIsHelp as exc:  # bare `fastpe`: the help, as click shows it
+                exc.show()
+                sys.exit(exc.exit_code)
+            except click.ClickException as exc:
+                click.echo(f"Error: {_one_line(exc.format_message())}", err=True)
+                sys.exit(exc.exit_code)
+            except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+                click.echo("Aborted!", err=True)
+                sys.exit(EXIT_INTERRUPTED)
+            except Terminated as exc:  # SIGTERM, SIGHUP: the cleanups have run on the way here
+                click.echo(f"Aborted! ({exc.signal_name})", err=True)
+                sys.exit(exc.exit_status)
+            # a command returns None; --help, --version and ctx.exit(n) return an exit status
+            sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
 
 @click.group(cls=FastpeGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -337,17 +337,25 @@ def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
 
     n_heads = check_int("n_heads", n_heads, low=1)
     rows = int(shape[0])
+    # head_dim and rotary_dim may be derived (from w.shape[0], from head_dim): errors about a
+    # derived value name what it was derived from, since the caller passed no such argument
+    derived = "head_dim = w.shape[0] // n_heads" if head_dim is None else "head_dim"
     if head_dim is None:
         if rows % n_heads:
             raise ValueError(f"w.shape[0] = {rows} is not a multiple of n_heads = {n_heads}")
-        if rows < 2 * n_heads:  # name what was passed: head_dim is derived here
+        if rows < 2 * n_heads:
             raise ValueError(f"w.shape[0] = {rows} gives head_dim = {rows // n_heads} for n_heads = {n_heads}; "
                              "a head needs at least 2 rows")
         head_dim = rows // n_heads
     head_dim = check_int("head_dim", head_dim, low=2)
     if n_heads * head_dim != rows:
         raise ValueError(f"w.shape[0] must be n_heads * head_dim = {n_heads * head_dim}, got {rows}")
-    rotary_dim = head_dim if rotary_dim is None else check_int("rotary_dim", rotary_dim, low=2)
+    if rotary_dim is None:
+        if head_dim % 2:
+            raise ValueError(f"{derived} = {head_dim} is odd, and rotary_dim defaults to it: "
+                             "pass an even rotary_dim (the rotated part of each head)")
+        rotary_dim = head_dim
+    rotary_dim = check_int("rotary_dim", rotary_dim, low=2)
     if rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
     if rotary_dim > head_dim:
