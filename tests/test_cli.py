@@ -382,6 +382,19 @@ def test_check_bad_input_exits_2(args):
     assert_one_line_error(result)
 
 
+def test_check_that_cannot_fit_in_memory_exits_2_before_any_work(monkeypatch):
+    def never(**kwargs):  # pragma: no cover - reached only if the size check is missing
+        raise AssertionError("run_check was called")
+
+    monkeypatch.setattr(_check, "run_check", never)
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 30)
+    # 32 * 1000 + 3 positions at d_model 1024, 64 bytes a value: 2.0 GiB
+    result = run("check", "--per-octave", "1000", "--d-model", "8", "--d-model", "1024")
+    assert result.exit_code == 2
+    line = assert_one_line_error(result)
+    assert line.startswith("Error: checking 32003 positions at d_model 1024 needs 2097348608 bytes (2.0 GiB) of memory")
+
+
 # ======================================================================== group
 
 

@@ -119,8 +119,8 @@ GRID_ERRORS = [
     (["--height", -1, "--width", 2, "--dim", 8], "'--height'"),
     (["--height", 2, "--width", 0, "--dim", 8], "'--width'"),
     (["--frames", -3, "--height", 2, "--width", 2, "--dim", 12], "'--frames'"),
-    (["--height", 2, "--width", 2, "--dim", -4], "dim must be >= 1"),
-    (["--height", 2, "--width", 2, "--dim", 0], "dim must be >= 1"),
+    (["--height", 2, "--width", 2, "--dim", -4], "'--dim': must be >= 1"),
+    (["--height", 2, "--width", 2, "--dim", 0], "'--dim': must be >= 1"),
     (["--height", 2, "--width", 2, "--dim", 8, "--base", 1], "'--base'"),
     (["--height", 2, "--width", 2, "--dim", 8, "--order", "vit"], "'--order'"),
     (["--height", 2, "--width", 2, "--dim", 8, "--dtype", "int8"], "'--dtype'"),
@@ -245,9 +245,9 @@ TIMESTEP_ERRORS = [
     (["--from", "flags.npy"], "real numbers"),
     (["--from", "text.npy"], "real numbers"),
     (["--from", "archive.npy"], ".npz archive"),
-    (["--from", "junk.npy"], "cannot read"),
+    (["--from", "junk.npy"], "does not start with NumPy's magic string"),
     (["--from", "."], "'--from'"),
-    (["--steps", 4, "--dim", 1], "dim must be >= 2"),
+    (["--steps", 4, "--dim", 1], "'--dim': must be >= 2"),
     (["--steps", 4, "--shift", 4], "dim // 2 - shift must be > 0"),
     (["--steps", 4, "--scale", 0], "scale must be > 0"),
     (["--steps", 4, "--scale", -1], "scale must be > 0"),
@@ -304,3 +304,62 @@ def test_help_lists_both_commands_and_the_bfloat16_storage():
         text = " ".join(run(command, "--help").stdout.split())
         assert "stored as its raw bits, dtype uint16" in text
         assert "numpy.load(PATH).view(ml_dtypes.bfloat16)" in text
+
+
+# --------------------------------------------------------------------------- sizes
+
+#: requests whose array, with the machine's memory set to 1 MiB, cannot be held: refused
+#: before anything is allocated (the library is never called) -- (args, shape, dtype name)
+TOO_BIG = [
+    (["grid", "--height", 256, "--width", 256, "--dim", 8], "65536 x 8 float32"),
+    (["grid", "--height", 256, "--width", 256, "--dim", 16, "--cls-token", "--dtype", "float16"], "65537 x 16 float16"),
+    (["grid", "--frames", 64, "--height", 64, "--width", 64, "--dim", 6], "262144 x 6 float32"),
+    (["timestep", "--dim", 64, "--steps", 4096], "4096 x 64 float32"),
+    (["timestep", "--dim", 2, "--steps", 2**32, "--dtype", "float64"], "4294967296 x 2 float64"),
+]
+
+
+def _never(*args, **kwargs):  # pragma: no cover - reached only if the size check is missing
+    raise AssertionError("the library was called")
+
+
+@pytest.mark.parametrize(("args", "array"), TOO_BIG)
+def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypatch, args, array):
+    from fastpe import _save
+
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
+    for name in ("sincos_2d", "sincos_3d"):
+        monkeypatch.setattr(fg, name, _never)
+    monkeypatch.setattr(fastpe, "timestep", _never)
+    monkeypatch.setattr(np, "arange", _never)  # --steps' own timesteps come after the check too
+    line = assert_one_line_error(run(*args))
+    assert f"the {array} array needs " in line and "of memory, more than this machine's 1048576 bytes" in line
+    assert os.listdir(in_tmp) == []
+
+
+@pytest.mark.parametrize("args", [["grid", "--height", 4, "--width", 4, "--dim", 8],
+                                  ["timestep", "--dim", 8, "--steps", 16]])
+def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, monkeypatch, args):
+    import shutil
+
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=128 + 16 * 8 * 4 - 1))
+    monkeypatch.setattr(fg, "sincos_2d", _never)
+    monkeypatch.setattr(fastpe, "timestep", _never)
+    line = assert_one_line_error(run(*args), code=1)
+    assert "[Errno 28] not enough free space" in line and "needs 640 bytes" in line
+    assert os.listdir(in_tmp) == []
+    monkeypatch.undo()
+    monkeypatch.chdir(in_tmp)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=128 + 16 * 8 * 4))
+    assert run(*args).exit_code == 0  # exactly enough is enough
+
+
+def test_running_out_of_memory_anyway_is_one_line_exit_1(in_tmp, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)")
+
+    monkeypatch.setattr(fg, "sincos_2d", no_memory)
+    line = assert_one_line_error(run("grid", "--height", 2, "--width", 2, "--dim", 4), code=1)
+    assert line == "Error: not enough memory: Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)"
+    assert os.listdir(in_tmp) == []

@@ -128,7 +128,7 @@ def test_output_accepts_new_and_existing_files(tmp_path, monkeypatch):
         (lambda d: str(d / "pe.txt"), r"does not end in \.npy"),
         (lambda d: str(d / "pe.npy.gz"), r"does not end in \.npy"),
         (lambda d: str(d / "pe"), r"does not end in \.npy"),
-        (lambda d: str(d / ".npy"), r"does not end in \.npy"),
+        (lambda d: str(d / ".npy"), r"has no file name before \.npy"),
         (lambda d: str(d / "missing" / "pe.npy"), "does not exist"),
         (lambda d: str(d / "file.npy" / "pe.npy"), "does not exist"),
         (lambda d: str(d / "dir.npy"), "names a directory"),

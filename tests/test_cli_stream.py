@@ -238,7 +238,7 @@ BAD = [
     pytest.param(["-o", "pe"], "does not end in .npy, .npz or .safetensors", id="no-extension"),
     pytest.param(["-o", "side.npy"], "'side.npy.json', where the spec of 'side.npy' goes, exists and is not a regular",
                  id="sidecar-is-a-directory"),
-    pytest.param(["-o", "adir/.npz"], "does not end in .npy, .npz or .safetensors", id="only-extension"),
+    pytest.param(["-o", "adir/.npz"], "has no file name before .npz", id="only-extension"),
 ]
 
 

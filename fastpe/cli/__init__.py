@@ -4,10 +4,10 @@ Commands parse their options, call the library and format the result; they do no
 Heavy imports (numba, the kernels, the reference) happen inside the commands, so
 ``fastpe --help`` and ``fastpe --version`` stay fast.
 
-Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up) or, for
-``check``, a value off by more than 1 ULP; 2 bad input (options, paths, ``$FASTPE_BACKEND``);
-128 + the signal's number when a signal ends the command, as shells report a death by that
-signal: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP.
+Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up, or memory ran
+out) or, for ``check``, a value off by more than 1 ULP; 2 bad input (options, paths, sizes,
+``$FASTPE_BACKEND``); 128 + the signal's number when a signal ends the command, as shells
+report a death by that signal: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP.
 Every error is a single ``Error: ...`` line on stderr (``-v`` adds the traceback of an
 unexpected failure); a signal prints ``Aborted!``, followed by the signal's name for SIGTERM
 and SIGHUP (which, unlike Ctrl-C, come from elsewhere: ``kill``, ``timeout``, a batch
@@ -70,6 +70,9 @@ class FastpeGroup(click.Group):
             if exc.errno == errno.EPIPE:  # click's main handles a closed stdout quietly
                 raise
             self._unexpected(ctx, exc, _one_line(exc))
+        except MemoryError as exc:  # a size the checks let through, on a machine short of memory
+            detail = f": {_one_line(exc)}" if str(exc) else ""
+            raise click.ClickException(f"not enough memory{detail}") from exc  # exit status 1
         except Exception as exc:
             self._unexpected(ctx, exc, _one_line(f"{type(exc).__name__}: {exc}"))
 

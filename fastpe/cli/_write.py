@@ -1,6 +1,7 @@
 """What the commands that write one array to ``.npy`` share (``fastpe grid``, ``timestep``,
 ``alibi``, ``t5-buckets``): the ``--dtype`` option, a default path, :func:`write_npy`, which
-computes and saves an array atomically, and the one-line summary.
+computes and saves an array atomically (after checking, when told the array's shape, that it
+fits in memory and on disk), and the one-line summary.
 
 bfloat16 in ``.npy``.  NumPy has no bfloat16: ``numpy.save`` of an ``ml_dtypes.bfloat16``
 array writes the anonymous type ``'<V2'``, which ``numpy.load`` returns as raw void records
@@ -12,6 +13,7 @@ gives the values back, bit for bit (``fastpe table`` does the same, see fastpe._
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -20,7 +22,7 @@ import click
 from .._dtypes import DTYPES
 from . import options
 
-__all__ = ["BFLOAT16_NOTE", "dtype_opt", "npy_array", "default_path", "write_npy", "summary"]
+__all__ = ["BFLOAT16_NOTE", "dtype_opt", "npy_array", "default_path", "check_size", "write_npy", "summary"]
 
 #: the note every command writing bfloat16 to .npy shows in its help
 BFLOAT16_NOTE = (
@@ -57,18 +59,46 @@ def default_path(name: str) -> str:
         raise options.InputError(f"default output path: {exc.message}; use -o") from None
 
 
-def write_npy(path: str, compute: Callable[[], object]):
+def check_size(path: str, shape: tuple[int, ...], dtype, *, transient: int = 0) -> None:
+    """Refuse, before anything is allocated, an array of ``shape`` and ``dtype`` (a name or
+    NumPy dtype) that cannot be held in memory or written to ``path``.
+
+    The array (plus ``transient`` bytes the command allocates besides) larger than the
+    machine's physical memory is bad input, exit status 2: allocating it would fail, or
+    thrash the machine first.  A file larger than the free space of ``path``'s file system
+    exits 1, as a disk that fills up while writing does.
+    """
+    import numpy as np
+
+    from .. import _save
+    from .._dtypes import resolve
+
+    with options.library_errors():  # bfloat16 without ml_dtypes fails here too, before any work
+        dt = resolve(dtype) if str(dtype).lower() in DTYPES else np.dtype(dtype)
+        nbytes = math.prod(shape) * dt.itemsize
+        _save.check_memory(f"the {' x '.join(map(str, shape))} {dt.name} array", nbytes + transient)
+    try:
+        _save.check_space(path, len(_save._npy_header(dt, tuple(shape))) + nbytes)
+    except OSError as exc:
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+
+
+def write_npy(path: str, compute: Callable[[], object], *, shape: tuple[int, ...] | None = None, dtype=None,
+              transient: int = 0):
     """Run ``compute()`` (a library call) and save its array to ``path`` atomically.
 
-    Returns ``(array, compute_seconds, write_seconds)``.  The temporary file is created
-    first, so an unwritable place fails before the work; the library's ``ValueError`` /
-    ``TypeError`` become exit status 2, and on any failure or Ctrl-C nothing is left at
+    Returns ``(array, compute_seconds, write_seconds)``.  Given the array's ``shape`` and
+    ``dtype``, :func:`check_size` runs first.  The temporary file is created next, so an
+    unwritable place fails before the work; the library's ``ValueError`` / ``TypeError``
+    become exit status 2, and on any failure, Ctrl-C, SIGTERM or SIGHUP nothing is left at
     ``path`` (a file already there is kept).
     """
     import numpy as np
 
     from .._atomic import atomic_write
 
+    if shape is not None:
+        check_size(path, shape, dtype, transient=transient)
     try:
         with atomic_write(path) as f:
             start = time.perf_counter()

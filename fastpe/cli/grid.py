@@ -6,6 +6,8 @@ The numbers come from :mod:`fastpe.grid`; this module parses, names the file and
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from .._validate import POSITION_LIMIT
@@ -22,6 +24,16 @@ def _size(ctx, param, value):
     return value
 
 
+def _dim(ctx, param, value):
+    """``--dim``: the library's range for it (the divisibility is checked with the grid)."""
+    from .._validate import MAX_D_MODEL, check_int
+
+    try:
+        return check_int("dim", value, low=1, high=MAX_D_MODEL)
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc).removeprefix("dim ")) from None
+
+
 def _output(ctx, param, value):
     return None if value is None else options.check_output_path(value, writer="fastpe grid")
 
@@ -29,7 +41,7 @@ def _output(ctx, param, value):
 @click.command(short_help="Write a 2-D/3-D sin-cos grid (ViT, MAE, video) to .npy.")
 @click.option("--height", type=int, required=True, callback=_size, metavar="H", help="Rows of the grid.")
 @click.option("--width", type=int, required=True, callback=_size, metavar="W", help="Columns of the grid.")
-@click.option("--dim", type=int, required=True, metavar="D",
+@click.option("--dim", type=int, required=True, callback=_dim, metavar="D",
               help="Channels per token; divisible by 4 (2-D) or 6 (3-D).")
 @click.option("--frames", type=int, default=None, callback=_size, metavar="T",
               help="Frames: makes a 3-D (video) grid of T x H x W tokens.")
@@ -71,8 +83,12 @@ def grid(ctx: click.Context, height: int, width: int, dim: int, frames, order: s
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
     build = fg.sincos_2d if frames is None else fg.sincos_3d
+    tokens = math.prod(sizes)
+    # past MAX_TOKENS the library refuses the grid itself, before allocating anything
+    shape = (tokens + cls_token, dim) if tokens <= fg.MAX_TOKENS else None
     array, compute_s, write_s = write_npy(
-        path, lambda: build(*sizes, dim, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name)
+        path, lambda: build(*sizes, dim, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name),
+        shape=shape, dtype=dtype,
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = f"{len(sizes)}-D grid {'x'.join(map(str, sizes))}, order {order}" + (", cls token" if cls_token else "")

@@ -34,6 +34,7 @@ __all__ = [
     "InputError",
     "library_errors",
     "check_output_path",
+    "open_npy",
     "human_size",
     "milliseconds",
     "d_model_handler",
@@ -171,8 +172,10 @@ def check_output_path(path: str, suffix: str = ".npy", writer: str = "fastpe") -
     if os.path.isdir(path) or path.endswith(("/", os.sep)):
         raise click.BadParameter(f"{path!r} names a directory; give a file name ending in {suffix}")
     name = os.path.basename(path)
-    if not name.lower().endswith(suffix) or len(name) <= len(suffix):
+    if not name.lower().endswith(suffix):
         raise click.BadParameter(f"{path!r} does not end in {suffix} ({writer} writes {suffix} files)")
+    if len(name) <= len(suffix):
+        raise click.BadParameter(f"{path!r} has no file name before {suffix}")
     parent = os.path.dirname(path) or os.curdir
     if not os.path.isdir(parent):
         raise click.BadParameter(f"directory {parent!r} does not exist")
@@ -187,6 +190,32 @@ def check_output_path(path: str, suffix: str = ".npy", writer: str = "fastpe") -
     if not stat.S_ISREG(mode):
         raise click.BadParameter(f"{path!r} exists and is not a regular file")
     return path
+
+
+def open_npy(path: str):
+    """The array in the ``.npy`` file ``path``, memory-mapped: only its header is read, so
+    its shape and dtype can be checked before its data are.
+
+    Anything else is a :class:`ValueError` with a one-line message: an unreadable file, an
+    ``.npz`` archive, a file that is not ``.npy`` at all (NumPy itself would blame pickled
+    data, which is misleading), a truncated header, an object array.
+    """
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(npy_format.MAGIC_PREFIX))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if magic != npy_format.MAGIC_PREFIX:
+        if magic.startswith(b"PK"):
+            raise ValueError(f"cannot read {path!r} as a .npy file: it is an .npz archive (a ZIP file)")
+        raise ValueError(f"cannot read {path!r} as a .npy file: it does not start with NumPy's magic string")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"cannot read {path!r} as a .npy file: {' '.join(str(exc).split())}") from None
 
 
 def output_handler(ctx, param, value):

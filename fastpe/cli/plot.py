@@ -34,8 +34,9 @@ _SPECIFIC = set().union(*_APPLIES.values()) | {"kind"}
 
 def check_picture_path(path: str) -> str:
     """:func:`options.check_output_path` for a ``.png``, ``.svg`` or ``.pdf`` file."""
-    ext = os.path.splitext(path)[1].lower() if path else ""
-    if ext not in (".png", ".svg", ".pdf"):
+    # (splitext takes a bare ".png" for a name without extension; the name check is below)
+    ext = next((e for e in (".png", ".svg", ".pdf") if path and path.lower().endswith(e)), "")
+    if not ext:
         raise click.BadParameter(f"{path!r} does not end in .png, .svg or .pdf (fastpe plot writes pictures)")
     return options.check_output_path(path, suffix=ext, writer="fastpe plot")
 
@@ -74,13 +75,11 @@ def _check_applicable(ctx: click.Context, kind: str, label: str) -> None:
 
 
 def _load_npy(path: str):
-    import numpy as np
-
     try:
         # memory-mapped: the shape and dtype are checked before the data are read
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise options.InputError(f"cannot read {path!r} as a .npy array: {' '.join(str(exc).split())}") from None
+        return options.open_npy(path)
+    except ValueError as exc:
+        raise options.InputError(str(exc)) from None
 
 
 @click.command(short_help="Draw a table, RoPE cache, ALiBi bias or .npy file as a heatmap (PNG/SVG/PDF).")

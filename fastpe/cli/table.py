@@ -29,7 +29,8 @@ _FORMATS = (".npy", ".npz", ".safetensors")
 def check_table_path(path: str) -> str:
     """:func:`options.check_output_path` for the formats ``fastpe table`` writes; a ``.npy``
     file's sidecar ``PATH.json`` must be writable too, and ``.safetensors`` needs its package."""
-    ext = os.path.splitext(path)[1].lower() if path else ""
+    # (splitext takes a bare ".npy" for a name without extension; check_output_path says so)
+    ext = next((e for e in _FORMATS if path and path.lower().endswith(e)), "")
     if path and ext not in _FORMATS and not (os.path.isdir(path) or path.endswith(("/", os.sep))):
         raise click.BadParameter(f"{path!r} does not end in .npy, .npz or .safetensors (fastpe table writes those)")
     path = options.check_output_path(path, suffix=ext if ext in _FORMATS else ".npy", writer="fastpe table")

@@ -13,7 +13,7 @@ import click
 
 from .._validate import POSITION_LIMIT
 from . import options
-from ._write import default_path, dtype_opt, summary, write_npy
+from ._write import check_size, default_path, dtype_opt, summary, write_npy
 
 __all__ = ["timestep", "parse_values", "read_values"]
 
@@ -42,15 +42,12 @@ def parse_values(text: str) -> list[float]:
 
 def read_values(path: str):
     """The 1-D array of real numbers stored in the ``.npy`` file ``path``."""
-    import numpy as np
-
     try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise click.BadParameter(f"cannot read {path!r} as a .npy file: {' '.join(str(exc).split())}") from None
-    if not isinstance(arr, np.ndarray):  # an .npz archive
-        arr.close()
-        raise click.BadParameter(f"{path!r} is an .npz archive; give a .npy file holding one 1-D array")
+        # memory-mapped: the shape and dtype are checked, and the output's size, before the
+        # values are read
+        arr = options.open_npy(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     if arr.ndim != 1 or arr.dtype.kind not in "iuf":
         raise click.BadParameter(f"{path!r} holds {arr.dtype} of shape {arr.shape}; give a 1-D array of real numbers")
     if arr.size == 0:
@@ -62,6 +59,16 @@ def _steps(ctx, param, value):
     if value is not None and not 1 <= value <= POSITION_LIMIT:
         raise click.BadParameter(f"must be between 1 and 2**32, got {value}")
     return value
+
+
+def _dim(ctx, param, value):
+    """``--dim``: the library's range for it."""
+    from .._validate import MAX_D_MODEL, check_int
+
+    try:
+        return check_int("dim", value, low=2, high=MAX_D_MODEL)
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc).removeprefix("dim ")) from None
 
 
 def _values(ctx, param, value):
@@ -77,7 +84,7 @@ def _output(ctx, param, value):
 
 
 @click.command(short_help="Write a timestep embedding (diffusion) to .npy.")
-@click.option("--dim", type=int, required=True, metavar="D", help="Columns, >= 2; an odd D ends with a zero column.")
+@click.option("--dim", type=int, required=True, callback=_dim, metavar="D", help="Columns, >= 2; an odd D ends with a zero column.")
 @click.option("--steps", type=int, default=None, callback=_steps, metavar="N", help="Timesteps 0, 1, ..., N-1.")
 @click.option("--t", "values", default=None, callback=_values, metavar="VALUES",
               help="Comma-separated real timesteps, e.g. 0,0.5,999 (--t=-1,1 for a negative first one).")
@@ -125,15 +132,17 @@ def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period:
     if len(given) != 1:
         got = f" (got {', '.join(given[:-1])} and {given[-1]})" if given else ""
         raise click.UsageError(f"give exactly one of --steps, --t or --from{got}")
+    n = steps if steps is not None else len(values) if values is not None else from_file.shape[0]
+    dtype = dtype.lower()
+    path = output or default_path(f"timestep_{n}x{dim}.npy")
+    with options.library_errors():
+        name, _ = _backends.resolve(backend)  # to report which backend ran
+    # the sizes before anything is allocated, --steps' own float64 timesteps included
+    check_size(path, (n, dim), dtype, transient=8 * n if steps is not None else 0)
     if steps is not None:
         t = np.arange(steps, dtype=np.float64)
     else:
         t = np.asarray(values if values is not None else from_file)
-
-    dtype = dtype.lower()
-    path = output or default_path(f"timestep_{t.shape[0]}x{dim}.npy")
-    with options.library_errors():
-        name, _ = _backends.resolve(backend)  # to report which backend ran
     array, compute_s, write_s = write_npy(
         path, lambda: fastpe.timestep(t, dim, max_period=max_period, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
                                       scale=scale, dtype=dtype, backend=name)
