@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -531,6 +532,7 @@ BAD_APPLY = [
     ("x 0-d", lambda q, k: apply_from_inv_freq(q[0, 0, 0, 0, ...], np.arange(5), INV8), ValueError, r"x must have shape .* got a 0-D array of shape \(\)"),
     ("attention_factor beyond 2**64", lambda q, k: apply_qk_from_inv_freq(q, k, np.arange(5), INV8, -2.0**65), ValueError, r"attention_factor must be at most 2\*\*64 in magnitude"),
     ("attention_factor huge int", lambda q, k: apply_from_inv_freq(q, np.arange(5), INV8, 10**400), ValueError, "attention_factor must be finite"),
+    ("attention_factor huge Fraction", lambda q, k: apply_from_inv_freq(q, np.arange(5), INV8, Fraction(-10**400, 3)), ValueError, "attention_factor must be finite"),
     # inputs sharing memory with what is written: refused even where their conversion copies
     ("positions int64 view of x", lambda q, k: apply_from_inv_freq(*_positions_inside((2, 3, 5, 16), np.int64), INV8), ValueError, "x must not share memory with positions"),
     ("positions float view of k", lambda q, k: apply_qk_from_inv_freq(q, *_positions_inside((2, 1, 5, 16), np.float32), INV8), ValueError, "k must not share memory with positions"),

@@ -55,12 +55,13 @@ pass over one table.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .. import _backends, _dtypes
-from ._scaling import MAX_ATTENTION_FACTOR
+from ._scaling import MAX_ATTENTION_FACTOR, _to_float
 from .._validate import (
-    check_finite_real,
     check_inplace,
     check_inv_freq,
     check_layout,
@@ -148,7 +149,14 @@ def cos_sin_from_inv_freq(
 
 
 def _check_attention(attention_factor) -> float:
-    af = check_finite_real("attention_factor", attention_factor)
+    """A finite real of magnitude at most :data:`MAX_ATTENTION_FACTOR`, as a float."""
+    if isinstance(attention_factor, (bool, np.bool_)) or not isinstance(attention_factor, (numbers.Real, np.floating,
+                                                                                           np.integer)):
+        raise TypeError(f"attention_factor must be a real number, got {type(attention_factor).__name__} "
+                        f"{attention_factor!r}")
+    # _to_float rather than check_finite_real, whose overflow message needs an int (a Fraction
+    # beyond the doubles raised AttributeError there)
+    af = _to_float("attention_factor", attention_factor)
     if abs(af) > MAX_ATTENTION_FACTOR:  # see MAX_ATTENTION_FACTOR: the rotation's doubles would overflow
         raise ValueError(f"attention_factor must be at most 2**64 in magnitude, got {af!r}")
     return af
