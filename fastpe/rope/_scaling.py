@@ -73,7 +73,8 @@ results the kernels take: a LongRoPE factor so small that an ``inv_freq`` passes
 ``MAX_INV_FREQ`` (1024), an ``mscale`` pair whose attention factor passes
 :data:`MAX_ATTENTION_FACTOR` (``2**64``).  Also refused, though HF computes something:
 non-finite numbers, a base of at most 1 (as everywhere in fastpe), a negative or zero
-LongRoPE factor (a negative or infinite frequency), lengths above :data:`MAX_LENGTH`.
+LongRoPE factor (a negative or infinite frequency), an ``attention_factor`` above ``2**64``,
+lengths above :data:`MAX_LENGTH`.
 """
 
 from __future__ import annotations
