@@ -15,6 +15,12 @@ no task ever holds the whole table and building the array computes nothing.  The
 pickle, so the threaded, process and distributed schedulers all work; worker processes only
 need fastpe (and dask) importable.
 
+Building the array costs little, but not nothing: the graph is one symbolic layer, yet dask
+keeps every block's size (and, once sliced or computed, its start and key) as Python
+objects.  A table may therefore have at most :data:`MAX_BLOCKS` blocks (``2**20``: about
+0.25 s and 80 MiB to build); more is refused with a :class:`ValueError` before anything is
+built (116 million blocks -- 2**32 rows in blocks of 37 -- took a minute and 7.4 GiB).
+
 Every block is bit-identical to the same slice of :func:`fastpe.table` with the same
 arguments and backend: the kernels compute each value from its position alone (anchoring a
 fresh product every 64 rows), so where a block starts changes nothing.  The automatic row
@@ -25,7 +31,9 @@ Needs ``dask[array]`` (``pip install 'fastpe[dask]'``); ``import fastpe`` never 
 
 from __future__ import annotations
 
+import math
 import numbers
+import reprlib
 
 import numpy as np
 
@@ -45,10 +53,22 @@ from . import _api, _backends
 from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._dtypes import resolve as _resolve_dtype
 
-__all__ = ["table", "forward", "ROW_ALIGN"]
+__all__ = ["table", "forward", "ROW_ALIGN", "MAX_BLOCKS"]
 
 #: the kernels' anchor spacing; automatic row blocks are a multiple of it
 ROW_ALIGN = 64
+#: the most blocks a table may have.  dask holds each block's size, start and key as Python
+#: objects that building, slicing and scheduling walk: at 2**20 blocks the array is built in
+#: ~0.25 s and ~80 MiB (blocks of 4096 rows still reach position 2**32 - 1 within it)
+MAX_BLOCKS = 1 << 20
+
+#: error messages show a long explicit chunks tuple by its first few sizes only
+_short = reprlib.Repr()
+_short.maxtuple = _short.maxlist = 4
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 # --------------------------------------------------------------------------- worker side
@@ -126,25 +146,74 @@ def _aligned(rows: tuple[int, ...], max_len: int) -> tuple[int, ...]:
     return (size,) * full + ((rest,) if rest else ())
 
 
+def _blocks_along(spec, size: int) -> int | None:
+    """How many blocks ``spec`` makes of an axis of ``size``, where that is known without
+    building them: ``None`` for dask's automatic sizes (bounded by its chunk-size setting)
+    and for anything dask will refuse."""
+    if spec is None or (isinstance(spec, numbers.Integral) and spec == -1):
+        return 1
+    if isinstance(spec, (bool, np.bool_)):
+        return None
+    if isinstance(spec, numbers.Integral) and spec > 0:
+        return -(-size // int(spec))
+    if isinstance(spec, numbers.Real) and math.isfinite(spec) and spec > 0:
+        return math.ceil(size / spec)
+    if isinstance(spec, (tuple, list)):
+        return len(spec)
+    return None
+
+
+def _count_first(spec, shape: tuple[int, int]) -> int | None:
+    """The number of blocks ``spec`` gives, when that is known before dask builds them."""
+    if isinstance(spec, list):
+        spec = tuple(spec)
+    if isinstance(spec, numbers.Number):
+        spec = (spec, spec)
+    if isinstance(spec, dict):  # as dask reads a dict: a missing axis is whole
+        spec = (spec.get(0), spec.get(1))
+    if not isinstance(spec, tuple) or len(spec) != 2:
+        return None
+    counts = [_blocks_along(s, n) for s, n in zip(spec, shape)]
+    return None if None in counts else counts[0] * counts[1]
+
+
+def _check_count(count: int, chunks, shape: tuple[int, int]) -> None:
+    if count > MAX_BLOCKS:
+        # the suggestion: whole-width blocks of whole anchor runs, few enough
+        rows = -(-shape[0] // MAX_BLOCKS)
+        rows += -rows % ROW_ALIGN
+        raise ValueError(
+            f"chunks {_short.repr(chunks)} make {count} blocks of the shape {shape}; fastpe.dask takes at most "
+            f"{MAX_BLOCKS} (2**20), since dask keeps every block's size and key as Python objects: "
+            f"use larger blocks, e.g. chunks=({rows}, -1), or 'auto'"
+        )
+
+
 def _normalize(chunks, shape: tuple[int, int], dtype: np.dtype) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """dask's chunk normalisation, with ``"auto"`` meaning full-width rows in 64-row
-    multiples (the kernels compute whole rows, so splitting columns only repeats work)."""
+    multiples (the kernels compute whole rows, so splitting columns only repeats work), and
+    at most :data:`MAX_BLOCKS` blocks: counted before they are built where the spec says how
+    many (an int size, -1, explicit sizes), else right after dask chose them."""
     if isinstance(chunks, str) and chunks == "auto":
         spec = ("auto", -1)
     else:
         spec = chunks
     if isinstance(spec, (bool, np.bool_)) or spec is None:
-        raise TypeError(f"chunks must be 'auto', an int, a tuple or a dict, got {chunks!r}")
+        raise TypeError(f"chunks must be 'auto', an int, a tuple or a dict, got {_short.repr(chunks)}")
     if isinstance(spec, numbers.Integral) and spec <= 0 and spec != -1:
         raise ValueError(f"chunks must be positive (or -1 for a whole dimension), got {chunks!r}")
+    count = _count_first(spec, shape)
+    if count is not None:
+        _check_count(count, chunks, shape)
     try:
         rows, cols = normalize_chunks(spec, shape, dtype=dtype)
     except (ValueError, TypeError, NotImplementedError) as exc:
-        raise ValueError(f"chunks {chunks!r} do not fit the shape {shape}: {exc}") from None
-    if any(c <= 0 for c in rows + cols):
-        raise ValueError(f"chunks must be positive, got {chunks!r}")
+        raise ValueError(f"chunks {_short.repr(chunks)} do not fit the shape {shape}: {_clip(str(exc))}") from None
+    if min(rows) <= 0 or min(cols) <= 0:  # (min is a C loop: no Python work per block)
+        raise ValueError(f"chunks must be positive, got {_short.repr(chunks)}")
     if _auto_rows(chunks):
         rows = _aligned(rows, shape[0])
+    _check_count(len(rows) * len(cols), chunks, shape)
     return rows, cols
 
 
@@ -173,7 +242,8 @@ def table(
         ``array.chunk-size`` setting.  Otherwise anything :func:`dask.array.core.normalize_chunks`
         accepts for a 2-D shape: an int (square blocks), a pair such as ``(4096, -1)`` or
         ``("auto", 256)``, explicit block sizes ``((100, 37), (64, 64))``, or a dict.
-        Splitting columns works but each column block recomputes its whole rows.
+        Splitting columns works but each column block recomputes its whole rows.  At most
+        :data:`MAX_BLOCKS` (``2**20``) blocks.
     dtype:
         ``"float32"`` (default), ``"float64"``, ``"float16"`` or ``"bfloat16"``, as
         :func:`fastpe._dtypes.resolve` reads them.
@@ -186,7 +256,9 @@ def table(
     Raises
     ------
     TypeError, ValueError
-        Bad arguments (including ``chunks``), at once, before any task exists.
+        Bad arguments (including ``chunks`` making more than :data:`MAX_BLOCKS` blocks, and
+        a ``dtype`` that is not one of the four, in native byte order), at once, before any
+        task exists.
     """
     cfg = PosEncConfig(d_model, max_len, base, **config)
     dt = _check_dtype(dtype)
@@ -194,7 +266,9 @@ def table(
     shape = (cfg.max_len, cfg.d_model)
     blocks = _normalize(chunks, shape, dt)
 
-    name = "fastpe-table-" + tokenize(cfg, dt.str, dt.name, blocks, name_backend)
+    # the block sizes as arrays: dask hashes their bytes, where a tuple costs a Python call a block
+    sizes = [np.asarray(b, dtype=np.int64) for b in blocks]
+    name = "fastpe-table-" + tokenize(cfg, dt.str, dt.name, *sizes, name_backend)
     # one blockwise layer whose only input is each block's (rows, columns) slices: the graph
     # stays symbolic (a handful of objects, whatever the number of blocks) until a scheduler
     # asks for the blocks it needs

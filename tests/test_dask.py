@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pickle
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -290,3 +291,67 @@ def test_import_fastpe_does_not_import_dask(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- bounded graphs
+
+
+@pytest.mark.parametrize("chunks", [(37, -1), [37, -1], 37, {0: 37}, {0: 37, 1: -1}, (37.0, -1)])
+def test_too_many_blocks_are_refused_before_any_is_built(monkeypatch, chunks):
+    """2**32 rows in blocks of 37: 116 million blocks took a minute and 7.4 GiB to build."""
+
+    def never(*args, **kwargs):  # pragma: no cover - reached only if the count came too late
+        raise AssertionError("dask built the blocks")
+
+    monkeypatch.setattr(fd, "normalize_chunks", never)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"make 116080198 blocks of the shape \(4294967296, 8\); fastpe.dask "
+                                             r"takes at most 1048576 .* e\.g\. chunks=\(4096, -1\)"):
+            fd.table(8, 2**32, chunks=chunks)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+@pytest.mark.parametrize(("d_model", "max_len", "chunks", "fits"), [
+    (128, 130, (10, -1), {"max_len": 120}),                   # counted from the spec: 13 row blocks
+    (128, 130, ((10,) * 13, -1), {"chunks": ((10,) * 12, -1), "max_len": 120}),  # explicit sizes
+    (130, 64, (64, 10), {"d_model": 120}),                     # 13 column blocks of one row block
+    (128, 13 * 64, "auto", {"max_len": 12 * 64}),              # dask's choice, aligned to 64 rows
+])
+def test_the_block_limit_counts_every_chunk_form(monkeypatch, d_model, max_len, chunks, fits):
+    monkeypatch.setattr(fd, "MAX_BLOCKS", 12)
+    with dask.config.set({"array.chunk-size": "1KiB"}):  # 2 rows of 128 float32, aligned up to 64
+        with pytest.raises(ValueError, match="make 13 blocks"):
+            fd.table(d_model, max_len, chunks=chunks)
+        args = {"d_model": d_model, "max_len": max_len, "chunks": chunks, **fits}
+        x = fd.table(args.pop("d_model"), args.pop("max_len"), **args)
+    assert len(x.chunks[0]) * len(x.chunks[1]) == 12  # exactly at the limit is fine
+
+
+def test_the_suggested_chunks_fit_and_compute_the_table(monkeypatch):
+    monkeypatch.setattr(fd, "MAX_BLOCKS", 12)
+    with pytest.raises(ValueError) as info:
+        fd.table(16, 1000, chunks=(10, 4))
+    suggested = eval(re.search(r"chunks=(\(\d+, -1\))", str(info.value))[1])
+    assert suggested == (128, -1)  # ceil(1000 / 12) = 84 rows, rounded up to whole anchor runs
+    x = fd.table(16, 1000, chunks=suggested)
+    assert len(x.chunks[0]) <= 12
+    assert x.compute().tobytes() == fastpe.table(16, 1000).tobytes()
+
+
+def test_a_long_explicit_chunks_tuple_is_shortened_in_messages():
+    with pytest.raises(ValueError, match=r"^chunks \(\(1, 1, 1, 1, \.\.\.\), -1\) do not fit") as info:
+        fd.table(8, 100, chunks=((1,) * 99, -1))
+    assert len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_byte_swapped_dtypes_are_refused_when_the_array_is_made(dtype):
+    swapped = np.dtype(dtype).newbyteorder()  # the non-native order, whatever this machine's is
+    with pytest.raises(TypeError, match="native byte order"):
+        fd.table(8, 100, dtype=swapped)
+    with pytest.raises(TypeError, match="native byte order"):
+        fd.forward(np.arange(3), fastpe.PosEncConfig(8), dtype=swapped)
