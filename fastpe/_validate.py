@@ -44,12 +44,12 @@ def _is_integer(x) -> bool:
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
     """``value`` as a Python int in ``[low, high]``; bools and floats are rejected."""
     if not _is_integer(value):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_short(value)}")
     value = operator.index(value)
     if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+        raise ValueError(f"{name} must be >= {low}, got {_short(value)}")
     if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value}")
+        raise ValueError(f"{name} must be <= {high}, got {_short(value)}")
     return value
 
 
@@ -67,7 +67,18 @@ def _as_float(name: str, value) -> float:
     try:
         return float(value)
     except OverflowError:
-        raise ValueError(f"{name} must be finite, got an integer of {value.bit_length()} bits") from None
+        raise ValueError(f"{name} must be finite, got {_short(value)}") from None
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut short for huge numbers (Python refuses to print an int of more
+    than 4300 digits, and a message needs no more than its size)."""
+    if isinstance(value, numbers.Integral) and abs(int(value)).bit_length() > 128:
+        return f"an integer of {abs(int(value)).bit_length()} bits"
+    if isinstance(value, numbers.Rational) and not isinstance(value, numbers.Integral):
+        if max(abs(value.numerator), value.denominator).bit_length() > 128:
+            return f"a {type(value).__name__} of about 2**{abs(value.numerator).bit_length() - value.denominator.bit_length()}"
+    return repr(value)
 
 
 def _reject_bools(positions, arr: np.ndarray, name: str) -> None:

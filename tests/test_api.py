@@ -257,3 +257,14 @@ def test_table_fills_given_out(backend):
 def test_table_row_zero_is_exact(backend):
     t = fastpe.table(9, 1, backend=backend)
     np.testing.assert_array_equal(t[0], [0, 1, 0, 1, 0, 1, 0, 1, 0])
+
+
+def test_huge_numbers_are_named_in_short():
+    """An int of more than 4300 digits cannot even be printed; a huge Fraction has no
+    bit_length: both are reported by the argument's name."""
+    from fractions import Fraction
+
+    with pytest.raises(ValueError, match="d_model must be <= 65536, got an integer of 16610 bits"):
+        fastpe.table(10**5000, 3)
+    with pytest.raises(ValueError, match="base must be finite, got a Fraction"):
+        fastpe.table(4, 3, base=Fraction(10**400, 3))
