@@ -16,6 +16,12 @@ and numba silently falls back.  Loading the library first, by absolute path and 
 When TBB cannot be had (or the host process already started numba's threads with another
 layer) fastpe keeps working: :mod:`fastpe._numba` then lets only one thread at a time run a
 parallel kernel and runs the others' calls serially -- same code, bit-identical results.
+
+What fastpe cannot repair is a pool the host process already started on GNU OpenMP: the
+layer is fixed for the life of the process, and a ``fork()`` after a parallel kernel ran
+leaves the child hanging or killed ("fork() called from a process already using GNU
+OpenMP").  :func:`configure` then emits a :class:`RuntimeWarning` naming the layer and the
+ways out, once, when fastpe's numba backend loads.
 """
 
 from __future__ import annotations
@@ -24,17 +30,20 @@ import ctypes
 import glob
 import os
 import sys
+import warnings
 
 __all__ = ["configure", "ThreadingState"]
 
 
 class ThreadingState:
-    """What :func:`configure` found: the layer in use and whether callers may overlap."""
+    """What :func:`configure` found: the layer in use and whether callers may overlap;
+    ``openmp_vendor`` is numba's OpenMP (``"GNU"``, ``"Intel"``, ...) on the ``omp`` layer."""
 
-    def __init__(self, layer: str, tbb_library: str | None, note: str):
+    def __init__(self, layer: str, tbb_library: str | None, note: str, openmp_vendor: str | None = None):
         self.layer = layer
         self.tbb_library = tbb_library
         self.note = note
+        self.openmp_vendor = openmp_vendor
 
     @property
     def thread_safe(self) -> bool:
@@ -43,8 +52,50 @@ class ThreadingState:
 
     @property
     def fork_safe(self) -> bool:
-        # GNU OpenMP hangs forked children; tbb and workqueue do not
-        return self.layer in ("tbb", "workqueue")
+        # GNU OpenMP hangs forked children; tbb, workqueue and Intel's OpenMP do not
+        return self.layer in ("tbb", "workqueue") or (self.layer == "omp" and self.openmp_vendor == "Intel")
+
+
+def _openmp_vendor() -> str | None:
+    try:
+        from numba.np.ufunc import omppool
+    except ImportError:  # pragma: no cover - the omp layer runs, so its module loads
+        return None
+    return getattr(omppool, "openmp_vendor", None)
+
+
+def _outside_stacklevel() -> int:
+    """The ``stacklevel`` of the first caller outside fastpe and the import machinery, for
+    the caller of this function: the line that made fastpe load its numba backend."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def bootstrap(frame) -> bool:  # frames that warnings.warn skips without counting them
+        name = frame.f_code.co_filename
+        return "importlib" in name and "_bootstrap" in name
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(package) or "importlib" in name):
+            return level
+        frame, level = frame.f_back, level + 1
+        while frame is not None and bootstrap(frame):
+            frame = frame.f_back
+    return 1
+
+
+def fork_warning(state: ThreadingState) -> str:
+    """What the :class:`RuntimeWarning` about a fork-unsafe layer says."""
+    vendor = f" ({state.openmp_vendor} OpenMP)" if state.openmp_vendor else " (OpenMP)"
+    return (
+        f"numba's thread pool was already running on the {state.layer!r} threading layer{vendor} when "
+        "fastpe loaded, and the layer cannot change in this process: a child made by fork() after a "
+        "parallel kernel ran (os.fork, multiprocessing's 'fork' start method, the default on Linux before "
+        "Python 3.14) can hang or be killed. Start such children with multiprocessing's 'spawn' or "
+        "'forkserver' method, or have the pool start on a fork-safe layer: call fastpe.available_backends() "
+        "before other numba code runs (fastpe then picks TBB where the tbb package is installed), or set "
+        "NUMBA_THREADING_LAYER=workqueue."
+    )
 
 
 def _tbb_candidates() -> list[str]:
@@ -100,11 +151,17 @@ def configure() -> ThreadingState:
 
     if getattr(_parallel, "_is_initialized", False):
         # The host process started numba's pool first; its layer is fixed for this process.
-        return ThreadingState(
-            _parallel._threading_layer,
+        layer = _parallel._threading_layer
+        state = ThreadingState(
+            layer,
             None,
             "numba's thread pool was started before fastpe loaded; layer left as found",
+            _openmp_vendor() if layer == "omp" else None,
         )
+        if not state.fork_safe:
+            state.note += "; forked children may hang (use the 'spawn' or 'forkserver' start method)"
+            warnings.warn(fork_warning(state), RuntimeWarning, stacklevel=_outside_stacklevel())
+        return state
     lib = _preload_tbb()
     if lib is not None:
         numba.config.THREADING_LAYER = "tbb"

@@ -216,3 +216,60 @@ def test_fork_after_use(backend, with_torch, tmp_path):
         pytest.fail(f"fork case hung: {exc}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "fork-ok" in proc.stdout
+
+
+#: a host process that starts numba's thread pool (on the layer $NUMBA_THREADING_LAYER
+#: names) before fastpe loads; prints what fastpe then warned about
+POOL_FIRST_SCRIPT = r"""
+import warnings
+import numba
+
+@numba.njit(parallel=True)
+def total(n):
+    s = 0
+    for i in numba.prange(n):
+        s += i
+    return s
+
+try:
+    total(1000)
+except Exception as exc:  # the layer asked for does not load here
+    print("no-layer", type(exc).__name__)
+    raise SystemExit(0)
+from numba.np.ufunc import omppool
+print("layer", numba.threading_layer(), getattr(omppool, "openmp_vendor", None))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import fastpe
+    fastpe.table(8, 4, backend="numba")  # the line that loads fastpe's numba backend
+for w in caught:
+    print("warning", w.category.__name__, w.filename, w.lineno, "|", str(w.message))
+from fastpe import _numba
+print("fork-safe", _numba.THREADING.fork_safe)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", ["omp", "workqueue"])
+def test_a_pool_started_before_fastpe_on_gnu_openmp_warns(tmp_path, layer):
+    """The layer is fixed once numba's pool runs; on GNU OpenMP a fork after a parallel
+    kernel kills or hangs the child, so fastpe warns, naming the layer and the ways out."""
+    proc = subprocess.run([sys.executable, "-c", POOL_FIRST_SCRIPT], capture_output=True, text=True, timeout=240,
+                          env=fastpe_env(NUMBA_THREADING_LAYER=layer), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    if lines[0].startswith("no-layer"):
+        pytest.skip(f"numba's {layer} layer does not load here ({lines[0]})")
+    _, got, vendor = lines[0].split()
+    assert got == layer
+    warned = [line for line in lines if line.startswith("warning ")]
+    if layer == "omp" and vendor != "Intel":  # Intel's OpenMP survives fork; GNU's does not
+        (line,) = warned
+        head, message = line.split(" | ")
+        caller = next(n for n, text in enumerate(POOL_FIRST_SCRIPT.splitlines(), 1) if "loads fastpe's numba" in text)
+        assert head.split()[1:] == ["RuntimeWarning", "<string>", str(caller)]  # points at the caller's line
+        assert "'omp' threading layer" in message and "fork()" in message
+        assert "'spawn' or 'forkserver'" in message and "NUMBA_THREADING_LAYER=workqueue" in message
+        assert lines[-1] == "fork-safe False"
+    else:
+        assert warned == [] and lines[-1] == "fork-safe True"
