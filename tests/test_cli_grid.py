@@ -355,6 +355,14 @@ def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, mon
     assert run(*args).exit_code == 0  # exactly enough is enough
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_timestep_from_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
+    os.mkfifo("t.npy")
+    line = assert_one_line_error(run("timestep", "--dim", 4, "--from", "t.npy"))
+    assert line == "Error: Invalid value for '--from': 't.npy' is not a regular file"
+    assert os.listdir(in_tmp) == ["t.npy"]
+
+
 def test_running_out_of_memory_anyway_is_one_line_exit_1(in_tmp, monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)")

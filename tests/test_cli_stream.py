@@ -209,6 +209,21 @@ def test_from_spec_of_a_missing_file_or_a_file_without_a_spec(in_tmp):
     assert listing() == ["plain.npy"]
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_from_spec_of_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
+    os.mkfifo("spec.json")
+    np.save("plain.npy", np.zeros(3))
+    os.mkfifo("plain.npy.json")  # a .npy's spec is read from its sidecar
+    for source, pipe in (("spec.json", "spec.json"), ("plain.npy", "plain.npy.json")):
+        line = assert_one_line_error(run("table", "--from-spec", source, "-o", "out.npy"), 2)
+        assert line == f"Error: Invalid value for '--from-spec': {pipe!r} is not a regular file"
+    np.save("bare.npy", np.zeros(3))
+    line = assert_one_line_error(run("table", "--from-spec", "bare.npy"), 2)
+    assert line == ("Error: Invalid value for '--from-spec': bare.npy has no spec: "
+                    "its sidecar bare.npy.json does not exist")  # no '[Errno 2]' in front
+    assert listing() == ["bare.npy", "plain.npy", "plain.npy.json", "spec.json"]
+
+
 def test_an_override_that_contradicts_the_spec_exits_2(in_tmp):
     fastpe.save_table("a.npy", D, L, base=500.5)
     line = assert_one_line_error(run("table", "--from-spec", "a.npy", "--max-timescale", "20"), 2)

@@ -35,6 +35,7 @@ __all__ = [
     "library_errors",
     "check_output_path",
     "open_npy",
+    "check_regular_file",
     "human_size",
     "milliseconds",
     "d_model_handler",
@@ -192,17 +193,30 @@ def check_output_path(path: str, suffix: str = ".npy", writer: str = "fastpe") -
     return path
 
 
+def check_regular_file(path: str) -> None:
+    """A :class:`ValueError` unless ``path`` is a regular file: reading a pipe or a device
+    would block or never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path!r} is not a regular file")
+
+
 def open_npy(path: str):
     """The array in the ``.npy`` file ``path``, memory-mapped: only its header is read, so
     its shape and dtype can be checked before its data are.
 
-    Anything else is a :class:`ValueError` with a one-line message: an unreadable file, an
-    ``.npz`` archive, a file that is not ``.npy`` at all (NumPy itself would blame pickled
-    data, which is misleading), a truncated header, an object array.
+    Anything else is a :class:`ValueError` with a one-line message: not a regular file (a
+    pipe would block the command forever), an unreadable file, an ``.npz`` archive, a file
+    that is not ``.npy`` at all (NumPy itself would blame pickled data, which is
+    misleading), a truncated header, an object array.
     """
     import numpy as np
     from numpy.lib import format as npy_format
 
+    check_regular_file(path)
     try:
         with open(path, "rb") as f:
             magic = f.read(len(npy_format.MAGIC_PREFIX))

@@ -64,11 +64,18 @@ def _spec_handler(ctx, param, value):
     """``--from-spec``: a spec file, a ``.npy`` (its sidecar), ``.npz`` or ``.safetensors``."""
     if value is None:
         return None
-    from .._save import load_spec
+    from .._save import SIDECAR_SUFFIX, load_spec
 
     try:
+        # what load_spec will read (a .npy's spec is its sidecar) must be a regular file: a
+        # pipe would block the command forever
+        source = value + SIDECAR_SUFFIX if value.lower().endswith(".npy") else value
+        if os.path.lexists(source):
+            options.check_regular_file(source)
         return load_spec(value)
-    except (OSError, ValueError, TypeError, ImportError) as exc:
+    except OSError as exc:  # the message without its "[Errno 2]" prefix
+        raise click.BadParameter(exc.strerror if exc.strerror else str(exc)) from None
+    except (ValueError, TypeError, ImportError) as exc:
         raise click.BadParameter(str(exc)) from None
 
 
