@@ -163,14 +163,36 @@ def _blocks_along(spec, size: int) -> int | None:
     return None
 
 
-def _count_first(spec, shape: tuple[int, int]) -> int | None:
-    """The number of blocks ``spec`` gives, when that is known before dask builds them."""
+def _per_axis(chunks):
+    """``chunks`` as a pair, one entry per axis, where it names the axes (a pair, or a dict
+    by axis number: 0 and 1, or -2 and -1, a missing axis whole); anything else unchanged,
+    for dask to read.  Each entry that is a single number must be a positive size or -1."""
+    spec = chunks
     if isinstance(spec, list):
         spec = tuple(spec)
+    if isinstance(spec, dict):
+        axes = {}
+        for key, value in spec.items():
+            if isinstance(key, (bool, np.bool_)) or key not in (0, 1, -2, -1):
+                raise ValueError(f"chunks keys must be the axes 0 and 1 (or -2 and -1), got {key!r}")
+            if key % 2 in axes:
+                raise ValueError(f"chunks names axis {key % 2} twice")
+            axes[key % 2] = value
+        spec = (axes.get(0), axes.get(1))
+    if isinstance(spec, tuple) and len(spec) == 2:
+        for entry in spec:
+            if isinstance(entry, (bool, np.bool_)):
+                raise TypeError(f"chunks must hold sizes, not booleans, got {_short.repr(chunks)}")
+            if isinstance(entry, numbers.Real) and entry != -1 and not (math.isfinite(entry) and entry > 0):
+                raise ValueError(f"chunks must be positive (or -1 for a whole dimension), got {_short.repr(chunks)}")
+    return spec
+
+
+def _count_first(spec, shape: tuple[int, int]) -> int | None:
+    """The number of blocks ``spec`` (as :func:`_per_axis` gives it) makes, when that is
+    known before dask builds them."""
     if isinstance(spec, numbers.Number):
         spec = (spec, spec)
-    if isinstance(spec, dict):  # as dask reads a dict: a missing axis is whole
-        spec = (spec.get(0), spec.get(1))
     if not isinstance(spec, tuple) or len(spec) != 2:
         return None
     counts = [_blocks_along(s, n) for s, n in zip(spec, shape)]
@@ -200,15 +222,18 @@ def _normalize(chunks, shape: tuple[int, int], dtype: np.dtype) -> tuple[tuple[i
         spec = chunks
     if isinstance(spec, (bool, np.bool_)) or spec is None:
         raise TypeError(f"chunks must be 'auto', an int, a tuple or a dict, got {_short.repr(chunks)}")
-    if isinstance(spec, numbers.Integral) and spec <= 0 and spec != -1:
+    if isinstance(spec, numbers.Real) and spec != -1 and not (math.isfinite(spec) and spec > 0):
         raise ValueError(f"chunks must be positive (or -1 for a whole dimension), got {chunks!r}")
+    spec = _per_axis(spec)
     count = _count_first(spec, shape)
     if count is not None:
         _check_count(count, chunks, shape)
     try:
         rows, cols = normalize_chunks(spec, shape, dtype=dtype)
-    except (ValueError, TypeError, NotImplementedError) as exc:
-        raise ValueError(f"chunks {_short.repr(chunks)} do not fit the shape {shape}: {_clip(str(exc))}") from None
+    except (ValueError, TypeError, NotImplementedError, ArithmeticError) as exc:
+        # (dask's own message can run to several lines and quote every block size)
+        reason = _clip(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"chunks {_short.repr(chunks)} do not fit the shape {shape}: {reason}") from None
     if min(rows) <= 0 or min(cols) <= 0:  # (min is a C loop: no Python work per block)
         raise ValueError(f"chunks must be positive, got {_short.repr(chunks)}")
     if _auto_rows(chunks):

@@ -53,7 +53,7 @@ def test_irregular_blocks_match_table(backend):
     assert x.compute(scheduler="sync").tobytes() == expected.tobytes()
 
 
-@pytest.mark.parametrize("chunks", [50, (50, -1), ((200, 113), (33, 31)), {0: 129, 1: -1}, ("auto", 17)])
+@pytest.mark.parametrize("chunks", [50, (50, -1), ((200, 113), (33, 31)), {0: 129, 1: -1}, {-2: 129}, ("auto", 17)])
 def test_chunk_forms(fast_backend, chunks):
     x = fd.table(64, 313, chunks=chunks, backend=fast_backend)
     expected = fastpe.table(64, 313, backend=fast_backend)
@@ -226,6 +226,16 @@ def test_config_fields_pass_through():
         ({"chunks": ((50, 40), (8,))}, ValueError, "chunks"),
         ({"chunks": (10, 10, 10)}, ValueError, "chunks"),
         ({"chunks": "lots"}, ValueError, "chunks"),
+        # (a zero size in a pair or a dict was dask's ZeroDivisionError)
+        ({"chunks": (0, -1)}, ValueError, r"chunks must be positive \(or -1 for a whole dimension\), got \(0, -1\)"),
+        ({"chunks": (10, 0)}, ValueError, "chunks must be positive"),
+        ({"chunks": {0: 0}}, ValueError, "chunks must be positive"),
+        ({"chunks": (float("nan"), -1)}, ValueError, "chunks must be positive"),
+        ({"chunks": float("inf")}, ValueError, "chunks must be positive"),
+        ({"chunks": (True, -1)}, TypeError, "not booleans"),
+        ({"chunks": {5: 3}}, ValueError, r"keys must be the axes 0 and 1 \(or -2 and -1\), got 5"),
+        ({"chunks": {0: 30, -2: 3}}, ValueError, "names axis 0 twice"),
+        ({"chunks": (float("nan"), (8,))}, ValueError, "chunks must be positive"),
         ({"dtype": "int8"}, TypeError, "dtype"),
         ({"backend": "fortran"}, ValueError, "backend"),
     ],
@@ -355,3 +365,8 @@ def test_byte_swapped_dtypes_are_refused_when_the_array_is_made(dtype):
         fd.table(8, 100, dtype=swapped)
     with pytest.raises(TypeError, match="native byte order"):
         fd.forward(np.arange(3), fastpe.PosEncConfig(8), dtype=swapped)
+
+
+def test_a_dict_may_name_the_axes_from_the_end():
+    assert fd.table(8, 300, chunks={-2: 129}).chunks == ((129, 129, 42), (8,))
+    assert fd.table(8, 300, chunks={-1: 3, 0: 100}).chunks == ((100, 100, 100), (3, 3, 2))
