@@ -8,7 +8,7 @@ safety needs (shapes, ranges), then release the GIL for the loop, so Python thre
 disjoint ranges of one output at once.
 """
 
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint16_t
 
 cdef extern from "fastpe_bias.h" nogil:
     void fastpe_alibi_line_f32(const double *words, Py_ssize_t n_heads, int64_t first,
@@ -21,6 +21,9 @@ cdef extern from "fastpe_bias.h" nogil:
                                Py_ssize_t k_len, Py_ssize_t row_begin, Py_ssize_t row_end)
     void fastpe_alibi_fill_f64(const double *line, int form, double *out, Py_ssize_t q_len,
                                Py_ssize_t k_len, Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_alibi_fill_u16(const uint16_t *line, int form, uint16_t neg_inf, uint16_t *out,
+                               Py_ssize_t q_len, Py_ssize_t k_len, Py_ssize_t row_begin,
+                               Py_ssize_t row_end)
     void fastpe_t5_bucket_i32(const int64_t *rel, int bidirectional, int64_t n,
                               const int64_t *thresholds, Py_ssize_t n_thresholds, int32_t *out,
                               Py_ssize_t begin, Py_ssize_t end)
@@ -101,6 +104,27 @@ def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ss
             fastpe_alibi_fill_f32(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
         else:
             fastpe_alibi_fill_f64(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
+
+
+def alibi_fill16(const uint16_t[:, ::1] line, int form, uint16_t neg_inf, uint16_t[:, :, ::1] out,
+                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+    """:func:`alibi_fill` on the bit patterns of a 16-bit format: ``line`` the narrowed lines
+    (uint16), ``neg_inf`` the format's ``-inf``; negation flips the sign bit except at
+    distance zero."""
+    cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
+    if row_end < 0:
+        row_end = n_heads * q_len
+    if line.shape[0] != n_heads or line.shape[1] != k_len:
+        raise ValueError(f"line has shape ({line.shape[0]}, {line.shape[1]}), expected ({n_heads}, {k_len})")
+    if not 0 <= form <= 3:
+        raise ValueError(f"form code {form} is not 0..3")
+    if form <= 1 and k_len < q_len:
+        raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
+    _check_range(n_heads * q_len, row_begin, row_end, "rows")
+    if row_begin == row_end or k_len == 0:
+        return
+    with nogil:
+        fastpe_alibi_fill_u16(&line[0, 0], form, neg_inf, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
 
 
 cdef int _check_plan(const int64_t[::1] thresholds, int64_t n) except -1:

@@ -129,6 +129,43 @@ static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_
 FASTPE_ALIBI_FILL(f32, float)
 FASTPE_ALIBI_FILL(f64, double)
 
+/* the same rows on the bit patterns of a 16-bit format (float16, bfloat16): negation flips
+ * the sign bit, except at distance zero, which stays +0.0; neg_inf is the format's -inf.
+ * The numba _alibi_fill16, step for step. */
+static void fastpe_alibi_fill_u16(const uint16_t *line, int form, uint16_t neg_inf, uint16_t *out,
+                                  ptrdiff_t q_len, ptrdiff_t k_len, ptrdiff_t row_begin,
+                                  ptrdiff_t row_end)
+{
+    const ptrdiff_t offset = k_len - q_len;
+    const uint16_t sign = 0x8000;
+    for (ptrdiff_t r = row_begin; r < row_end; r++) {
+        const ptrdiff_t h = r / q_len, i = r - h * q_len;
+        const uint16_t *src = line + h * k_len;
+        uint16_t *row = out + r * k_len;
+        if (form == 2) {
+            for (ptrdiff_t j = 0; j < k_len; j++)
+                row[j] = src[j];
+        } else if (form == 3) {
+            const ptrdiff_t last = k_len - 1;
+            for (ptrdiff_t j = 0; j < last; j++)
+                row[j] = (uint16_t)(src[last - j] ^ sign);
+            row[last] = src[0];
+        } else {
+            const ptrdiff_t p = i + offset;
+            for (ptrdiff_t j = 0; j < p; j++)
+                row[j] = (uint16_t)(src[p - j] ^ sign);
+            row[p] = src[0];
+            if (form == 1) {
+                for (ptrdiff_t j = p + 1; j < k_len; j++)
+                    row[j] = neg_inf;
+            } else {
+                for (ptrdiff_t j = p + 1; j < k_len; j++)
+                    row[j] = (uint16_t)(src[j - p] ^ sign);
+            }
+        }
+    }
+}
+
 /* HF T5's bucket of one relative position (rp > INT64_MIN), n buckets per direction, by the
  * number of plan thresholds at or below the distance */
 static inline int64_t fastpe_t5_one(int64_t rp, int bidirectional, int64_t n,

@@ -22,15 +22,22 @@ LINE_COST = 8
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ._cython import _split
-    from .alibi import FORM_CODES, _slope_words
+    from ._cython import _split, narrow16
+    from .alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
 
     words = _slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
-    line = np.empty((n_heads, k_len), dtype=out.dtype)
+    wide = out.dtype in (np.float32, np.float64)
+    line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
     _split(lambda lo, hi: _ext_bias.alibi_line(words, line, lo, hi), k_len, line.size * LINE_COST)
     code = FORM_CODES[form]
-    _split(lambda lo, hi: _ext_bias.alibi_fill(line, code, out, lo, hi), n_heads * q_len, out.size)
+    if wide:
+        _split(lambda lo, hi: _ext_bias.alibi_fill(line, code, out, lo, hi), n_heads * q_len, out.size)
+        return
+    # float16 / bfloat16: the line narrowed, then spread as bit patterns
+    bits = _narrow_line(narrow16, n_heads, max_bias, line, out.dtype)
+    neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
+    _split(lambda lo, hi: _ext_bias.alibi_fill16(bits, code, neg_inf, target, lo, hi), n_heads * q_len, out.size)
 
 
 def _thresholds(bidirectional, num_buckets, max_distance):

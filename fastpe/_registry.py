@@ -58,10 +58,10 @@ Attention biases (see :mod:`fastpe.alibi` and :mod:`fastpe.relative` for every v
 
 ``alibi_bias(n_heads, max_bias, form, out)``
     ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``(0, 64]``, ``form`` one of
-    ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32`` or ``float64``
-    ``(n_heads, q_len, k_len)``, ``1 <= q_len, k_len <= 2**32`` (``k_len >= q_len`` for
-    ``symmetric`` and ``causal``); each finite value the exact product rounded to ``out``'s
-    dtype.
+    ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32``, ``float64``,
+    ``float16`` or ``bfloat16`` ``(n_heads, q_len, k_len)``, ``1 <= q_len, k_len <= 2**32``
+    (``k_len >= q_len`` for ``symmetric`` and ``causal``); each finite value the exact
+    product rounded to ``out``'s dtype.
 ``t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out)``
     ``relative_position``: C-contiguous ``int64`` ``(n,)``, no value ``-2**63``; ``out``:
     C-contiguous, writable ``int64`` or ``int32`` ``(n,)``; ``num_buckets`` and

@@ -37,8 +37,10 @@ result is correctly rounded unless the exact value lies within ``2**-100`` (rela
 midpoint.  For each slope the tests take the distances below ``2**32`` whose products come
 nearest a midpoint (the convergents of its continued fraction) and compare them with mpmath.
 float64 output is the double-double's leading double: correctly rounded under the same
-proviso, checked the same way.  float16 and bfloat16 are the float32 values narrowed, with ties decided by the
-exact reference (:func:`fastpe._dtypes.narrow`).
+proviso, checked the same way.  float16 and bfloat16: a head's line of float32 values
+narrowed (:func:`_narrow_line`), where a float32 halfway between two 16-bit numbers goes
+the side the exact product lies on (the double-double says which, the exact reference
+where it cannot), then spread over the rows as the bit patterns.
 """
 
 from __future__ import annotations
@@ -180,32 +182,71 @@ def bias(
     else:
         check_table_out(out, shape, (dt,))
         _, module = _backends.resolve(backend)
-    if dt in (np.float32, np.float64):
-        module.alibi_bias(n_heads, max_bias, form, out)
-        return out
-    _narrow(module, n_heads, max_bias, form, out)
+    module.alibi_bias(n_heads, max_bias, form, out)
     return out
 
 
-def _narrow(module, n_heads: int, max_bias: float, form: str, out: np.ndarray) -> None:
-    """float16 / bfloat16: the float32 bias (a scratch array as large as the output) narrowed,
-    with ties decided by the exact reference."""
-    from ._reference_bias import alibi_distance, alibi_value
+#: the bits of -inf in the 16-bit formats (the causal mask)
+NEG_INF16 = {"float16": 0xFC00, "bfloat16": 0xFF80}
+#: a float32 tie in a 16-bit format is decided by the double-double (error ``2**-104``
+#: relative) when it lies farther than this (relative) from the tie
+_TIE_MARGIN = 2.0**-96
 
-    _, q_len, k_len = out.shape
-    fmt = _dtypes.format_of(out.dtype)
-    x32 = np.empty((n_heads, q_len, k_len), dtype=np.float32)
-    module.alibi_bias(n_heads, max_bias, form, x32)
 
-    def ties(idx):
-        values, seen = [], {}  # a (head, distance) recurs on every diagonal
-        for flat in idx.tolist():
-            h, rest = divmod(flat, q_len * k_len)
-            i, j = divmod(rest, k_len)
-            key = (h, alibi_distance(form, q_len, k_len, i, j))
-            if key not in seen:
-                seen[key] = alibi_value(n_heads, max_bias, h, key[1], fmt)
-            values.append(seen[key])
-        return values
+def _narrow_line(narrow16, n_heads: int, max_bias: float, line: np.ndarray, dtype: np.dtype,
+                 first: int = 0) -> np.ndarray:
+    """The compiled backends' float16 / bfloat16 line: ``line`` (float32, ``(n_heads,
+    length)``, ``line[h, n]`` the correctly rounded ``slope_h * (first + n)``, as the line
+    kernels write it) narrowed to the bit patterns of ``dtype`` (uint16, same shape), each
+    the correctly rounded value of the exact product.
 
-    out[...] = _dtypes.narrow(x32, out.dtype, ties, module)
+    ``narrow16`` (the backend's operation) rounds each float32 to nearest-even and flags the
+    ties, float32 values exactly halfway between two ``dtype`` numbers.  Round-half-even is
+    right at a tie only if the exact value *is* the tie (an exact slope); otherwise the side
+    of the tie the exact value lies on decides, and then the float32 just above (or below)
+    the tie rounds the right way.  The side comes from the kernels' double-double product
+    (the same operations, in NumPy, for the few ties), and from the exact reference when that
+    lies within ``2**-96`` of the tie (never seen: the tests take the distances whose
+    products come nearest a tie, and none is that near).  No float32 scratch as large as
+    the output, and no Python loop over the ties.
+    """
+    from ._reference_bias import alibi_value
+
+    fmt = _dtypes.format_of(dtype)
+    bf16 = fmt.name == "bfloat16"
+    flat = line.reshape(-1)
+    bits32 = flat.view(np.uint32)
+    bits = np.empty(flat.size, dtype=np.uint16)
+    ties = np.empty(flat.size, dtype=np.bool_)
+    narrow16(bits32, bf16, bits, ties)
+    idx = np.flatnonzero(ties)
+    if idx.size:
+        words = _slope_words(n_heads, max_bias)
+        h, n = np.divmod(idx, line.shape[1])
+        w1, w2, w3, w4 = words[:, h]
+        n += first
+        d = n.astype(np.float64)
+        # fastpe._numba.bias.dd_product, element by element
+        a, b, c, t = d * w1, d * w2, d * w3, d * w4
+        s = a + b
+        e1 = b - (s - a)
+        u = s + c
+        e2 = c - (u - s)
+        low = (e1 + e2) + t
+        hi = u + low
+        lo = low - (hi - u)
+        tie = flat[idx].astype(np.float64)  # > 0: a tie is never zero
+        gap = (hi - tie) + lo  # the sign of exact - tie (hi - tie is exact)
+        exact = (w2 == 0) & (w3 == 0) & (w4 == 0)  # hi + lo is the exact product
+        margin = np.where(exact, 0.0, tie * _TIE_MARGIN)
+        for side, step in ((gap > margin, 1), (gap < -margin, -1)):
+            if side.any():
+                near = (bits32[idx[side]] + np.uint32(1) if step > 0 else bits32[idx[side]] - np.uint32(1))
+                fixed = np.empty(near.size, dtype=np.uint16)
+                narrow16(np.ascontiguousarray(near), bf16, fixed, np.empty(near.size, dtype=np.bool_))
+                bits[idx[side]] = fixed
+        unsure = np.flatnonzero(~exact & (np.abs(gap) <= margin))
+        if unsure.size:
+            values = [alibi_value(n_heads, max_bias, int(h[k]), int(n[k]), fmt) for k in unsure.tolist()]
+            bits[idx[unsure]] = np.array(values, dtype=np.float64).astype(dtype).view(np.uint16)
+    return bits.reshape(line.shape)

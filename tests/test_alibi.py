@@ -8,6 +8,7 @@ where the python backend runs; the large cases use the compiled backends only.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import mpmath
@@ -326,6 +327,126 @@ def test_float16_every_backend(form, backend):
     got = alibi.bias(7, 5, k_len, form=form, dtype="float16", max_bias=3.3, backend=backend)
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got.astype(np.float64), mp_bias(7, 5, k_len, form, 3.3, "float16"))
+
+
+def _narrow16(backend: str):
+    """The backend's narrow16 operation (float32 bits to 16-bit bits, flagging the ties)."""
+    return _backends.resolve(backend)[1].narrow16
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled backend")
+@pytest.mark.parametrize("name, bits", [("float16", 11), ("bfloat16", 8)])
+def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
+    """The distances whose products come nearest a float16 (bfloat16) midpoint -- the
+    float32 there is a tie, the exact value a hair off it -- through each compiled line
+    kernel and the narrowing: every value the mpmath rounding of the exact product, where
+    round-half-even of the float32 is wrong on some."""
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    dtype = _dtypes.resolve(name)
+    fmt = _dtypes.FORMATS[name]
+    half_even_wrong = cases = 0
+    for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
+        words = alibi._slope_words(n_heads, max_bias)
+        for h in range(n_heads):
+            s = mp_slope(n_heads, max_bias, h)
+            if mpmath.isint(mpmath.log(s, 2)):
+                continue
+            for n in near_midpoints(s, bits):
+                if s * n > 2**16:  # float16 past its largest midpoint (65520): inf either way
+                    break
+                want = mp_round(s * n, name)
+                assert alibi_value(n_heads, max_bias, h, n, fmt) == want
+                got = []
+                for backend in COMPILED:
+                    line = _line(backend, words, "float32", n, 1)
+                    narrowed = alibi._narrow_line(_narrow16(backend), n_heads, max_bias, line, dtype, first=n)
+                    got.append(float(narrowed[h:h + 1, 0].view(dtype)[0]))
+                assert got == [want] * len(COMPILED), (n_heads, max_bias, h, n)
+                with np.errstate(over="ignore"):  # 65520 and up: inf
+                    half_even_wrong += float(line[h, 0].astype(dtype)) != want
+                cases += 1
+    assert cases > 300
+    assert half_even_wrong > 0  # the float32 was a tie there, and the exact value decided
+
+
+@pytest.mark.skipif(not FAST, reason="needs a compiled backend")
+def test_narrow_ties_too_near_to_call_go_to_the_reference(monkeypatch):
+    """A tie the double-double cannot settle (forced here: every one) is decided by the exact
+    reference, with the same values as the double-double's."""
+    want = alibi.bias(12, 1, 20000, form="bloom", max_bias=7.3, dtype="float16", backend=FAST[0])
+    import fastpe._reference_bias as ref
+
+    asked = []
+    value = ref.alibi_value
+    monkeypatch.setattr(alibi, "_TIE_MARGIN", 1.0)
+    monkeypatch.setattr(ref, "alibi_value", lambda *a: (asked.append(a), value(*a))[1])
+    got = alibi.bias(12, 1, 20000, form="bloom", max_bias=7.3, dtype="float16", backend=FAST[0])
+    assert len(asked) >= 8 and same_bits(got, want)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_narrow_exact_slopes_round_true_ties_to_even(name, fast_backend):
+    """Slopes that are powers of two: a product that is a 16-bit midpoint *is* the exact
+    value, so round-half-even is right there; float32 values rounded from a longer exact
+    product (distances beyond 2**24 in bfloat16's range) go the exact value's way."""
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    n_keys = 5000 if fast_backend == "python" else 70000
+    got = alibi.bias(8, 1, n_keys, form="bloom", max_bias=8.0, dtype=name, backend=fast_backend)
+    j = np.arange(n_keys)
+    for h in range(8):  # slope 2**-(h + 1): the product is exact in float64
+        exact = np.ldexp(j.astype(np.float64), -(h + 1))
+        np.testing.assert_array_equal(got[h, 0].astype(np.float64), exact.astype(got.dtype).astype(np.float64))
+    ties = _dtypes._ties(alibi.bias(8, 1, n_keys, form="bloom", max_bias=8.0, backend=fast_backend), _dtypes.FORMATS[name])
+    assert ties.size > 100
+
+
+@pytest.mark.skipif(not FAST, reason="needs a compiled backend")
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("form", FORMS)
+def test_narrow_large_output_every_compiled_backend(name, form):
+    """6 x 300 x 1500 values (the parallel paths): numba and cython give the same bits, each
+    the reference's value on a sample; a zero distance is +0.0, and a non-zero one whose
+    value rounds to zero keeps its sign (float16 at max_bias 64)."""
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    q_len, k_len = (300, 1500) if form in ("symmetric", "causal") else (1500, 300)
+    fmt = _dtypes.FORMATS[name]
+    for max_bias in (7.0, 64.0):
+        results = [alibi.bias(6, q_len, k_len, form=form, max_bias=max_bias, dtype=name, backend=b) for b in FAST]
+        assert all(same_bits(results[0], r) for r in results[1:])
+        got = results[0]
+        rng = np.random.default_rng(11)
+        for h, i, j in zip(rng.integers(0, 6, 80), rng.integers(0, q_len, 80), rng.integers(0, k_len, 80)):
+            n = alibi_distance(form, q_len, k_len, int(i), int(j))
+            want = -math.inf if n is None else alibi_value(6, max_bias, int(h), n, fmt)
+            assert float(got[h, i, j]) == want
+            assert bool(np.signbit(got[h, i, j])) == (math.copysign(1.0, want) < 0)
+        for i in (0, q_len - 1):
+            distance = np.array([alibi_distance(form, q_len, k_len, i, j) or 0 for j in range(k_len)])
+            zero = got[:, i] == 0  # (heads, keys)
+            assert zero.any()
+            np.testing.assert_array_equal(np.signbit(got[:, i][zero]), np.broadcast_to(distance < 0, zero.shape)[zero])
+
+
+def test_narrow_output_needs_no_scratch_of_its_size(fast_backend):
+    """float16 and bfloat16 are spread from one narrowed line per head: the memory a call
+    takes is the output and little more (it was a float32 copy, its flags and more: 10x)."""
+    import tracemalloc
+
+    for name in ("float16", "bfloat16"):
+        if name == "bfloat16" and importlib.util.find_spec("ml_dtypes") is None:
+            continue
+        shape = (4, 256, 256) if fast_backend != "python" else (2, 16, 64)
+        alibi.bias(*shape, dtype=name, backend=fast_backend)  # compiled, plans cached
+        tracemalloc.start()
+        try:
+            out = alibi.bias(*shape, dtype=name, backend=fast_backend)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1.5 * out.nbytes + 65536, (name, peak, out.nbytes)
 
 
 # ---------------------------------------------------------------------------- HF parity

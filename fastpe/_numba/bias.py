@@ -5,7 +5,9 @@ the exact work is done once per ``(head, distance)``: :func:`_alibi_line` writes
 ``line[h, n] = round(slope_h * n)`` for ``n < k_len`` (the double-double product of the split
 slope, see :mod:`fastpe.alibi`), and :func:`_alibi_fill` copies each output row from its
 head's line, negated and masked as the form says -- a memory-bound gather.  Negation is
-exact, so ``-round(x) == round(-x)``; ``0.0 - v`` keeps a zero distance ``+0.0``.
+exact, so ``-round(x) == round(-x)``; ``0.0 - v`` keeps a zero distance ``+0.0``.  float16
+and bfloat16 take the float32 line, narrowed with every tie decided by the exact product
+(:func:`fastpe.alibi._narrow_line`), and :func:`_alibi_fill16` spreads its bit patterns.
 
 T5 likewise: a bucket is ``max_exact`` plus the number of plan thresholds at or below the
 distance (a binary search over a few dozen integers); the matrix fills a line of the
@@ -118,6 +120,40 @@ def _alibi_fill(line, form, out):
                     row[j] = 0.0 - src[j - p]
 
 
+def _alibi_fill16(line, form, neg_inf, out):
+    """:func:`_alibi_fill` on the bit patterns of a 16-bit format (``line``, ``out``:
+    uint16): negation flips the sign bit, except at distance zero, which stays ``+0.0`` (a
+    non-zero distance whose value rounds to zero keeps its sign: ``-0.0``); ``neg_inf`` is
+    the format's ``-inf``."""
+    n_heads, q_len, k_len = out.shape
+    offset = k_len - q_len
+    sign = np.uint16(0x8000)
+    for r in prange(n_heads * q_len):
+        h = r // q_len
+        i = r - h * q_len
+        src = line[h]
+        row = out[h, i]
+        if form == 2:
+            for j in range(k_len):
+                row[j] = src[j]
+        elif form == 3:
+            last = k_len - 1
+            for j in range(last):
+                row[j] = src[last - j] ^ sign
+            row[last] = src[0]
+        else:
+            p = i + offset
+            for j in range(p):
+                row[j] = src[p - j] ^ sign
+            row[p] = src[0]
+            if form == 1:
+                for j in range(p + 1, k_len):
+                    row[j] = neg_inf
+            else:
+                for j in range(p + 1, k_len):
+                    row[j] = src[j - p] ^ sign
+
+
 @inline
 def t5_one(rp, bidirectional, n, thresholds):
     """HF T5's bucket of one relative position (``rp > -2**63``), by the plan's thresholds."""
@@ -173,6 +209,7 @@ def _t5_fill(line, out):
 
 alibi_line_parallel, alibi_line_serial = kernel(_alibi_line)
 alibi_fill_parallel, alibi_fill_serial = kernel(_alibi_fill)
+alibi_fill16_parallel, alibi_fill16_serial = kernel(_alibi_fill16)
 t5_bucket_parallel, t5_bucket_serial = kernel(_t5_bucket)
 t5_line_parallel, t5_line_serial = kernel(_t5_line)
 t5_fill_parallel, t5_fill_serial = kernel(_t5_fill)
@@ -183,16 +220,23 @@ t5_fill_parallel, t5_fill_serial = kernel(_t5_fill)
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ..alibi import FORM_CODES, _slope_words
-    from . import _run
+    from ..alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from . import _run, narrow16
 
     words = _slope_words(n_heads, max_bias)
     k_len = out.shape[2]
-    line = np.empty((n_heads, k_len), dtype=out.dtype)
+    wide = out.dtype in (np.float32, np.float64)
+    line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
     n_blocks = -(-k_len // LINE_BLOCK)
     _run(alibi_line_parallel, alibi_line_serial, line.size * LINE_COST,
-         words, out.dtype == np.float32, 0, n_blocks, line)
-    _run(alibi_fill_parallel, alibi_fill_serial, out.size, line, FORM_CODES[form], out)
+         words, line.dtype == np.float32, 0, n_blocks, line)
+    if wide:
+        _run(alibi_fill_parallel, alibi_fill_serial, out.size, line, FORM_CODES[form], out)
+        return
+    # float16 / bfloat16: the line narrowed, then spread as bit patterns
+    bits = _narrow_line(narrow16, n_heads, max_bias, line, out.dtype)
+    _run(alibi_fill16_parallel, alibi_fill16_serial, out.size,
+         bits, FORM_CODES[form], np.uint16(NEG_INF16[out.dtype.name]), out.view(np.uint16))
 
 
 def _thresholds(bidirectional, num_buckets, max_distance):
