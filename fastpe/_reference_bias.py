@@ -4,8 +4,8 @@ The oracle the fast kernels are checked against, and the ``python`` backend's op
 It takes a different and obvious route from theirs:
 
 ALiBi.  The compiled kernels multiply a distance by the slope's four split words
-(:func:`fastpe.alibi._slope_words`, from :mod:`decimal`'s ``**``) in double-double and round
-once.  Here each value is taken on its own: the slope ``2**-e`` (``e`` an exact dyadic
+(:func:`fastpe.alibi._slope_words`, from a chain of 256-bit products of one :mod:`decimal`
+exponential) in double-double and round once.  Here each value is taken on its own: the slope ``2**-e`` (``e`` an exact dyadic
 rational, see :func:`slope_exponent`) is bracketed as ``exp(-e ln 2)`` in :mod:`decimal`,
 the bracket is multiplied by the integer distance as exact fractions, and the value is the
 rounding both ends agree on (Ziv: :func:`fastpe._dtypes.round_interval`), or everything is

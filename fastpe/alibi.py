@@ -40,7 +40,8 @@ float64 output is the double-double's leading double: correctly rounded under th
 proviso, checked the same way.  float16 and bfloat16: a head's line of float32 values
 narrowed (:func:`_narrow_line`), where a float32 halfway between two 16-bit numbers goes
 the side the exact product lies on (the double-double says which, the exact reference
-where it cannot), then spread over the rows as the bit patterns.
+where it cannot), then spread over the rows as the bit patterns.  Slopes come from one
+:mod:`decimal` exponential and a chain of 256-bit products (:func:`_slope_chain`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from __future__ import annotations
 import functools
 import math
 from decimal import Decimal, localcontext
-from fractions import Fraction
 
 import numpy as np
 
@@ -71,10 +71,50 @@ MAX_LEN = 1 << 32
 MAX_ELEMENTS = 1 << 40
 
 
-def _exponent(n_heads: int, max_bias: float, h: int) -> Fraction:
+#: bits of the integer significands the slope chain carries
+_SIG = 256
+#: a slope's chain significand is within this many units (relative ``2**-220``, against a
+#: chain error below ``2**-17 * 2**-253``) of the exact value
+_RADIUS_SHIFT = 220
+
+
+@functools.lru_cache(maxsize=64)
+def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """``(exact, sigs, exps)`` per head: ``exact[h]`` is ``e`` when the slope is exactly
+    ``2**-e`` (an integer exponent), else ``-1``; otherwise the slope is ``sigs[h] *
+    2**exps[h]`` (``2**255 <= sigs[h] < 2**256``) to a relative ``2**-220``.
+
+    Every slope is a power of one number: with ``m`` as in the module docstring, head ``h``'s
+    exponent is ``max_bias * k / (2m)`` with ``k = 2(h + 1)`` (first ``m`` heads) or ``2(h -
+    m) + 1``, so the slope is ``b**k`` with ``b = 2**(-max_bias / (2m))``.  ``b`` comes from
+    :mod:`decimal` once; the powers by repeated multiplication of 256-bit significands, as
+    :func:`fastpe._plan.chain_turns` does for frequencies (``2m <= 2**17`` steps, each
+    truncation ``2**-255``).  The reference backend takes each slope's own exponential.
+    """
+    from ._plan import PLAN_PREC, _significand
+
     m = 1 << (n_heads.bit_length() - 1)
-    k, heads = (h + 1, m) if h < m else (2 * (h - m) + 1, 2 * m)
-    return Fraction(max_bias) * k / heads
+    num, den = max_bias.as_integer_ratio()  # den a power of two
+    denominator = den * 2 * m  # exponent of head h: num * k / denominator
+    ks = [2 * (h + 1) if h < m else 2 * (h - m) + 1 for h in range(n_heads)]
+    with localcontext() as ctx:
+        ctx.prec = PLAN_PREC + 40
+        base = (-(Decimal(num) / Decimal(denominator)) * Decimal(2).ln()).exp()
+    r, er = _significand(base)
+    powers_sig, powers_exp = [0, r], [0, er]
+    sig, exp = r, er
+    for _ in range(2, 2 * m + 1):
+        prod = sig * r
+        cut = prod.bit_length() - _SIG
+        sig = prod >> cut
+        exp += er + cut
+        powers_sig.append(sig)
+        powers_exp.append(exp)
+    exact = []
+    for k in ks:
+        q, rem = divmod(num * k, denominator)
+        exact.append(q if rem == 0 else -1)
+    return tuple(exact), tuple(powers_sig[k] for k in ks), tuple(powers_exp[k] for k in ks)
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,24 +122,59 @@ def _slope_words(n_heads: int, max_bias: float) -> np.ndarray:
     """The split slopes every compiled kernel reads, shape ``(4, n_heads)``, read-only.
 
     Column ``h`` holds ``(w1, w2, w3, w4)``: three 21-bit doubles and a remainder whose sum is
-    head ``h``'s slope to a relative ``2**-116`` (exactly, when the slope is a power of two),
-    so ``n * w1``, ``n * w2``, ``n * w3`` are exact for every integer ``n < 2**32``.  The slope
-    comes from :mod:`decimal`'s power at 70 digits (the reference takes ``exp(-e ln 2)``).
+    head ``h``'s slope to a relative ``2**-115`` (exactly, when the slope is a power of two),
+    so ``n * w1``, ``n * w2``, ``n * w3`` are exact for every integer ``n < 2**32``: the top
+    116 bits of the slope chain (:func:`_slope_chain`), cut as :func:`fastpe._plan.split_turns`
+    cuts.
     """
-    from ._plan import split_turns
+    from ._plan import _words
 
-    words = np.zeros((4, n_heads), dtype=np.float64)
-    for h in range(n_heads):
-        e = _exponent(n_heads, max_bias, h)
-        if e.denominator == 1:
-            words[0, h] = math.ldexp(1.0, -e.numerator)
-            continue
-        with localcontext() as ctx:
-            ctx.prec = 70
-            value = Decimal(2) ** (-(Decimal(e.numerator) / Decimal(e.denominator)))
-        words[:, h] = split_turns(value)
+    exact, sigs, exps = _slope_chain(n_heads, max_bias)
+    words = _words(list(sigs), list(exps))
+    for h, e in enumerate(exact):
+        if e >= 0:
+            words[:, h] = (math.ldexp(1.0, -e), 0.0, 0.0, 0.0)
     words.setflags(write=False)
     return words
+
+
+def _round_slopes(n_heads: int, max_bias: float, fmt: _dtypes.Format) -> np.ndarray:
+    """Every slope correctly rounded to ``fmt``, as float64.
+
+    From the chain significand ``C`` (within ``2**-220`` of the slope, so within ``2**37``
+    of its last unit): its first ``p`` bits, plus one when the dropped bits are at least
+    half a unit, which their top 64 bits tell unless they read ``0111...1`` or ``1000...0``
+    (the slope could lie on either side of the midpoint: a chance of ``2**-63`` a head).
+    Those, the values subnormal in ``fmt`` (float16 below ``2**-14``) and the exact powers
+    of two take integer rounding of the bracket ``C -+ 2**-220``, then the reference if
+    its ends round apart.
+    """
+    from ._reference_bias import slope
+
+    exact, sigs, exps = _slope_chain(n_heads, max_bias)
+    p = fmt.mant_bits
+    shift = _SIG - p  # bits below the kept p
+    keep = np.fromiter((s >> shift for s in sigs), dtype=np.int64, count=n_heads)
+    low_cut = shift - 64  # the top 64 of the dropped bits (2**(low_cut) >> the chain's error)
+    top = np.fromiter(((s >> low_cut) & ((1 << 64) - 1) for s in sigs), dtype=np.uint64, count=n_heads)
+    mid = np.uint64(1 << 63)  # half a unit
+    up = top >= mid
+    unsure = (top == mid) | (top == mid - np.uint64(1))
+    e2 = np.fromiter(exps, dtype=np.int64, count=n_heads) + _SIG  # slope in [2**(e2-1), 2**e2)
+    unsure |= e2 - 1 < fmt.emin
+    unsure |= np.fromiter(exact, dtype=np.int64, count=n_heads) >= 0
+    values = np.ldexp((keep + up).astype(np.float64), e2 - p)
+    for h in np.flatnonzero(unsure).tolist():
+        e = exact[h]
+        if e >= 0:
+            values[h] = _dtypes.round_ratio(1, 1 << e, fmt)
+            continue
+        radius = (sigs[h] >> _RADIUS_SHIFT) + 2
+        den = 1 << -exps[h]
+        lo = _dtypes.round_ratio(sigs[h] - radius, den, fmt)
+        hi = _dtypes.round_ratio(sigs[h] + radius, den, fmt)
+        values[h] = lo if lo == hi else slope(n_heads, max_bias, h, fmt)
+    return values
 
 
 # ------------------------------------------------------------------------------ validation
@@ -132,14 +207,10 @@ def slopes(n_heads, max_bias=8.0, *, dtype="float32") -> np.ndarray:
     slope (see the module docstring for the rule): ``slopes(4)`` is
     ``[0.25, 0.0625, 0.015625, 0.00390625]``.
     """
-    from ._reference_bias import slope
-
     n_heads = _check_heads(n_heads)
     max_bias = _check_max_bias(max_bias)
     dt = _dtypes.resolve(dtype)
-    fmt = _dtypes.format_of(dt)
-    values = [slope(n_heads, max_bias, h, fmt) for h in range(n_heads)]
-    return np.array(values, dtype=np.float64).astype(dt)
+    return _round_slopes(n_heads, max_bias, _dtypes.format_of(dt)).astype(dt)
 
 
 def bias(

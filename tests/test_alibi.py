@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -100,6 +101,39 @@ def test_slopes_bfloat16():
     got = alibi.slopes(24, dtype="bfloat16")
     want = [mp_round(mp_slope(24, 8.0, h), "bfloat16") for h in range(24)]
     np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+@pytest.mark.parametrize("n_heads, max_bias", [(65535, 8.0), (65536, 64.0), (40000, 7.3)])
+def test_slopes_of_the_most_heads(n_heads, max_bias):
+    """The largest head counts (one decimal exponential and a chain of 2**17 products, where
+    a decimal power per head took seconds): a sample of heads, the exact ones among them, in
+    every dtype, against mpmath; the split words within 2**-114 of the slope."""
+    dtypes = ["float32", "float64", "float16"] + (["bfloat16"] if importlib.util.find_spec("ml_dtypes") else [])
+    got = {name: alibi.slopes(n_heads, max_bias, dtype=name) for name in dtypes}
+    words = alibi._slope_words(n_heads, max_bias)
+    m = 1 << (n_heads.bit_length() - 1)
+    exact = [h for h in range(n_heads) if (Fraction(max_bias) * (h + 1) / m if h < m else 0).denominator == 1]
+    rng = np.random.default_rng(n_heads)
+    for h in sorted(set(rng.integers(0, n_heads, 40).tolist()) | {0, m - 1, n_heads - 1} | set(exact[:5])):
+        s = mp_slope(n_heads, max_bias, h)
+        for name in dtypes:
+            assert float(got[name][h]) == mp_round(s, name), (h, name)
+        total = sum(mpmath.mpf(float(w)) for w in words[:, h])
+        assert abs(total / s - 1) <= mpmath.mpf(2) ** -114
+
+
+def test_slopes_undecided_by_the_chain_take_the_reference(monkeypatch):
+    """A head whose bracket straddles a rounding boundary (forced here by a huge radius:
+    float16's subnormal slopes take the bracket) is the reference's."""
+    want = [mp_round(mp_slope(40, 30.3, h), "float16") for h in range(40)]
+    import fastpe._reference_bias as ref
+
+    asked = []
+    slope = ref.slope
+    monkeypatch.setattr(alibi, "_RADIUS_SHIFT", 1)
+    monkeypatch.setattr(ref, "slope", lambda *a: (asked.append(a), slope(*a))[1])
+    np.testing.assert_array_equal(alibi.slopes(40, 30.3, dtype="float16").astype(np.float64), want)
+    assert len(asked) >= 5
 
 
 # ------------------------------------------------------------------- values, every backend
