@@ -57,8 +57,8 @@ Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`
 Attention biases (see :mod:`fastpe.alibi` and :mod:`fastpe.relative` for every value):
 
 ``alibi_bias(n_heads, max_bias, form, out)``
-    ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``(0, 64]``, ``form`` one of
-    ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32``, ``float64``,
+    ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``[2**-16, 64]``, ``form``
+    one of ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32``, ``float64``,
     ``float16`` or ``bfloat16`` ``(n_heads, q_len, k_len)``, ``1 <= q_len, k_len <= 2**32``
     (``k_len >= q_len`` for ``symmetric`` and ``causal``); each finite value the exact
     product rounded to ``out``'s dtype.

@@ -48,14 +48,15 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from decimal import Decimal, localcontext
 
 import numpy as np
 
 from . import _backends, _dtypes
-from ._validate import check_choice, check_int, check_positive, check_table_out
+from ._validate import check_choice, check_int, check_table_out
 
-__all__ = ["slopes", "bias", "FORMS", "MAX_HEADS", "MAX_BIAS", "MAX_LEN", "MAX_ELEMENTS"]
+__all__ = ["slopes", "bias", "FORMS", "MAX_HEADS", "MIN_BIAS", "MAX_BIAS", "MAX_LEN", "MAX_ELEMENTS"]
 
 FORMS = ("symmetric", "causal", "bloom", "mpt")
 #: form name -> the kernels' code
@@ -70,6 +71,14 @@ MAX_LEN = 1 << 32
 #: a bound on ``n_heads * q_len * k_len`` that keeps index arithmetic far from overflow
 MAX_ELEMENTS = 1 << 40
 
+
+#: the slopes' exponents have at most ``52 - log2(max_bias) + 17`` fraction bits; from
+#: ``2**-16`` up, every slope that is not a power of two is more than ``2**-86`` (relative)
+#: from one, so no product with a distance lies nearer a rounding midpoint than that for
+#: that reason, far outside the double-double's ``2**-104``.  (With ``max_bias=1e-300`` every
+#: slope is within ``1e-300`` of 1, and an odd distance above ``2**24`` -- a float32
+#: midpoint -- times it rounded the wrong way.)
+MIN_BIAS = 2.0**-16
 
 #: bits of the integer significands the slope chain carries
 _SIG = 256
@@ -184,8 +193,34 @@ def _check_heads(n_heads) -> int:
     return check_int("n_heads", n_heads, low=1, high=MAX_HEADS)
 
 
+def _short(value) -> str:
+    """``value`` for an error message: an integer or fraction far outside the float range
+    as its magnitude (``1.000e+400``), not hundreds of digits."""
+    if isinstance(value, numbers.Rational) and value and not 1e-20 < abs(value) < 1e20:
+        with localcontext() as ctx:
+            ctx.prec = 4
+            return f"{Decimal(value.numerator) / Decimal(value.denominator):.3e}"
+    return repr(value)
+
+
 def _check_max_bias(max_bias) -> float:
-    return check_positive("max_bias", max_bias, high=MAX_BIAS)
+    """A real number in ``[MIN_BIAS, MAX_BIAS]``, as the nearest Python float.  The bounds are
+    compared before anything is converted: a Python int or fraction too large for a float
+    (``10**400``) is out of range, not an OverflowError, as is a long double beyond it."""
+    name = "max_bias"
+    if isinstance(max_bias, (bool, np.bool_)) or not isinstance(max_bias, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(max_bias).__name__} {max_bias!r}")
+    if max_bias != max_bias or max_bias in (math.inf, -math.inf):  # NaN, inf (any type)
+        raise ValueError(f"{name} must be finite, got {float(max_bias)!r}")
+    if max_bias <= 0:
+        raise ValueError(f"{name} must be > 0, got {_short(max_bias)}")
+    if max_bias > MAX_BIAS:
+        raise ValueError(f"{name} must be <= {MAX_BIAS:g}, got {_short(max_bias)}")
+    if max_bias < MIN_BIAS:
+        raise ValueError(
+            f"{name} must be >= 2**-16 (slopes nearer 1 are not resolved exactly), got {_short(max_bias)}"
+        )
+    return float(max_bias)
 
 
 def _check_lengths(q_len, k_len, form: str) -> tuple[int, int]:

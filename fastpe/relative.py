@@ -49,6 +49,7 @@ import types
 import numpy as np
 
 from . import _backends
+from .alibi import _short
 from ._validate import check_int
 
 __all__ = ["t5_bucket", "t5_bucket_matrix", "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
@@ -215,10 +216,12 @@ def _check_config(bidirectional, num_buckets, max_distance) -> tuple[bool, int, 
 def _check_int_dtype(dtype) -> np.dtype:
     try:
         dt = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: a malformed structured description
         raise TypeError(f"dtype must be int64 or int32, got {dtype!r}") from None
     if dt not in (np.dtype(np.int64), np.dtype(np.int32)):
-        raise TypeError(f"dtype must be int64 or int32, got {dt.name}")
+        # a byte-swapped int64 is named int64 too: show its code ('>i8') then
+        shown = dt.name if dt.isnative else f"{dt.str!r} (not in native byte order)"
+        raise TypeError(f"dtype must be int64 or int32, got {shown}")
     return dt
 
 
@@ -234,6 +237,8 @@ def _check_relative(relative_position) -> np.ndarray:
     kind = arr.dtype.kind
     if kind == "b":
         raise TypeError(f"{name} must hold integers, got booleans")
+    if kind == "f" and arr.size == 0:  # [] is float64 to NumPy: no value to refuse
+        return np.empty(arr.shape, dtype=np.int64)
     if kind == "O":
         values = arr.reshape(-1).tolist()
         for v in values:
@@ -242,7 +247,8 @@ def _check_relative(relative_position) -> np.ndarray:
         if values:
             lo, hi = min(int(v) for v in values), max(int(v) for v in values)
             if lo <= _INT64_MIN or hi > _INT64_MAX:
-                raise ValueError(f"{name} must be in (-2**63, 2**63), got {lo if lo <= _INT64_MIN else hi}")
+                bad = lo if lo <= _INT64_MIN else hi
+                raise ValueError(f"{name} must be in (-2**63, 2**63), got {_short(bad)}")
         return np.array([int(v) for v in values], dtype=np.int64).reshape(arr.shape)
     if kind not in "iu":
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")

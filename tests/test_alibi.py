@@ -103,7 +103,7 @@ def test_slopes_bfloat16():
     np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
-@pytest.mark.parametrize("n_heads, max_bias", [(65535, 8.0), (65536, 64.0), (40000, 7.3)])
+@pytest.mark.parametrize("n_heads, max_bias", [(65535, 8.0), (65536, 64.0), (40000, 7.3), (65535, alibi.MIN_BIAS)])
 def test_slopes_of_the_most_heads(n_heads, max_bias):
     """The largest head counts (one decimal exponential and a chain of 2**17 products, where
     a decimal power per head took seconds): a sample of heads, the exact ones among them, in
@@ -246,7 +246,8 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
     midpoint (convergents): float32(double(slope) * n) is wrong on some, fastpe on none."""
     naive_wrong = 0
     cases = 0
-    for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
+    # 2**-16 (the least max_bias): slopes within 2**-17 of 1
+    for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5), (3, alibi.MIN_BIAS)]:
         words = alibi._slope_words(n_heads, max_bias)
         for h in range(n_heads):
             s = mp_slope(n_heads, max_bias, h)
@@ -573,6 +574,15 @@ def test_read_only_out():
         (dict(max_bias=float("inf")), ValueError, "max_bias must be finite"),
         (dict(max_bias=65.0), ValueError, "max_bias must be <= 64"),
         (dict(max_bias="8"), TypeError, "max_bias must be a real number"),
+        (dict(max_bias=np.array(8.0)), TypeError, "max_bias must be a real number"),
+        (dict(max_bias=True), TypeError, "max_bias must be a real number"),
+        (dict(max_bias=10**400), ValueError, r"max_bias must be <= 64, got 1\.000e\+400$"),
+        (dict(max_bias=-(10**400)), ValueError, r"max_bias must be > 0, got -1\.000e\+400$"),
+        (dict(max_bias=Fraction(10**400, 3)), ValueError, r"max_bias must be <= 64, got 3\.333e\+399$"),
+        (dict(max_bias=Fraction(1, 10**400)), ValueError, r"max_bias must be >= 2\*\*-16 .*got 1\.000e-400$"),
+        (dict(max_bias=1e-300), ValueError, r"max_bias must be >= 2\*\*-16"),
+        (dict(max_bias=2.0**-16 * (1 - 2**-53)), ValueError, r"max_bias must be >= 2\*\*-16"),
+        (dict(max_bias=np.float16("inf")), ValueError, "max_bias must be finite"),
         (dict(dtype="int8"), TypeError, "dtype must be one of"),
         (dict(q_len=2**20, k_len=2**21, n_heads=2**10), ValueError, r"n_heads \* q_len \* k_len must be <= 2\*\*40"),
         (dict(backend="cuda"), ValueError, "backend 'cuda' is not a fastpe backend"),
@@ -583,6 +593,41 @@ def test_bad_arguments(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         alibi.bias(args.pop("n_heads"), args.pop("q_len"), args.pop("k_len"), **args)
+
+
+def test_long_double_beyond_the_float_range():
+    big = np.longdouble(2) ** 2000  # inf as a float, where long double is wider than double
+    if not np.isfinite(big):
+        pytest.skip("long double is double here")
+    with pytest.raises(ValueError, match="max_bias must be <= 64"):
+        alibi.bias(2, 3, max_bias=big)
+    with pytest.raises(ValueError, match="max_bias must be > 0"):
+        alibi.slopes(2, -big)
+
+
+def test_max_bias_bounds_and_exact_types(backend):
+    """2**-16 and 64 are accepted, as are ints, fractions and NumPy scalars (each taken as its
+    nearest float)."""
+    want = alibi.bias(3, 4, max_bias=8.5, backend=backend)
+    for value in (Fraction(17, 2), np.float32(8.5), np.longdouble(8.5)):
+        assert same_bits(alibi.bias(3, 4, max_bias=value, backend=backend), want)
+    assert same_bits(alibi.bias(3, 4, max_bias=np.uint8(8), backend=backend), alibi.bias(3, 4, backend=backend))
+    for edge in (alibi.MIN_BIAS, alibi.MAX_BIAS):
+        np.testing.assert_array_equal(alibi.slopes(3, edge, dtype="float64"),
+                                      [mp_round(mp_slope(3, edge, h), "float64") for h in range(3)])
+
+
+def test_no_array_argument_can_alias_out():
+    """bias(..., out=) takes no input array: every other argument is a number, and a 0-d
+    array (a view of ``out``, say) is refused before anything is written."""
+    out = np.full((2, 3, 3), np.nan, dtype=np.float32)
+    view = out.reshape(-1)[:1].reshape(())
+    for kwargs in (dict(max_bias=view), dict(n_heads=view), dict(q_len=np.array(3))):
+        args = dict(n_heads=2, q_len=3, max_bias=8.0, out=out)
+        args.update(kwargs)
+        with pytest.raises(TypeError, match="must be a"):
+            alibi.bias(args.pop("n_heads"), args.pop("q_len"), **args)
+    assert np.isnan(out).all()
 
 
 def test_short_keys_are_fine_where_the_form_ignores_the_query(backend):
@@ -597,6 +642,10 @@ def test_bad_slope_arguments():
         alibi.slopes(0)
     with pytest.raises(ValueError, match="max_bias must be > 0"):
         alibi.slopes(4, 0)
+    with pytest.raises(ValueError, match="max_bias must be <= 64"):
+        alibi.slopes(4, 10**400)
+    with pytest.raises(ValueError, match=r"max_bias must be >= 2\*\*-16"):
+        alibi.slopes(4, 2**-20)
     with pytest.raises(TypeError, match="dtype must be one of"):
         alibi.slopes(4, dtype="int32")
 

@@ -192,6 +192,10 @@ def test_shapes_and_input_forms(backend):
         assert got.shape == (3, 4)
         np.testing.assert_array_equal(got, want)
     assert relative.t5_bucket(np.array([], dtype=np.int64), backend=backend).shape == (0,)
+    # [] is float64 to NumPy; any empty array has no value to refuse
+    for empty, shape in (([], (0,)), (np.zeros((0, 3)), (0, 3)), (np.zeros((2, 0), np.int32), (2, 0))):
+        got = relative.t5_bucket(empty, dtype=np.int32, backend=backend)
+        assert got.shape == shape and got.dtype == np.int32
     scalar = relative.t5_bucket(-20, backend=backend)
     assert scalar.shape == () and int(scalar) == 10
     np.testing.assert_array_equal(relative.t5_bucket(np.array([3, 2**64 - 2**63 - 1], dtype=np.uint64), backend=backend),
@@ -297,6 +301,15 @@ def test_large_matrix_takes_the_parallel_path(monkeypatch):
         ([1], dict(max_distance=2**32 + 1), ValueError, "max_distance must be <= 4294967296"),
         ([1], dict(dtype=np.float32), TypeError, "dtype must be int64 or int32"),
         ([1], dict(dtype="int16"), TypeError, "dtype must be int64 or int32"),
+        ([1], dict(dtype=">i8"), TypeError, r"dtype must be int64 or int32, got '>i8' \(not in native byte order\)"),
+        ([1], dict(dtype={"names": ["a"], "formats": ["i4", "i8"]}), TypeError, "dtype must be int64 or int32"),
+        ([-(10**400)], {}, ValueError, r"relative_position must be in \(-2\*\*63, 2\*\*63\), got -1\.000e\+400$"),
+        ([1], dict(num_buckets=10**400), ValueError, "num_buckets must be <="),
+        ([1], dict(max_distance=-(10**400)), ValueError, "max_distance must be greater than max_exact"),
+        ([1], dict(bidirectional=np.array(True)), TypeError, "bidirectional must be True or False"),
+        (np.array([1.5]), {}, TypeError, "relative_position must hold integers, got dtype float64"),
+        (np.array([1], dtype="m8[s]"), {}, TypeError, "relative_position must hold integers"),
+        ([None], {}, TypeError, "relative_position must hold integers, got NoneType"),
         ([1], dict(backend="tpu"), ValueError, "backend 'tpu' is not a fastpe backend"),
     ],
 )

@@ -52,10 +52,9 @@ def _length(name: str):
 
 
 def _max_bias(value):
-    from ..alibi import MAX_BIAS
-    from .._validate import check_positive
+    from ..alibi import _check_max_bias
 
-    return check_positive("max_bias", value, high=MAX_BIAS)
+    return _check_max_bias(value)
 
 
 def _output(ctx, param, value):
@@ -74,7 +73,7 @@ def _output(ctx, param, value):
               "mpt slope*(j-K+1) (query i at key position p = i + K - L).")
 @click.option("--max-bias", "max_bias", type=float, default=8.0, show_default=True,
               callback=_checked("max_bias", _max_bias), metavar="B",
-              help="The slope schedule's maximum bias, in (0, 64].")
+              help="The slope schedule's maximum bias, in [2**-16, 64].")
 @dtype_opt
 @options.backend_opt
 @click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
