@@ -322,6 +322,8 @@ def parse_spec(spec, source: str = "spec") -> dict:
             spec = json.loads(spec)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{source} is not valid JSON: {exc}") from None
+        except RecursionError:  # json's decoder recurses once per nested array or object
+            raise ValueError(f"{source} is not a fastpe spec: its JSON nests too deeply to read") from None
     if not isinstance(spec, dict):
         raise ValueError(f"{source} must be a JSON object with keys {', '.join(_SPEC_KEYS)}, got {type(spec).__name__}")
     missing = [k for k in _SPEC_KEYS if k not in spec]

@@ -447,6 +447,12 @@ def test_malformed_specs_are_refused_with_the_reason(tmp_path, spec, message):
     assert str(info.value).startswith(path)
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000])
+def test_a_spec_nested_past_the_recursion_limit_is_a_value_error(text):
+    with pytest.raises(ValueError, match="the spec is not a fastpe spec: its JSON nests too deeply to read"):
+        _save.parse_spec(text, "the spec")
+
+
 def test_a_minor_version_difference_is_accepted(tmp_path):
     major = fastpe.__version__.split(".")[0]
     spec = _save.load_spec(write_spec(tmp_path, good_spec(fastpe=f"{major}.99.7")))
