@@ -188,3 +188,23 @@ def test_help_lists_both_commands():
     result = run("--help")
     assert result.exit_code == 0
     assert "alibi" in result.stdout and "t5-buckets" in result.stdout
+
+
+def _never(*args, **kwargs):  # pragma: no cover - reached only if the size check is missing
+    raise AssertionError("the library was called")
+
+
+@pytest.mark.parametrize(("args", "array"), [
+    (["alibi", "--heads", 32, "--q-len", 4096, "--k-len", 8192], "32 x 4096 x 8192 float32"),
+    (["alibi", "--heads", 8, "--q-len", 4096, "--dtype", "float16"], "8 x 4096 x 4096 float16"),
+    (["t5-buckets", "--q-len", 4096, "--k-len", 8192], "4096 x 8192 int64"),
+])
+def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypatch, args, array):
+    from fastpe import _save
+
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
+    monkeypatch.setattr(alibi, "bias", _never)
+    monkeypatch.setattr(relative, "t5_bucket_matrix", _never)
+    line = assert_one_line_error(run(*args))
+    assert f"the {array} array needs " in line and "of memory, more than this machine's 1048576 bytes" in line
+    assert os.listdir(in_tmp) == []

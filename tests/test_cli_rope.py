@@ -366,3 +366,22 @@ def test_process_writes_caches_from_a_config_json(llama3_config):
     assert bad.returncode == 2 and bad.stdout == ""
     assert "scaling['factor'] is required" in assert_one_line_error(bad.stderr)
     assert listing() == ["caches.npz", "config.json"]
+
+
+def test_caches_larger_than_memory_are_refused_before_any_work(tmp_path, monkeypatch):
+    from fastpe import _save
+
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
+    monkeypatch.setattr(rope, "cos_sin", lambda *a, **k: pytest.fail("the library was called"))
+    out = tmp_path / "big.npz"
+    result = CliRunner().invoke(main, ["rope", "--head-dim", 128, "--max-len", 8192, "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "the 2 x 8192 x 128 float32 array needs" in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(main, ["rope", "--head-dim", 64, "--max-len", 4, "--scaling", str(fifo)])
+    assert result.exit_code == 2 and "is not a regular file" in result.stderr, result.output

@@ -106,7 +106,9 @@ def alibi(ctx: click.Context, n_heads: int, q_len: int, k_len, form: str, max_bi
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
     array, compute_s, write_s = write_npy(
-        path, lambda: fa.bias(n_heads, q_len, k, form=form, max_bias=max_bias, dtype=dtype, backend=name)
+        path, lambda: fa.bias(n_heads, q_len, k, form=form, max_bias=max_bias, dtype=dtype, backend=name),
+        # past MAX_ELEMENTS the library refuses the bias itself, before allocating anything
+        shape=(n_heads, q_len, k) if n_heads * q_len * k <= fa.MAX_ELEMENTS else None, dtype=dtype,
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(summary(path, array, f"ALiBi {form}, max_bias {max_bias:g}", name, compute_s, write_s))

@@ -13,11 +13,13 @@ options given on the command line override the file.  The numbers come from
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
 
 from . import options
+from ._write import check_size
 
 __all__ = ["rope", "read_scaling", "from_model_config", "check_npz_path"]
 
@@ -45,6 +47,11 @@ def read_scaling(value: str) -> tuple[str, dict]:
         where = "the --scaling JSON"
     else:
         where = repr(value)
+        if os.path.exists(value):
+            try:  # a pipe or a device would block the read, or never end
+                options.check_regular_file(value)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from None
         try:
             with open(value, encoding="utf-8") as f:
                 text = f.read()
@@ -200,6 +207,9 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
             raise options.InputError(f"default output path: {exc.message}; use -o") from None
 
     layout = layout.lower()
+    # cos and sin, float32 (max_len, rotary_dim) each: refused before anything is allocated
+    # when they cannot be held in memory or written (exit status 2, or 1 for the disk)
+    check_size(path, (2, max_len, spec.rotary_dim), "float32")
     try:
         with atomic_write(path) as f:
             start = time.perf_counter()

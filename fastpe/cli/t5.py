@@ -92,7 +92,9 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
         name, _ = _backends.resolve(backend)  # to report which backend ran
     array, compute_s, write_s = write_npy(
         path, lambda: relative.t5_bucket_matrix(q_len, k, bidirectional=not unidirectional, num_buckets=num_buckets,
-                                                max_distance=max_distance, query_offset=query_offset, backend=name)
+                                                max_distance=max_distance, query_offset=query_offset, backend=name),
+        # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything
+        shape=(q_len, k) if q_len * k <= relative.MAX_ELEMENTS else None, dtype="int64",
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = (f"T5 buckets {'unidirectional' if unidirectional else 'bidirectional'}, num_buckets {num_buckets}, "
