@@ -637,7 +637,7 @@ def real_array_form(draw, values, scalar: bool = True):
     return arr, "array"
 
 
-BAD_POSITIONS = ([-1], [POSITION_LIMIT], [1.5], [math.nan], [math.inf], [[0, 1]], "01",
+BAD_POSITIONS = (5, np.array(5), np.int64(3), [-1], [POSITION_LIMIT], [1.5], [math.nan], [math.inf], [[0, 1]], "01",
                  [True, False], np.array([1 + 1j]), np.array([HUGE], dtype=object),
                  np.array([2.5], dtype=object), [[1], [1, 2]], [None], np.array(["1"]),
                  np.array([-1], dtype=np.int8), np.array([2**64 - 1], dtype=np.uint64),
