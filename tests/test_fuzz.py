@@ -266,7 +266,7 @@ def test_table_refuses_bad_arguments(kw, max_len, data):
         "layout": BAD_CHOICES + ("INTERLEAVED", "neox"),
         "denominator": BAD_CHOICES + ("half", "D"),
         "min_timescale": BAD_REALS + (0, -1.0, 1 / 2048, 2.0**-11, 1e6),
-        "max_timescale": BAD_REALS + (0.0, -1.0, 0.25),
+        "max_timescale": BAD_REALS + (0.0, -1.0, float(kw.get("min_timescale", 1.0)) / 2),
         "dtype": BAD_DTYPES,
         "backend": BAD_BACKENDS,
         "out": bad_outs(shape),
@@ -1572,7 +1572,12 @@ CLI_COMMANDS = {
              ("--height", "--width", "--dim", "--frames", "--order", "--base", "--dtype", "--backend")),
     "timestep": (["timestep", "--dim", "4", "--steps", "3"], "s.npy",
                  ("--dim", "--steps", "--t", "--max-period", "--shift", "--scale", "--dtype", "--backend")),
+    "plot": (["plot", "--d-model", "4", "--max-len", "3"], "p.png",
+             ("--kind", "--d-model", "--max-len", "--base", "--head-dim", "--part", "--n-heads", "--head",
+              "--form", "--max-bias", "--index", "--cmap", "--dpi")),
 }
+#: the values a plot option may take and still draw (each drawing costs matplotlib time)
+PLOT_GARBAGE = tuple(v for v in CLI_GARBAGE if v not in (" 4", "0", "-0", "1.5"))
 
 
 def run_cli(args, tmp):
@@ -1603,7 +1608,8 @@ def cli_verdict(args, result, tmp, out_path) -> str | None:
     named = {o for o in args if o.startswith("-")}
     named |= {o.lstrip("-") for o in named} | {o.lstrip("-").replace("-", "_") for o in named}
     # the library's own names, and the config keys `--scaling` reads from a file
-    named |= {"output", "OUTPUT", "PATH", "scaling", "rope_type", "factor", "config", "spec"}
+    named |= {"output", "OUTPUT", "PATH", "INPUT", "scaling", "rope_type", "factor", "config", "spec"}
+    named |= {os.path.basename(a) for a in args if os.sep in a}  # a file named by its path
     if not (names_one_of(lines[0], named) or "exactly one of" in lines[0]):
         return f"{text}: {lines[0]!r} names no option"
     left = sorted(set(os.listdir(tmp)) - {"inputs"})
@@ -1627,12 +1633,12 @@ def test_cli_bad_option_values(tmp_path):
     files = [str(inputs / n) for n in ("deep.json", "deep_object.json", "broken.json", "t.npy", "t2.npy",
                                        "nan.npy", "missing.json")]
     extra = {"table": {"--from-spec": files}, "rope": {"--scaling": list(SCALING_JSON) + files},
-             "timestep": {"--from": files}}
+             "timestep": {"--from": files}, "plot": {"INPUT": files}}
     failures = []
     case = 0
     for command, (base_args, out_name, options) in sorted(CLI_COMMANDS.items()):
         for option in options + tuple(o for o in extra.get(command, {}) if o not in options) + ("-o",):
-            pool = extra.get(command, {}).get(option, CLI_GARBAGE)
+            pool = extra.get(command, {}).get(option, PLOT_GARBAGE if command == "plot" else CLI_GARBAGE)
             if option == "-o":
                 pool = ("", "{tmp}", "{tmp}/no/" + out_name, "{tmp}/x.txt", "{tmp}/." + out_name.split(".")[1],
                         "/dev/null", "{tmp}/" + out_name + "/")
@@ -1648,7 +1654,9 @@ def test_cli_bad_option_values(tmp_path):
                     args = list(base_args)
                     if option in ("--t", "--from"):  # each replaces --steps
                         args = [a for a in args if a not in ("--steps", "3")]
-                    if option in args:
+                    if option == "INPUT":  # plot's positional input file replaces the sizes
+                        args = ["plot", value]
+                    elif option in args:
                         args[args.index(option) + 1] = value
                     else:
                         args += [option, value]
@@ -1656,4 +1664,8 @@ def test_cli_bad_option_values(tmp_path):
                 problem = cli_verdict(args, run_cli(args, tmp), tmp, out_path)
                 if problem:
                     failures.append(problem)
+    for args in (["info"], ["info", "--json"], ["--version"]):
+        result = run_cli(args, tmp_path)
+        if result.exit_code != 0 or not result.stdout.strip():
+            failures.append(f"fastpe {' '.join(args)}: exit {result.exit_code}, {result.stderr[-300:]!r}")
     assert not failures, f"{len(failures)} of {case} command lines handled badly:\n" + "\n".join(failures[:30])
