@@ -21,6 +21,12 @@ The loop ends: for ``p * f != 0`` the cosine and sine are transcendental (Lindem
 value is ever exactly a rounding midpoint, except the exact cases answered directly
 (``theta = 0``; ``af = 0`` or ``x1 = x2 = 0``, which give 0).
 
+Tiny angles (``|theta| <= 2**-20``) skip the fixed point, whose absolute error would leave
+the sign of a sine that underflows undecided: their sine and cosine come from alternating
+partial sums of the series, rational bounds whose relative width shrinks with every term
+(:func:`tiny_cos_sin`).  An interval settles only when both ends round to the same number
+*with the same sign*, so a zero's sign is decided by the true value as well.
+
 Cost: ~50 us a (position, frequency); results are cached per ``(p, f, bits)``, so the heads
 of one position share them.
 """
@@ -133,20 +139,77 @@ def cos_sin_of_fixed_angle(t: int, err_t, w: int) -> tuple[int, int, int, int]:
     return s, -c, err, w
 
 
+#: angles at most this large (in magnitude) take the series bounds of :func:`tiny_cos_sin`
+TINY_ANGLE = Fraction(1, 1 << 20)
+
+
+def tiny_cos_sin(lo: Fraction, hi: Fraction, terms: int) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+    """``(c_lo, c_hi, s_lo, s_hi)`` bounding ``cos`` and ``sin`` over the angles
+    ``[lo, hi]``, all of one sign and at most :data:`TINY_ANGLE` in magnitude.
+
+    For ``0 <= t < 1`` the series of ``sin t`` and ``cos t`` alternate with falling terms, so
+    a partial sum ending on a subtracted term is a lower bound and one ending on an added
+    term an upper bound; ``sin`` rises and ``cos`` falls with ``|t|``, which bounds them
+    over the interval; a negative interval follows by symmetry.  ``terms`` partial-sum
+    terms leave a relative width of about ``t**(2 terms)``.
+    """
+    negative = hi <= 0
+    a, b = (-hi, -lo) if negative else (lo, hi)  # 0 <= a <= b
+
+    def partial(t: Fraction, odd: bool, n_terms: int) -> Fraction:
+        term = t if odd else Fraction(1)
+        total, n = term, (1 if odd else 0)
+        t2 = t * t
+        for _ in range(n_terms - 1):
+            term = -term * t2 / ((n + 1) * (n + 2))
+            total += term
+            n += 2
+        return total
+
+    even, odd = 2 * terms, 2 * terms + 1  # an even count ends on a subtracted term
+    s_lo, s_hi = partial(a, True, even), partial(b, True, odd)
+    c_lo, c_hi = partial(b, False, even), partial(a, False, odd)
+    if negative:
+        s_lo, s_hi = -s_hi, -s_lo
+    return c_lo, min(c_hi, Fraction(1)), s_lo, s_hi
+
+
+def cos_sin_bounds(p: int, f: float, bits: int) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+    """``(c_lo, c_hi, s_lo, s_hi)``: exact bounds of ``cos(p f)`` and ``sin(p f)``, tighter as
+    ``bits`` grows (the fixed point of :func:`_cos_sin_fixed`, or the series bounds of a
+    tiny angle)."""
+    theta = p * Fraction(f)
+    if theta != 0 and abs(theta) <= TINY_ANGLE:
+        return tiny_cos_sin(theta, theta, max(1, bits // 32))
+    c, s, e, w = _cos_sin_fixed(p, f, bits)
+    unit = Fraction(1, 1 << w)
+    return (c - e) * unit, (c + e) * unit, (s - e) * unit, (s + e) * unit
+
+
+def scaled(k: Fraction, lo: Fraction, hi: Fraction) -> tuple[Fraction, Fraction]:
+    """The interval ``k * [lo, hi]``."""
+    return (k * lo, k * hi) if k >= 0 else (k * hi, k * lo)
+
+
+def settled(lo: float, hi: float) -> bool:
+    """Both ends of an interval rounded to the same number, zeros of the same sign."""
+    return lo == hi and math.copysign(1.0, lo) == math.copysign(1.0, hi)
+
+
 # ----------------------------------------------------------------------- values
 
 
 def _settle(values, rounder):
-    """Ziv's loop: ``values(bits)`` gives ``[(value, error), ...]`` as exact Fractions; return
-    the rounded values once every interval rounds to one number."""
+    """Ziv's loop: ``values(bits)`` gives ``[(lo, hi), ...]`` as exact Fractions bounding each
+    wanted value; return the rounded values once every interval rounds to one number."""
     bits = FIRST_BITS
     while bits <= MAX_BITS:
         out = []
-        for value, err in values(bits):
-            lo, hi = rounder(value - err), rounder(value + err)
-            if lo != hi:
+        for lo, hi in values(bits):
+            a, b = rounder(lo), rounder(hi)
+            if not settled(a, b):
                 break
-            out.append(lo)
+            out.append(a)
         else:
             return tuple(out)
         bits *= 2
@@ -165,10 +228,10 @@ def _scaled_cos_sin(p: int, f: float, af: float):
     a = Fraction(af)
 
     def values(bits):
-        c, s, e, w = _cos_sin_fixed(p, f, bits)
-        scale = a / (1 << w)
-        err = abs(scale) * e
-        return ((c * scale, err), (s * scale, err))
+        c_lo, c_hi, s_lo, s_hi = cos_sin_bounds(p, f, bits)
+        if a == 0:  # exactly zero, whatever the sign of the cosine or sine
+            return ((Fraction(0), Fraction(0)),) * 2
+        return (scaled(a, c_lo, c_hi), scaled(a, s_lo, s_hi))
 
     return values
 
@@ -190,9 +253,11 @@ def rotate_f32(x1: float, x2: float, p: int, f: float, af: float = 1.0) -> tuple
     p, f = int(p), float(f)
 
     def values(bits):
-        c, s, e, w = _cos_sin_fixed(p, f, bits)
-        scale = a / (1 << w)
-        err = abs(scale) * (abs(u) + abs(v)) * e
-        return (((u * c - v * s) * scale, err), ((v * c + u * s) * scale, err))
+        c_lo, c_hi, s_lo, s_hi = cos_sin_bounds(p, f, bits)
+        uc, vs = scaled(u, c_lo, c_hi), scaled(v, s_lo, s_hi)
+        vc, us = scaled(v, c_lo, c_hi), scaled(u, s_lo, s_hi)
+        first = (uc[0] - vs[1], uc[1] - vs[0])
+        second = (vc[0] + us[0], vc[1] + us[1])
+        return (scaled(a, *first), scaled(a, *second))
 
     return _settle(values, _f32)

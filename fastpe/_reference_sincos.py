@@ -16,17 +16,24 @@ sets of :mod:`fastpe._freq`), in every output dtype.  Its route differs from the
 The loop ends because ``sin`` and ``cos`` of a non-zero algebraic number are transcendental
 (Lindemann), and every ``x * w_k`` here is algebraic (all parameters are doubles, ``n``
 rational); ``x = 0`` is answered directly.
+
+Tiny angles (``|x w_k| <= 2**-20``: a tiny timestep, or frequencies of ``1e-600`` that a huge
+``max_period`` gives) leave the fixed point, whose absolute error cannot settle a sine that
+underflows: ``w_k`` is bracketed in relative terms instead, and the series' alternating
+partial sums bound the sine and cosine (:func:`fastpe._reference_rope.tiny_cos_sin`).
+Below half the format's smallest subnormal the answer is a zero of ``x``'s sign and 1.
 """
 
 from __future__ import annotations
 
 import functools
-from decimal import Decimal, localcontext
+import math
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 
 from . import _dtypes
 from ._freq import Geometric, log_terms
-from ._reference_rope import FIRST_BITS, MAX_BITS, cos_sin_of_fixed_angle
+from ._reference_rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
 
 __all__ = ["sin_cos", "rows"]
 
@@ -55,12 +62,47 @@ def _cos_sin_fixed(x: Fraction, freqs: Geometric, k: int, bits: int) -> tuple[in
     return cos_sin_of_fixed_angle(t, abs(x) + 2, w)
 
 
+def _log_angle(x: Fraction, freqs: Geometric, k: int) -> float:
+    """``ln |x w_k|``, roughly (to decide which route an angle takes)."""
+    with localcontext() as ctx:
+        ctx.prec = 20
+        first, step = log_terms(freqs)
+        return math.log(abs(x.numerator)) - math.log(x.denominator) + float(first - k * step)
+
+
+def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
+    """The correctly rounded pair of a tiny angle ``x w_k`` (see the module docstring)."""
+    digits = 40
+    while digits <= MAX_BITS:
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emin, ctx.Emax = digits, MIN_EMIN, MAX_EMAX
+            first, step = log_terms(freqs)
+            arg = first - k * step
+            w = Fraction(arg.exp())
+        # the exponent's argument is off by |arg| 10**(1 - digits), the exponential by half a
+        # unit of its last digit: a relative bracket of both
+        eps = Fraction(int(abs(arg)) + 2, 10 ** (digits - 1))
+        ends = sorted((x * w * (1 - eps), x * w * (1 + eps)))
+        c_lo, c_hi, s_lo, s_hi = tiny_cos_sin(ends[0], ends[1], max(1, digits // 20))
+        rs = [_dtypes.round_fraction(v, fmt) for v in (s_lo, s_hi)]
+        rc = [_dtypes.round_fraction(v, fmt) for v in (c_lo, c_hi)]
+        if settled(*rs) and settled(*rc):
+            return rs[0], rc[0]
+        digits *= 2
+    raise RuntimeError("reference sincos: undecided")  # unreachable, as for the fixed point
+
+
 def sin_cos(x, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
     """Correctly rounded ``sin(x w_k)`` and ``cos(x w_k)`` in ``fmt`` (as Python floats), for
     an integer or a finite float ``x`` taken at its exact value."""
     x = Fraction(x)
     if x == 0:
         return 0.0, 1.0
+    log_angle = _log_angle(x, freqs, k)
+    if log_angle < (fmt.emin - fmt.mant_bits - 1) * math.log(2) - 1:  # below half the least subnormal
+        return (-0.0 if x < 0 else 0.0), 1.0
+    if log_angle < math.log(TINY_ANGLE) - 1:
+        return _tiny_sin_cos(x, freqs, k, fmt)
     bits = FIRST_BITS
     while bits <= MAX_BITS:
         c, s, e, w = _cos_sin_fixed(x, freqs, k, bits)

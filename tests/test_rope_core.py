@@ -163,6 +163,35 @@ def test_reference_exact_cases():
     assert _reference_rope.cos_sin_f32(12345, 0.0, 2.0) == (2.0, 0.0)
 
 
+def _bits_and_sign(x: float) -> tuple[float, float]:
+    return x, math.copysign(1.0, x)
+
+
+def test_reference_tiny_angles_keep_their_sign():
+    """A tiny angle's sine underflows float32: the fixed point once left its sign undecided
+    and settled on -0.0 (its interval straddled 0); the series bounds give +0.0, or -0.0
+    for a negative attention factor, and the rounding of tiny values that do not underflow."""
+    f = 1e-150  # base 1e300, head_dim 4: the second frequency
+    assert [_bits_and_sign(v) for v in _reference_rope.cos_sin_f32(1, f)] == [(1.0, 1.0), (0.0, 1.0)]
+    assert [_bits_and_sign(v) for v in _reference_rope.cos_sin_f32(1, f, -2.0)] == [(-2.0, -1.0), (0.0, -1.0)]
+    assert _reference_rope.cos_sin_f64(3, 1e-300) == (1.0, 3e-300)
+    assert _reference_rope.cos_sin_f32(7, 2.0**-30) == (1.0, mp_round_f32(mpmath.sin(mpmath.mpf(7) * 2**-30)))
+    assert _bits_and_sign(_reference_rope.rotate_f32(0.0, 1.0, 1, f)[0]) == (-0.0, -1.0)
+
+
+@pytest.mark.parametrize("af", [-0.5, 0.0, 2.0])
+def test_exact_zeros_are_positive_on_every_backend(backend, af):
+    """sin 0 times a negative attention factor, or anything times af = 0, is the exact value
+    0: +0.0 on every backend (the compiled ones once wrote -0.0)."""
+    for dt in (np.float32, np.float16):
+        oc, os_ = np.empty((2, 2), dt), np.empty((2, 2), dt)
+        cos_sin_from_inv_freq([0, 3], [1.0], af, out_cos=oc, out_sin=os_, backend=backend)
+        ref_c, ref_s = np.empty_like(oc), np.empty_like(os_)
+        cos_sin_from_inv_freq([0, 3], [1.0], af, out_cos=ref_c, out_sin=ref_s, backend="python")
+        assert oc.tobytes() == ref_c.tobytes() and os_.tobytes() == ref_s.tobytes()
+        assert os_.view(np.uint16 if dt == np.float16 else np.uint32)[0, 0] == 0  # +0.0
+
+
 # --------------------------------------------------------------------------- cos / sin
 
 
