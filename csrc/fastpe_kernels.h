@@ -295,7 +295,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
  * RoPE: the twin of the "RoPE" section of fastpe/_numba/kernels.py.  For position p and
  * frequency f_i (the exact value of a double inv_freq, words from frequency_turns):
  *     c, s = the anchored product above, unless |c| or |s| < 2**-14, then the exact path at p;
- *     C = af * c, S = af * s.
+ *     C = af * c, S = af * s (an exact zero written +0.0, as the exact value 0 is).
  * The tiny test is on the unscaled product (its error, < 2**-46 absolute, stays below 2**-32
  * relative for any attention factor af).  cos_sin writes (float)C, (float)S; apply writes
  * (float)(x1*C - x2*S), (float)(x2*C + x1*S) from the float32 inputs widened to double.
@@ -335,16 +335,16 @@ static FASTPE_ALWAYS_INLINE void fastpe_rope_row_(double p, const double *FASTPE
             }
         }
     }
-    for (ptrdiff_t i = 0; i < n_freq; i++) {
-        c_out[i] = af * c_out[i];
-        s_out[i] = af * s_out[i];
+    for (ptrdiff_t i = 0; i < n_freq; i++) { /* + 0.0: an exact zero is +0.0, as in numba */
+        c_out[i] = af * c_out[i] + 0.0;
+        s_out[i] = af * s_out[i] + 0.0;
     }
 }
 
 /* float32 C and S of one product, written to the two columns of its frequency */
 #define FASTPE_ROPE_PUT_(C0, C1, S0, S1, c, s)                                                   \
     do {                                                                                         \
-        float cf_ = (float)(af * (c)), sf_ = (float)(af * (s));                                  \
+        float cf_ = (float)(af * (c) + 0.0), sf_ = (float)(af * (s) + 0.0);                      \
         C0 = cf_;                                                                                \
         C1 = cf_;                                                                                \
         S0 = sf_;                                                                                \
@@ -591,9 +591,10 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, 
                                                            double v3, double v4, double *s_out,
                                                            double *c_out)
 {
-    double big = 134217729.0 * x; /* 2**27 + 1 */
-    double xh = big - (big - x);
-    double xl = x - xh;
+    double ax = fabs(x); /* the angle of |x|; the sine's sign flipped for x < 0, as numba */
+    double big = 134217729.0 * ax; /* 2**27 + 1 */
+    double xh = big - (big - ax);
+    double xl = ax - xh;
     double s = fastpe_centred_(xh * v1);
     double e = 0.0;
     fastpe_add_turns_(&s, fastpe_centred_(xl * v1), &e);
@@ -601,7 +602,9 @@ static FASTPE_ALWAYS_INLINE void fastpe_sincos_real_turns_(double x, double v1, 
     fastpe_add_turns_(&s, fastpe_centred_(xl * v2), &e);
     fastpe_add_turns_(&s, fastpe_centred_(xh * v3), &e);
     fastpe_add_turns_(&s, fastpe_centred_(xl * v3), &e);
-    fastpe_sincos_of_turn_(s, e + x * v4, s_out, c_out, 1);
+    fastpe_sincos_of_turn_(s, e + ax * v4, s_out, c_out, 1);
+    if (x < 0.0)
+        *s_out = -*s_out;
 }
 
 /* table[t][0][k], table[t][1][k] = cos, sin of x[t] and frequency k, rows [row_begin, row_end) */

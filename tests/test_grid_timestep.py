@@ -202,6 +202,20 @@ def test_timestep_tiny_negative_t_keeps_its_sign(backend, dt):
     assert np.array_equal(got[0, :2], -got[4, :2])
 
 
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+def test_timestep_underflowing_sines_keep_their_sign(backend, dt):
+    """The sine of a negative angle that underflows is -0.0 (the compiled backends once gave
+    +0.0), and frequencies of 1e-600 (max_period=1e300, shift 7.5) are settled by the
+    reference (it once raised 'undecided') as 0 and 1."""
+    got = fastpe.timestep([-5e-324, 5e-324], 2, shift=0.0, dtype=dt, backend=backend)
+    assert [math.copysign(1.0, v) for v in got[:, 0]] == [-1.0, 1.0]
+    assert (np.abs(got[:, 0]) <= 5e-324).all()  # float64: within the documented 2**-45
+    big = fastpe.timestep([1.0, -1.0], 16, shift=7.5, max_period=1e300, dtype=dt, backend=backend)
+    assert big[0, 0] == np.array(math.sin(1.0)).astype(dt) and big[1, 0] == -big[0, 0]
+    assert (big[:, 1:8] == 0).all() and (big[:, 9:] == 1).all()
+    assert [math.copysign(1.0, v) for v in big[:, 1]] == [1.0, -1.0]
+
+
 def _near_quarter_turns(n: int, seed: int) -> np.ndarray:
     """Doubles nearest ``k * pi/2`` for random ``k < 2**22``: angles within ~1e-10 of a zero
     of sin or cos, where the reduction must keep ~85 bits."""

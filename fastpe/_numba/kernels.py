@@ -173,7 +173,9 @@ sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
 # exact value of a double inv_freq, split into words by fastpe._plan.frequency_turns):
 #     c, s = the anchored product, as above (a = p - p % STEPS, m = p % STEPS),
 #     unless |c| or |s| is below TINY64: then (c, s) come from the exact path at p;
-#     C = af * c,  S = af * s   (af the attention factor, one rounding each).
+#     C = af * c,  S = af * s   (af the attention factor, one rounding each),
+#     an exact zero written +0.0 (`+ 0.0`), as the exact value 0 is: sin 0 times a negative
+#     af, or af = 0, would otherwise leave -0.0, a bit the reference does not give.
 # The tiny test is on the *unscaled* product: its absolute error (< 2**-46) is then below
 # 2**-32 of |c| and |s| whatever af is, and scaling multiplies value and error alike.  (A test
 # on af * c would let a large af pass values whose relative error is far above 2**-24.)
@@ -210,8 +212,8 @@ def _rope_row(p, turns, sa, ca, cm, sm, af, c_out, s_out):
                 c_out[i] = c
                 s_out[i] = s
     for i in range(n_freq):
-        c_out[i] = af * c_out[i]
-        s_out[i] = af * s_out[i]
+        c_out[i] = af * c_out[i] + 0.0
+        s_out[i] = af * s_out[i] + 0.0
 
 
 def _rope_table(positions, turns, steps, af, table):
@@ -250,8 +252,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
                 n_tiny += 1
             if abs(s) < TINY64:
                 n_tiny += 1
-            cf = np.float32(af * c)
-            sf = np.float32(af * s)
+            cf = np.float32(af * c + 0.0)
+            sf = np.float32(af * s + 0.0)
             oc[i] = cf
             oc[n + i] = cf
             os_[i] = sf
@@ -264,8 +266,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
                 n_tiny += 1
             if abs(s) < TINY64:
                 n_tiny += 1
-            cf = np.float32(af * c)
-            sf = np.float32(af * s)
+            cf = np.float32(af * c + 0.0)
+            sf = np.float32(af * s + 0.0)
             oc[2 * i] = cf
             oc[2 * i + 1] = cf
             os_[2 * i] = sf
@@ -276,8 +278,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
             s = sa[i] * cm[i] + ca[i] * sm[i]
             if abs(c) < TINY64 or abs(s) < TINY64:
                 s, c = sincos_turns(p, turns[0, i], turns[1, i], turns[2, i], turns[3, i])
-                cf = np.float32(af * c)
-                sf = np.float32(af * s)
+                cf = np.float32(af * c + 0.0)
+                sf = np.float32(af * s + 0.0)
                 j, k = (i, n + i) if neox else (2 * i, 2 * i + 1)
                 oc[j] = cf
                 oc[k] = cf
@@ -448,17 +450,21 @@ def sincos_real_turns(x, v1, v2, v3, v4):
     21-bit word is exact.  ``x`` and ``xl`` may be negative, so each product is reduced to
     its *centred* fraction (less the nearest integer, exact whatever the sign); the six are
     summed with error-free two-sums (re-centred at each step), as in :func:`sincos_turns`.
-    The quarter-turn step takes the centred turn as it takes one in ``[0, 1)``.
+    The quarter-turn step takes the centred turn as it takes one in ``[0, 1)``.  The angle is
+    that of ``|x|``, the sine's sign flipped for a negative ``x`` (sine odd, cosine even), so
+    a negative sine that underflows keeps its sign (``-0.0``, as the exact value rounds).
     """
-    big = 134217729.0 * x  # 2**27 + 1
-    xh = big - (big - x)
-    xl = x - xh
+    ax = abs(x)
+    big = 134217729.0 * ax  # 2**27 + 1
+    xh = big - (big - ax)
+    xl = ax - xh
     s, e = _add_turns(_centred(xh * v1), _centred(xl * v1), 0.0)
     s, e = _add_turns(s, _centred(xh * v2), e)
     s, e = _add_turns(s, _centred(xl * v2), e)
     s, e = _add_turns(s, _centred(xh * v3), e)
     s, e = _add_turns(s, _centred(xl * v3), e)
-    return _sincos_of_turn(s, e + x * v4)
+    sv, cv = _sincos_of_turn(s, e + ax * v4)
+    return (-sv if x < 0.0 else sv), cv
 
 
 def _sincos_real(x, turns, layout, out):
