@@ -266,9 +266,12 @@ def add_rows(x, pe, scale) -> None:
 
     def run(lo, hi):
         part = x[lo:hi]
-        if factor is not None:
-            np.multiply(part, factor, out=part)
-        part += pe
+        # IEEE results (inf * 0 is NaN, overflow is inf) without NumPy's warnings, as the
+        # numba kernel gives them: a warning is not a property of the values
+        with np.errstate(all="ignore"):
+            if factor is not None:
+                np.multiply(part, factor, out=part)
+            part += pe
 
     _split(run, x.shape[0], x.size)
 

@@ -139,6 +139,11 @@ def add_rows(x, pe, scale) -> None:
     """Element by element, each operation rounded to x's dtype as NumPy's scalars do."""
     t = x.dtype.type
     factor = None if scale is None else t(scale)
+    with np.errstate(all="ignore"):  # IEEE results, no warnings, as the compiled backends
+        _add_rows_loop(x, pe, factor, t)
+
+
+def _add_rows_loop(x, pe, factor, t) -> None:
     for b in range(x.shape[0]):
         for s in range(x.shape[1]):
             for j in range(x.shape[2]):

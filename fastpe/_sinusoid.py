@@ -183,7 +183,10 @@ def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0) -> np.ndarra
     ``past_key_values_length``).  int64, the shape of ``tokens``."""
     padding_idx = check_int("padding_idx", padding_idx, low=0, high=_INT64_MAX)
     offset = check_int("offset", offset, low=0, high=_INT64_MAX)
-    tok = np.asarray(tokens)
+    try:
+        tok = np.asarray(tokens)
+    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+        raise ValueError(f"tokens must be an integer array of shape (..., seq): {exc}") from None
     if tok.dtype.kind not in "iu" or tok.ndim < 1:
         raise TypeError(f"tokens must be an integer array of shape (..., seq), got {tok.dtype} {tok.shape}")
     if padding_idx + offset + tok.shape[-1] > _INT64_MAX:  # the largest position is below this

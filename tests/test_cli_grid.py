@@ -371,3 +371,10 @@ def test_running_out_of_memory_anyway_is_one_line_exit_1(in_tmp, monkeypatch):
     line = assert_one_line_error(run("grid", "--height", 2, "--width", 2, "--dim", 4), code=1)
     assert line == "Error: not enough memory: Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)"
     assert os.listdir(in_tmp) == []
+
+
+def test_timestep_from_a_file_of_nan_names_the_option_and_the_file(in_tmp):
+    np.save("t.npy", np.array([1.0, np.nan]))
+    line = assert_one_line_error(run("timestep", "--dim", 4, "--from", "t.npy"))
+    assert "'--from'" in line and "'t.npy'" in line and "t must be finite" in line
+    assert sorted(os.listdir(in_tmp)) == ["t.npy"]

@@ -385,3 +385,12 @@ def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)
     result = CliRunner().invoke(main, ["rope", "--head-dim", 64, "--max-len", 4, "--scaling", str(fifo)])
     assert result.exit_code == 2 and "is not a regular file" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("text", ['{"a": ' * 3000 + "1" + "}" * 3000, "[" * 5000])
+def test_scaling_nested_too_deeply_is_exit_2(tmp_path, text):
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    for value in (str(path),) + ((text,) if text.startswith("{") else ()):
+        result = CliRunner().invoke(main, ["rope", "--head-dim", 8, "--max-len", 4, "--scaling", value])
+        assert result.exit_code == 2 and "nested too deeply" in result.stderr, result.output

@@ -409,3 +409,22 @@ def test_plan_words_equal_a_separate_exponential_per_frequency(freqs):
         for k in range(freqs.count):
             want = split_turns((first - k * step).exp() * inv_two_pi)
             assert tuple(got[:, k]) == want, k
+
+
+def test_add_gives_ieee_results_without_warnings_on_every_backend(backend):
+    """inf * 0 and overflow: NaN and inf, with no RuntimeWarning on any backend (NumPy's
+    multiply once warned on two backends of three, an error where warnings are errors)."""
+    import warnings
+
+    x = np.array([[np.inf, 3e38, 1.0, -np.inf]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fastpe.add_(x, scale=0.0, backend=backend)
+        y = fastpe.add_(np.array([[3e38, 1.0]], np.float32), scale=1e10, backend=backend)
+    assert np.isnan(x[0, 0]) and np.isnan(x[0, 3]) and x[0, 1] == 0.0 + fastpe.table(4, 1)[0, 1]
+    assert np.isinf(y[0, 0]) and y[0, 1] == np.float32(1e10) + np.float32(1.0)
+
+
+def test_fairseq_positions_of_ragged_tokens_names_tokens():
+    with pytest.raises(ValueError, match=r"tokens must be an integer array of shape \(\.\.\., seq\)"):
+        fastpe.fairseq_positions([[1], [1, 2]], 1)

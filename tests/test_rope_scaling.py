@@ -708,3 +708,11 @@ def test_every_key_is_refused_by_name_or_computed_exactly(case):
     assert math.isfinite(attention) and abs(attention) <= _scaling.MAX_ATTENTION_FACTOR
     ref, ref_attention = twin.inv_freq(rope.resolve(head_dim, **kwargs), seq_len)
     assert ulps64(inv, ref) <= 1 and ulps64([attention], [ref_attention]) <= 1, (kwargs, seq_len)
+
+
+@pytest.mark.parametrize("value, exc", [(math.nan, TypeError), ("nope", ValueError)])
+def test_a_bad_legacy_type_key_is_named_as_written(value, exc):
+    with pytest.raises(exc, match=r"scaling\['type'\]"):
+        rope.inv_freq(8, scaling={"type": value})
+    with pytest.raises(exc, match=r"scaling\['rope_type'\]"):
+        rope.inv_freq(8, scaling={"rope_type": value, "type": "linear"})

@@ -63,6 +63,8 @@ def read_scaling(value: str) -> tuple[str, dict]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise click.BadParameter(f"{where} is nested too deeply to be a rope config") from None
     if data is None:
         return "scaling", {}
     if not isinstance(data, dict):

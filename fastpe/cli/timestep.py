@@ -76,7 +76,10 @@ def _values(ctx, param, value):
 
 
 def _from(ctx, param, value):
-    return None if value is None else read_values(value)
+    if value is None:
+        return None
+    ctx.meta["fastpe.timestep.from"] = value  # to name the file if its values are refused
+    return read_values(value)
 
 
 def _output(ctx, param, value):
@@ -143,6 +146,14 @@ def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period:
         t = np.arange(steps, dtype=np.float64)
     else:
         t = np.asarray(values if values is not None else from_file)
+    if from_file is not None:  # the file's values, checked as the library will, named by the option
+        from .._validate import check_real_positions
+
+        try:
+            check_real_positions(t, "t")
+        except (TypeError, ValueError) as exc:
+            where = ctx.meta["fastpe.timestep.from"]
+            raise click.BadParameter(f"{where!r}: {exc}", param_hint="'--from'") from None
     array, compute_s, write_s = write_npy(
         path, lambda: fastpe.timestep(t, dim, max_period=max_period, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
                                       scale=scale, dtype=dtype, backend=name)

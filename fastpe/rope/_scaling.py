@@ -228,14 +228,15 @@ def _factor_list(name: str, value, n: int) -> tuple[float, ...]:
 
 def _rope_type(scaling: Mapping) -> str:
     # HF: ``rope_type`` wins; the legacy ``type`` fills in when it is absent
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    key = "rope_type" if "rope_type" in scaling else "type"  # the key the caller wrote
+    rope_type = scaling.get(key, "default")
     if rope_type is None:
         rope_type = "default"
     if not isinstance(rope_type, str):
-        raise TypeError(f"scaling['rope_type'] must be a string, got {type(rope_type).__name__} {rope_type!r}")
+        raise TypeError(f"scaling[{key!r}] must be a string, got {type(rope_type).__name__} {rope_type!r}")
     rope_type = _ALIASES.get(rope_type, rope_type)
     if rope_type not in ROPE_TYPES:
-        raise ValueError(f"scaling['rope_type'] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
+        raise ValueError(f"scaling[{key!r}] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
     return rope_type
 
 
