@@ -61,5 +61,5 @@ bench-compare: setup
 	$(PY) bench/compare.py --run $(BENCH_DIR)/current.json --baseline $(BENCH_DIR)/baseline.json $(BENCH_ARGS)
 
 clean:
-	rm -rf build dist *.egg-info fastpe/_ext*.so csrc/*.c .pytest_cache .benchmarks
+	rm -rf build dist *.egg-info fastpe/_backends/cython/_ext*.so csrc/*.c .pytest_cache .benchmarks
 	find . -name __pycache__ -prune -exec rm -rf {} +

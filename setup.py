@@ -1,6 +1,6 @@
 """Declares fastpe's optional compiled extensions; the project metadata is in pyproject.toml.
 
-``fastpe._ext`` and ``fastpe._ext_bias`` (together the ``cython`` backend, built from
+``fastpe._backends.cython._ext`` and ``fastpe._backends.cython._ext_bias`` (together the ``cython`` backend, built from
 ``csrc/``) are optional: when they cannot be built -- no C compiler, no Cython -- the install
 goes on without them, after a one-line warning, and fastpe uses its other backends.
 Environment variables:
@@ -17,9 +17,9 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-EXT_NAME = "fastpe._ext"
+EXT_NAME = "fastpe._backends.cython._ext"
 #: the attention-bias kernels (ALiBi, T5 buckets); the cython backend needs both
-BIAS_EXT_NAME = "fastpe._ext_bias"
+BIAS_EXT_NAME = "fastpe._backends.cython._ext_bias"
 
 
 def _env_flag(name: str) -> bool:

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 import fastpe
-from fastpe._registry import BACKENDS
+from fastpe._backends.registry import BACKENDS
 
 __all__ = [
     "Unavailable",

@@ -18,7 +18,7 @@ is installed):
 The verdict (one line, exit status 0 if it passes, 1 if not) is
 ``peak(write) <= peak(warm) + budget + slack``: what the table's size may add to the
 process is the budget.  The free space of ``--dir`` is checked first (the table, plus a
-margin, must fit), the written size is compared with ``fastpe._save.output_size`` (the
+margin, must fit), the written size is compared with ``fastpe._io.save.output_size`` (the
 figure the free-space check uses), and the file is deleted at the end.  Not a test: it
 writes gigabytes.
 """
@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, ROOT)
-    from fastpe import _dtypes, _save
+    from fastpe import _dtypes
+    from fastpe._io import save as _save
 
     itemsize = _dtypes.resolve(args.dtype).itemsize
     max_len = max(1, int(args.gb * GiB) // (args.d_model * itemsize))

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, embedsignature=True
 """Compiled attention-bias kernels of the ``cython`` backend (ALiBi, T5 buckets), built from
-``csrc/fastpe_bias.h`` (see fastpe._cython_bias).
+``csrc/fastpe_bias.h`` (see fastpe._backends.cython._bias).
 
 The functions take arrays the caller has already validated.  They check only what memory
 safety needs (shapes, ranges), then release the GIL for the loop, so Python threads can fill

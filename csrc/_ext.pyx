@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, embedsignature=True
-"""Compiled kernels of the ``cython`` backend, built from ``csrc/`` (see fastpe._cython).
+"""Compiled kernels of the ``cython`` backend, built from ``csrc/`` (see fastpe._backends.cython).
 
 The functions take arrays the caller has already validated and converted.  They check only
 what memory safety needs (shapes, row bounds, positions below 2**32), then release the GIL
@@ -129,7 +129,7 @@ def sinusoid_forward(const uint32_t[::1] positions, const double[:, ::1] turns,
                      Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
     """Fill rows ``[row_begin, row_end)`` of ``out`` (all by default) for ``positions``.
 
-    ``turns`` is ``fastpe._plan.sinusoid_turns(d_model, base)``, ``steps`` its table from
+    ``turns`` is ``fastpe._plans.words.sinusoid_turns(d_model, base)``, ``steps`` its table from
     :func:`sincos_steps`.  ``wide=False`` runs the baseline copy of the kernel even where
     AVX2 is available (same bits; for tests).
     """
@@ -196,7 +196,7 @@ def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
     """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(positions), 2, n_freq)``):
     ``table[t, 0, i], table[t, 1, i]`` = the doubles ``C, S`` of ``positions[t]``.
 
-    ``turns`` is ``fastpe._plan.frequency_turns(inv_freq)``, ``steps`` its table from
+    ``turns`` is ``fastpe._plans.words.frequency_turns(inv_freq)``, ``steps`` its table from
     :func:`sincos_steps`.
     """
     _check_rope_plan(turns, steps)
@@ -380,7 +380,7 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
 
 
 # ----------------------------------------------------------------------- sinusoid families
-# Rows of any geometric frequency set in a layout (fastpe._layout), float32 or float64: the
+# Rows of any geometric frequency set in a layout (fastpe._plans.layouts), float32 or float64: the
 # (cos, sin) doubles of a block of rows -- fastpe_rope_table with af = 1 (integer positions)
 # or fastpe_sincos_real (real positions) -- then laid out and rounded (a C cast: round to
 # nearest, as NumPy's and numba's are).

@@ -1,5 +1,5 @@
 /*
- * fastpe_bias.h -- the C twin of fastpe/_numba/bias.py: ALiBi biases and T5 buckets.
+ * fastpe_bias.h -- the C twin of fastpe/_backends/numba/bias.py: ALiBi biases and T5 buckets.
  *
  * Same operations in the same order as the numba kernels; compiled without floating-point
  * contraction (-ffp-contract=off) and without -ffast-math, so the bits are the same.  The

@@ -1,12 +1,12 @@
 /*
- * fastpe_kernels.h -- the C twin of fastpe/_numba/kernels.py.
+ * fastpe_kernels.h -- the C twin of fastpe/_backends/numba/kernels.py.
  *
  * Same algorithm, same operation sequence, same constants.  Compiled without floating-point
  * contraction (-ffp-contract=off) and without -ffast-math, every output is bit-identical to
  * the numba backend's, whatever instruction set runs it.  The algorithm is explained in
- * fastpe/_plan.py (each frequency split into words v1..v4 so that p*v1, p*v2, p*v3 are
- * exact) and fastpe/_poly.py (the polynomials).  Kernels assume validated input: positions
- * below 2**32 and the plan of fastpe._plan.sinusoid_turns (or frequency_turns, for RoPE).
+ * fastpe/_plans/words.py (each frequency split into words v1..v4 so that p*v1, p*v2, p*v3 are
+ * exact) and fastpe/_plans/poly.py (the polynomials).  Kernels assume validated input: positions
+ * below 2**32 and the plan of fastpe._plans.words.sinusoid_turns (or frequency_turns, for RoPE).
  * They never fail.
  *
  * The column loops have no libm call and no data-dependent branch, so compilers vectorise
@@ -63,7 +63,7 @@
 
 /*
  * Taylor coefficients of sin(2*pi*r) and cos(2*pi*r), r in turns: written exactly as the hex
- * strings of fastpe/_poly.py (a test compares fastpe._ext.coefficients() with them).
+ * strings of fastpe/_plans/poly.py (a test compares fastpe._backends.cython._ext.coefficients() with them).
  */
 #define FASTPE_S0 (0x1.921fb54442d18p+2)
 #define FASTPE_S1 (-0x1.4abbce625be53p+5)
@@ -172,7 +172,7 @@ static inline void fastpe_sincos_turns(double p, double v1, double v2, double v3
 }
 
 /*
- * Rows.  Every value is defined the same way whichever kernel writes it (fastpe/_plan.py,
+ * Rows.  Every value is defined the same way whichever kernel writes it (fastpe/_plans/words.py,
  * "anchored products"): with a = p - p % FASTPE_STEPS and m = p % FASTPE_STEPS,
  *     sin(p w) = sin(a w) cos(m w) + cos(a w) sin(m w),  cos likewise,
  * from the exact-path doubles of the anchor and of the cached step, rounded to float32 --
@@ -292,7 +292,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
     }
 
 /*
- * RoPE: the twin of the "RoPE" section of fastpe/_numba/kernels.py.  For position p and
+ * RoPE: the twin of the "RoPE" section of fastpe/_backends/numba/kernels.py.  For position p and
  * frequency f_i (the exact value of a double inv_freq, words from frequency_turns):
  *     c, s = the anchored product above, unless |c| or |s| < 2**-14, then the exact path at p;
  *     C = af * c, S = af * s (an exact zero written +0.0, as the exact value 0 is).

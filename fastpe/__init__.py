@@ -5,12 +5,20 @@
 
 from __future__ import annotations
 
-from ._api import forward, table
 from ._backends import available_backends
-from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
-from ._info import info
-from ._save import save_table
-from ._sinusoid import add_, fairseq_embedding, fairseq_positions, timestep
+from ._diagnostics import info
+from ._io.save import save_table
+from .sinusoid import (
+    DEFAULT_BASE,
+    DEFAULT_MAX_LEN,
+    PosEncConfig,
+    add_,
+    fairseq_embedding,
+    fairseq_positions,
+    forward,
+    table,
+    timestep,
+)
 
 __version__ = "0.1.0"
 

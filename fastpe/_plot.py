@@ -148,8 +148,8 @@ def _check_total(name: str, rows: int, cols: int) -> None:
 
 def table_heatmap(d_model: int, max_len: int, *, base: float = 10000.0, backend: str | None = None) -> Heatmap:
     """The sinusoidal table, ``fastpe.table(d_model, max_len, base=base)``."""
-    from ._api import table
-    from ._config import PosEncConfig
+    from .sinusoid import table
+    from .sinusoid import PosEncConfig
 
     cfg = PosEncConfig(d_model, max_len, base)
     _check_total("the table", cfg.max_len, cfg.d_model)

@@ -176,7 +176,7 @@ def check_no_overlap(out: np.ndarray, other, name: str = "out", other_name: str 
 # --------------------------------------------------------------------------- RoPE
 
 #: the largest inverse frequency (radians per position) the exactness analysis covers: the
-#: plan's words (``fastpe._plan``) keep the reduced angle to ~``2**-75`` turns at
+#: plan's words (``fastpe._plans.words``) keep the reduced angle to ~``2**-75`` turns at
 #: ``p < 2**32`` up to this frequency (``2**-85`` at a frequency of 1).  Every RoPE formula in
 #: use gives at most 1 (``base**0``), a LongRoPE factor below one a little more.
 MAX_INV_FREQ = 1024.0

@@ -31,7 +31,7 @@ Exactness.  A slope ``2**-e`` whose exponent is not an integer is irrational, an
 true value for long distances.  Every finite value here is the correctly rounded float32 of
 the *exact* product (slope times integer distance), zero distance gives ``+0.0``.  The
 kernels split the slope into three 21-bit words and a remainder (as
-:func:`fastpe._plan.split_turns`), form the products exactly, sum them without error into a
+:func:`fastpe._plans.words.split_turns`), form the products exactly, sum them without error into a
 double-double and round that once, resolving a float32 midpoint by the low part -- so the
 result is correctly rounded unless the exact value lies within ``2**-100`` (relative) of a
 midpoint.  For each slope the tests take the distances below ``2**32`` whose products come
@@ -97,10 +97,10 @@ def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[
     exponent is ``max_bias * k / (2m)`` with ``k = 2(h + 1)`` (first ``m`` heads) or ``2(h -
     m) + 1``, so the slope is ``b**k`` with ``b = 2**(-max_bias / (2m))``.  ``b`` comes from
     :mod:`decimal` once; the powers by repeated multiplication of 256-bit significands, as
-    :func:`fastpe._plan.chain_turns` does for frequencies (``2m <= 2**17`` steps, each
+    :func:`fastpe._plans.words.chain_turns` does for frequencies (``2m <= 2**17`` steps, each
     truncation ``2**-255``).  The reference backend takes each slope's own exponential.
     """
-    from ._plan import PLAN_PREC, _significand
+    from ._plans.words import PLAN_PREC, _significand
 
     m = 1 << (n_heads.bit_length() - 1)
     num, den = max_bias.as_integer_ratio()  # den a power of two
@@ -133,10 +133,10 @@ def _slope_words(n_heads: int, max_bias: float) -> np.ndarray:
     Column ``h`` holds ``(w1, w2, w3, w4)``: three 21-bit doubles and a remainder whose sum is
     head ``h``'s slope to a relative ``2**-115`` (exactly, when the slope is a power of two),
     so ``n * w1``, ``n * w2``, ``n * w3`` are exact for every integer ``n < 2**32``: the top
-    116 bits of the slope chain (:func:`_slope_chain`), cut as :func:`fastpe._plan.split_turns`
+    116 bits of the slope chain (:func:`_slope_chain`), cut as :func:`fastpe._plans.words.split_turns`
     cuts.
     """
-    from ._plan import _words
+    from ._plans.words import _words
 
     exact, sigs, exps = _slope_chain(n_heads, max_bias)
     words = _words(list(sigs), list(exps))
@@ -158,7 +158,7 @@ def _round_slopes(n_heads: int, max_bias: float, fmt: _dtypes.Format) -> np.ndar
     of two take integer rounding of the bracket ``C -+ 2**-220``, then the reference if
     its ends round apart.
     """
-    from ._reference_bias import slope
+    from ._exact.bias import slope
 
     exact, sigs, exps = _slope_chain(n_heads, max_bias)
     p = fmt.mant_bits
@@ -316,7 +316,7 @@ def _narrow_line(narrow16, n_heads: int, max_bias: float, line: np.ndarray, dtyp
     products come nearest a tie, and none is that near).  No float32 scratch as large as
     the output, and no Python loop over the ties.
     """
-    from ._reference_bias import alibi_value
+    from ._exact.bias import alibi_value
 
     fmt = _dtypes.format_of(dtype)
     bf16 = fmt.name == "bfloat16"
@@ -332,7 +332,7 @@ def _narrow_line(narrow16, n_heads: int, max_bias: float, line: np.ndarray, dtyp
         w1, w2, w3, w4 = words[:, h]
         n += first
         d = n.astype(np.float64)
-        # fastpe._numba.bias.dd_product, element by element
+        # fastpe._backends.numba.bias.dd_product, element by element
         a, b, c, t = d * w1, d * w2, d * w3, d * w4
         s = a + b
         e1 = b - (s - a)

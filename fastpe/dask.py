@@ -49,8 +49,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         f"(or pip install 'dask[array]') ({exc})"
     ) from exc
 
-from . import _api, _backends
-from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
+from . import sinusoid as _api, _backends
+from .sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._dtypes import resolve as _resolve_dtype
 
 __all__ = ["table", "forward", "ROW_ALIGN", "MAX_BLOCKS"]
@@ -77,7 +77,7 @@ def _clip(text: str, limit: int = 300) -> str:
 def _fill_rows(config: PosEncConfig, start: int, out: np.ndarray, backend: str | None) -> None:
     """Fill ``out`` ``(n, d_model)`` with the table rows of positions ``start .. start+n-1``.
 
-    ``fastpe._api.table_rows`` is the table's own path (the same kernel call as
+    ``fastpe.sinusoid.table_rows`` is the table's own path (the same kernel call as
     :func:`fastpe.table`, every dtype); ``forward`` over the positions gives the same bits
     for float32 where that function is absent.
     """

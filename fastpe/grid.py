@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 from . import _backends, _dtypes
-from ._api import fill_rows
-from ._freq import Geometric
+from .sinusoid import fill_rows
+from ._plans.frequencies import Geometric
 from ._validate import MAX_D_MODEL, POSITION_LIMIT, check_base, check_choice, check_int
 
 __all__ = ["sincos_2d", "sincos_3d", "ORDERS"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import PosEncConfig, rope, table
 from . import forward as sinusoid_forward  # not to be read as the modules' forward
-from ._config import DEFAULT_BASE
+from .sinusoid import DEFAULT_BASE
 from ._validate import (
     POSITION_LIMIT,
     check_d_model,

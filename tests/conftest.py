@@ -7,7 +7,7 @@ import os
 import pytest
 
 import fastpe
-from fastpe._registry import BACKENDS
+from fastpe._backends.registry import BACKENDS
 
 #: backends that load here (the ``python`` reference always does)
 AVAILABLE = fastpe.available_backends()

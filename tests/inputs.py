@@ -4,7 +4,7 @@ Every test that needs positions, columns, table sizes or bases takes them from h
 "hard" means the same thing everywhere.  All choices are seeded and reproducible.
 
 Exact values come from mpmath at :data:`EXACT_DPS` digits and are rounded to float32 from
-mpmath's own binary representation -- independently of :mod:`fastpe._reference`, which
+mpmath's own binary representation -- independently of :mod:`fastpe._exact.sinusoid_decimal`, which
 works in :mod:`decimal`, so the two check each other.
 
 Import as ``from inputs import ...`` (pytest puts ``tests/`` on ``sys.path``).

@@ -2,7 +2,7 @@
 
 Exact values come from mpmath at ~300 bits, rounded to each format by :func:`mp_round`
 (scaled to the format's quantum and rounded half-to-even by ``mpmath.nint``): independent of
-:mod:`fastpe._reference_bias`, which brackets the slope in :mod:`decimal`.  Sizes stay small
+:mod:`fastpe._exact.bias`, which brackets the slope in :mod:`decimal`.  Sizes stay small
 where the python backend runs; the large cases use the compiled backends only.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fastpe import _backends, _dtypes, alibi
-from fastpe._reference_bias import alibi_distance, alibi_value
+from fastpe._exact.bias import alibi_distance, alibi_value
 from conftest import AVAILABLE, FAST
 
 mpmath.mp.prec = 300
@@ -126,7 +126,7 @@ def test_slopes_undecided_by_the_chain_take_the_reference(monkeypatch):
     """A head whose bracket straddles a rounding boundary (forced here by a huge radius:
     float16's subnormal slopes take the bracket) is the reference's."""
     want = [mp_round(mp_slope(40, 30.3, h), "float16") for h in range(40)]
-    import fastpe._reference_bias as ref
+    import fastpe._exact.bias as ref
 
     asked = []
     slope = ref.slope
@@ -226,11 +226,11 @@ def _line(backend: str, words, dtype, first: int, length: int) -> np.ndarray:
     """The line kernel of a compiled backend, for distances ``first .. first + length - 1``."""
     line = np.empty((words.shape[1], length), dtype=dtype)
     if backend == "numba":
-        from fastpe._numba import bias
+        from fastpe._backends.numba import bias
 
         bias.alibi_line_serial(words, line.dtype == np.float32, first, 1 + (length - 1) // bias.LINE_BLOCK, line)
     else:
-        from fastpe import _ext_bias
+        from fastpe._backends.cython import _ext_bias
 
         _ext_bias.alibi_line(words, line, 0, -1, first)
     return line
@@ -296,7 +296,7 @@ def test_large_output_takes_the_parallel_path(form, monkeypatch):
     if "numba" in FAST:
         import numba
 
-        from fastpe._numba import bias as nb
+        from fastpe._backends.numba import bias as nb
 
         if numba.get_num_threads() == 1:
             expected.discard("numba")  # one thread: numba always runs the serial twin
@@ -304,7 +304,7 @@ def test_large_output_takes_the_parallel_path(form, monkeypatch):
         fill = nb.alibi_fill_parallel
         monkeypatch.setattr(nb, "alibi_fill_parallel", lambda *a: (calls.append("numba"), fill(*a)))
     if "cython" in FAST:
-        from fastpe import _cython
+        from fastpe._backends import cython as _cython
 
         run_blocks = _cython._run_blocks
         monkeypatch.setattr(_cython, "threads", lambda: 2)
@@ -410,7 +410,7 @@ def test_narrow_ties_too_near_to_call_go_to_the_reference(monkeypatch):
     """A tie the double-double cannot settle (forced here: every one) is decided by the exact
     reference, with the same values as the double-double's."""
     want = alibi.bias(12, 1, 20000, form="bloom", max_bias=7.3, dtype="float16", backend=FAST[0])
-    import fastpe._reference_bias as ref
+    import fastpe._exact.bias as ref
 
     asked = []
     value = ref.alibi_value

@@ -1,4 +1,4 @@
-"""fastpe._atomic.atomic_write: all or nothing, whatever goes wrong."""
+"""fastpe._io.atomic.atomic_write: all or nothing, whatever goes wrong."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import threading
 import pytest
 
 import fastpe
-from fastpe import _atomic
-from fastpe._atomic import atomic_write
+from fastpe._io import atomic as _atomic
+from fastpe._io.atomic import atomic_write
 
 
 def listing(directory) -> list[str]:
@@ -150,7 +150,7 @@ def test_real_write_error_from_a_size_limit_leaves_nothing(tmp_path):
         import errno, resource, sys
         sys.path.insert(0, {str(root)!r})
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-        from fastpe._atomic import atomic_write
+        from fastpe._io.atomic import atomic_write
         for name in ("new.bin", "keep.bin"):
             try:
                 with atomic_write(name) as f:

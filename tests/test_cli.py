@@ -22,8 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 import fastpe
-from fastpe import _backends, _check, _save
-from fastpe._registry import BACKENDS
+from fastpe import _backends, _diagnostics as _check
+from fastpe._io import save as _save
+from fastpe._backends.registry import BACKENDS
 from fastpe.cli import main
 from conftest import fastpe_env
 
@@ -541,7 +542,7 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys, time
-        from fastpe import _save
+        from fastpe._io import save as _save
         from fastpe.cli import main
 
         def slow_write(file, layout, stream):

@@ -200,7 +200,7 @@ def _never(*args, **kwargs):  # pragma: no cover - reached only if the size chec
     (["t5-buckets", "--q-len", 4096, "--k-len", 8192], "4096 x 8192 int64"),
 ])
 def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypatch, args, array):
-    from fastpe import _save
+    from fastpe._io import save as _save
 
     monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
     monkeypatch.setattr(alibi, "bias", _never)

@@ -325,7 +325,7 @@ def _never(*args, **kwargs):  # pragma: no cover - reached only if the size chec
 
 @pytest.mark.parametrize(("args", "array"), TOO_BIG)
 def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypatch, args, array):
-    from fastpe import _save
+    from fastpe._io import save as _save
 
     monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
     for name in ("sincos_2d", "sincos_3d"):

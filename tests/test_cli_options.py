@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fastpe import _backends
-from fastpe._registry import BACKENDS
+from fastpe._backends.registry import BACKENDS
 from fastpe.cli import options
 
 

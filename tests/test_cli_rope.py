@@ -369,7 +369,7 @@ def test_process_writes_caches_from_a_config_json(llama3_config):
 
 
 def test_caches_larger_than_memory_are_refused_before_any_work(tmp_path, monkeypatch):
-    from fastpe import _save
+    from fastpe._io import save as _save
 
     monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
     monkeypatch.setattr(rope, "cos_sin", lambda *a, **k: pytest.fail("the library was called"))

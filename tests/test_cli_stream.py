@@ -25,7 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 import fastpe
-from fastpe import _api, _backends, _dtypes, _save
+from fastpe import sinusoid as _api, _backends, _dtypes
+from fastpe._io import save as _save
 from fastpe.cli import main
 table_cli = importlib.import_module("fastpe.cli.table")  # the package exports the command under this name
 from conftest import FAST, fastpe_env
@@ -445,7 +446,7 @@ def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
     code = textwrap.dedent(
         """
         import sys, time
-        from fastpe import _api
+        from fastpe import sinusoid as _api
         from fastpe.cli import main
 
         real, calls = _api.table_rows, []

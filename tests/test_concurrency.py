@@ -19,7 +19,7 @@ import pytest
 
 import fastpe
 from fastpe import PosEncConfig
-from fastpe._ulp import ulp_distance
+from fastpe._diagnostics import ulp_distance
 from conftest import fastpe_env
 
 N_THREADS = 16
@@ -131,14 +131,14 @@ import os, sys, multiprocessing as mp
 import numpy as np
 import fastpe
 from fastpe import PosEncConfig
-from fastpe._ulp import ulp_distance
+from fastpe._diagnostics import ulp_distance
 
 BACKEND = sys.argv[1]
 WITH_TORCH = sys.argv[2] == "1"
 N, D = (6, 10) if BACKEND == "python" else (600, 128)
 CFG = PosEncConfig(D)
 POS = np.random.default_rng(3).integers(0, 2**32, size=N, dtype=np.uint64)
-EXACT = np.array(__import__("fastpe._reference", fromlist=["x"]).sinusoid(POS.tolist(), D, 1e4), np.float32)
+EXACT = np.array(__import__("fastpe._exact.sinusoid_decimal", fromlist=["x"]).sinusoid(POS.tolist(), D, 1e4), np.float32)
 
 def families():
     small = BACKEND == "python"
@@ -244,7 +244,7 @@ with warnings.catch_warnings(record=True) as caught:
     fastpe.table(8, 4, backend="numba")  # the line that loads fastpe's numba backend
 for w in caught:
     print("warning", w.category.__name__, w.filename, w.lineno, "|", str(w.message))
-from fastpe import _numba
+from fastpe._backends.numba import backend as _numba
 print("fork-safe", _numba.THREADING.fork_safe)
 """
 

@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 from inputs import BASES, D_MODELS, POSITION_LIMIT, edge_positions, hard_positions, octave_positions
 
-from fastpe import _backends, _poly
-from fastpe._plan import sinusoid_turns
+from fastpe import _backends
+from fastpe._plans import poly as _poly
+from fastpe._plans.words import sinusoid_turns
 
 REQUIRE_EXT = os.environ.get("FASTPE_REQUIRE_EXT", "").strip() == "1"
 
 try:
-    from fastpe import _cython, _ext
+    from fastpe._backends import cython as _cython
+    from fastpe._backends.cython import _ext
 except ImportError as exc:
     MISSING = f"{type(exc).__name__}: {exc}"
 else:
@@ -32,7 +34,7 @@ if MISSING is not None:
         pytest.fail(
             f"FASTPE_REQUIRE_EXT is set but the extension does not load: {MISSING}", pytrace=False
         )
-    pytest.skip(f"compiled extension fastpe._ext not built ({MISSING})", allow_module_level=True)
+    pytest.skip(f"compiled extension fastpe._backends.cython._ext not built ({MISSING})", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +81,14 @@ def test_build_info():
 
 
 def test_definition_constants_match_numba():
-    kernels = pytest.importorskip("fastpe._numba.kernels")
+    kernels = pytest.importorskip("fastpe._backends.numba.kernels")
     assert _ext.STEPS == kernels.STEPS
     assert np.float32(_ext.TINY) == kernels.TINY
 
 
 @pytest.mark.parametrize("d_model, base", [(1, 10000.0), (63, 2.0), (512, 10000.0)])
 def test_steps_match_numba(numba_backend, d_model, base):
-    from fastpe._numba import _steps
+    from fastpe._backends.numba.backend import _steps
 
     want = _steps(d_model, base)
     got = _cython._steps(d_model, base)
@@ -232,7 +234,7 @@ def test_works_in_a_forked_child():
         """
         import os, sys
         import numpy as np
-        from fastpe import _cython
+        from fastpe._backends import cython as _cython
         _cython.PARALLEL_FROM = _cython.MIN_BLOCK = 1   # split even this small output
         out = np.empty((4000, 300), dtype=np.float32)
         _cython.sinusoid_range(0, 300, 10000.0, out)      # runs on helper threads

@@ -18,7 +18,7 @@ import dask  # noqa: E402
 
 import fastpe  # noqa: E402
 import fastpe.dask as fd  # noqa: E402
-from fastpe import _api  # noqa: E402
+from fastpe import sinusoid as _api  # noqa: E402
 
 from conftest import FAST, fastpe_env  # noqa: E402
 

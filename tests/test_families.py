@@ -1,6 +1,6 @@
 """Sinusoid families: layouts, the half-1 denominator, timescales, dtypes, add_, fairseq.
 
-Every backend is checked against the exact reference (fastpe._reference_sincos), the
+Every backend is checked against the exact reference (fastpe._exact.sincos), the
 reference against mpmath, and the conventions against the peers' published formulas
 (HF Marian / M2M100 / DistilBERT, tensor2tensor) within those peers' own float error.
 """
@@ -16,7 +16,7 @@ import pytest
 
 import fastpe
 from fastpe import _dtypes
-from fastpe._freq import Geometric
+from fastpe._plans.frequencies import Geometric
 
 from conftest import FAST
 from inputs import POSITION_LIMIT, f32_ulp_diff, octave_positions
@@ -62,7 +62,7 @@ def _round(x, fmt: str) -> float:
 @pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16", "float64"])
 def test_reference_against_mpmath(fmt):
     """The reference's values are mpmath's, correctly rounded into every format."""
-    from fastpe import _reference_sincos as ref
+    from fastpe._exact import sincos as ref
 
     cases = [
         (Geometric(4, 3.0, 10000.0), [1, 3, 1000, 123456789, POSITION_LIMIT - 1]),
@@ -112,7 +112,7 @@ def test_table_rows_equal_forward(backend, layout, denominator):
         pos = [0, 1, 63, 64, 69]
         f = fastpe.forward(pos, config, np.empty((5, 7), t.dtype), backend=backend)
         assert np.array_equal(t[pos], f)
-        rows = fastpe._api.table_rows(config, 60, np.empty((10, 7), t.dtype), backend=backend)
+        rows = fastpe.sinusoid.table_rows(config, 60, np.empty((10, 7), t.dtype), backend=backend)
         assert np.array_equal(rows, t[60:70])
 
 
@@ -397,9 +397,9 @@ def test_plan_words_equal_a_separate_exponential_per_frequency(freqs):
     70 digits and cut by the decimal splitter: the same words, bit for bit."""
     from decimal import Decimal, localcontext
 
-    from fastpe._exact import decimal_pi
-    from fastpe._freq import log_terms, turns
-    from fastpe._plan import split_turns
+    from fastpe._exact.constants import decimal_pi
+    from fastpe._plans.frequencies import log_terms, turns
+    from fastpe._plans.words import split_turns
 
     got = turns(freqs)
     with localcontext() as ctx:

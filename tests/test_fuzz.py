@@ -652,8 +652,8 @@ def rope_positions(draw, inv, max_size: int = 8):
 
 
 def rope_reference_twin(kwargs, seq_len):
-    """``(inv_freq, attention)`` of the decimal twin (``fastpe/rope/_reference_scaling.py``)."""
-    from fastpe.rope import _reference_scaling
+    """``(inv_freq, attention)`` of the decimal twin (``fastpe/_exact/rope_scaling.py``)."""
+    from fastpe._exact import rope_scaling as _reference_scaling
 
     spec = rope.resolve(**kwargs)
     values, attention = _reference_scaling.inv_freq(spec, seq_len)
@@ -1354,7 +1354,7 @@ def test_grids_refuse_bad_arguments(case, data):
 @given(kw=table_kwargs(max_d=16), max_len=st.integers(1, 20), dtype=st_out_dtype,
        ext=st.sampled_from((".npy", ".npz", ".safetensors")), chunk=st.sampled_from((None, 64, 1000, 1 << 20)))
 def test_save_table_writes_the_table(kw, max_len, dtype, ext, chunk):
-    from fastpe._save import load_spec, output_size
+    from fastpe._io.save import load_spec, output_size
 
     if ext == ".safetensors":
         pytest.importorskip("safetensors")
@@ -1415,7 +1415,7 @@ def test_save_table_refuses_bad_arguments_and_leaves_nothing(kw, data):
 def test_spec_parsing_refuses_malformed_specs(kw, data):
     """A spec with one part broken: a ValueError/TypeError naming the source, never
     another exception; a well-formed one re-creates the table's parameters."""
-    from fastpe import _save
+    from fastpe._io import save as _save
 
     config = fastpe.PosEncConfig(max_len=3, **kw)
     spec = {"fastpe": fastpe.__version__, "function": "table",

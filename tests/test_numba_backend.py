@@ -46,7 +46,7 @@ def test_unwritable_cache_falls_back_to_uncached_compilation(tmp_path):
     proc = _run(
         """
         import numpy as np, fastpe
-        from fastpe._numba import kernels
+        from fastpe._backends.numba import kernels
         t = fastpe.table(6, 40000, backend="numba")
         ref = fastpe.table(6, 3, backend="python")
         assert np.array_equal(t[:3], ref)
@@ -65,7 +65,7 @@ def test_cache_is_written_and_reused(tmp_path):
     cache = tmp_path / "cache"
     code = """
         import fastpe
-        from fastpe._numba import kernels
+        from fastpe._backends.numba import kernels
         fastpe.table(6, 40000, backend="numba")
         assert kernels.sinusoid_range_parallel.cached
         print("ok")
@@ -88,10 +88,10 @@ def test_without_tbb_concurrent_callers_are_safe(tmp_path):
         """
         import threading
         import numpy as np
-        import fastpe._threading as th
+        import fastpe._backends.numba._threads as th
         th._preload_tbb = lambda: None          # as on a machine without the tbb wheel
         import fastpe
-        from fastpe import _numba
+        from fastpe._backends.numba import backend as _numba
         assert _numba.threading_layer() == "workqueue", _numba.threading_layer()
         assert not _numba.THREADING.thread_safe
         want = fastpe.table(128, 600, backend="numba")
@@ -111,8 +111,9 @@ def test_without_tbb_concurrent_callers_are_safe(tmp_path):
 
 
 def test_serial_and_parallel_twins_agree_bit_for_bit():
-    from fastpe._numba import _steps, kernels
-    from fastpe._plan import sinusoid_turns
+    from fastpe._backends.numba.backend import _steps
+    from fastpe._backends.numba import kernels
+    from fastpe._plans.words import sinusoid_turns
 
     turns = sinusoid_turns(131, 10000.0)
     steps = _steps(131, 10000.0)
@@ -134,6 +135,6 @@ def test_threading_layer_is_tbb_where_the_wheel_is_installed():
         distribution("tbb")
     except PackageNotFoundError:
         pytest.skip("tbb wheel not installed")
-    from fastpe import _numba
+    from fastpe._backends.numba import backend as _numba
 
     assert _numba.threading_layer() == "tbb", _numba.THREADING.note

@@ -1,4 +1,4 @@
-"""The reference backend (:mod:`fastpe._reference`) against mpmath: 0 ULP, everywhere.
+"""The reference backend (:mod:`fastpe._exact.sinusoid_decimal`) against mpmath: 0 ULP, everywhere.
 
 The reference is the oracle the fast backends are judged by, so it is held to the strict
 standard: every value equals the correctly rounded float32, on octave samples, at the
@@ -24,8 +24,8 @@ from inputs import (
     octave_positions,
 )
 
-from fastpe import _reference
-from fastpe._reference import round_to_float32, sinusoid
+from fastpe._exact import sinusoid_decimal as _reference
+from fastpe._exact.sinusoid_decimal import round_to_float32, sinusoid
 
 FLT_MAX = float.fromhex("0x1.fffffep+127")
 TINY = 2.0**-149  # smallest subnormal float32

@@ -10,7 +10,7 @@ import pytest
 
 import fastpe
 from fastpe import _backends
-from fastpe._registry import BACKEND_MODULES, BACKENDS, OPERATIONS
+from fastpe._backends.registry import BACKEND_MODULES, BACKENDS, OPERATIONS
 
 
 def test_python_backend_always_loads():

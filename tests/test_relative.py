@@ -264,12 +264,12 @@ def test_large_matrix_takes_the_parallel_path(monkeypatch):
     if "numba" in FAST:
         import numba
 
-        from fastpe._numba import bias as nb
+        from fastpe._backends.numba import bias as nb
 
         fill = nb.t5_fill_parallel
         monkeypatch.setattr(nb, "t5_fill_parallel", lambda *a: (calls.append("numba"), fill(*a)))
     if "cython" in FAST:
-        from fastpe import _cython
+        from fastpe._backends import cython as _cython
 
         run_blocks = _cython._run_blocks
         monkeypatch.setattr(_cython, "threads", lambda: 2)

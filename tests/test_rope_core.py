@@ -2,7 +2,7 @@
 
 What is checked, and against what:
 
-* the reference (:mod:`fastpe._reference_rope`, exact rationals) against mpmath, independently;
+* the reference (:mod:`fastpe._exact.rope`, exact rationals) against mpmath, independently;
 * every backend's cos/sin against the reference: within 1 float32 ULP (all u32 positions,
   including positions where ``p * f`` comes within ~1e-10 of a multiple of pi/2, large and
   small attention factors);
@@ -40,7 +40,9 @@ from inputs import (
 )
 
 from conftest import FAST, fastpe_env
-from fastpe import _backends, _reference_rope, _rope_plan
+from fastpe import _backends
+from fastpe._exact import rope as _reference_rope
+from fastpe._backends import _walk as _rope_plan
 from fastpe.rope._core import apply_from_inv_freq, apply_qk_from_inv_freq, cos_sin_from_inv_freq
 
 # --------------------------------------------------------------------------- inputs
@@ -399,7 +401,7 @@ def _both_compiled():
 )
 def test_numba_and_cython_write_the_same_bits(q_shape, k_shape, pos_kind, n_freq, af, layout):
     numba_mod, cython_mod = _both_compiled()
-    from fastpe import _ext
+    from fastpe._backends.cython import _ext
 
     rng = np.random.default_rng(9)
     inv = tuple(hf_inv_freq(2 * n_freq, 10000.0))
@@ -431,7 +433,7 @@ def test_numba_and_cython_write_the_same_bits(q_shape, k_shape, pos_kind, n_freq
     assert same_bits(q, results[0][0])
     c = np.empty_like(results[1][2])
     s = np.empty_like(c)
-    from fastpe import _cython
+    from fastpe._backends import cython as _cython
 
     _ext.rope_cos_sin(positions.reshape(-1), _cython.frequency_turns(inv), _cython._rope_steps(inv), af,
                       layout == "neox", c, s, wide=False)
@@ -456,20 +458,20 @@ def test_splits_chunks_and_serial_twins_give_the_same_bits(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(_rope_plan, "TABLE_BYTES", 7 * 32 * 16)  # 7 sequence indices a chunk
             if backend == "cython":
-                from fastpe import _cython
+                from fastpe._backends import cython as _cython
 
                 m.setattr(_cython, "PARALLEL_FROM", 1)
                 m.setattr(_cython, "MIN_BLOCK", 1)
                 m.setattr(_cython, "threads", lambda: 5)
             else:
-                import fastpe._numba as nb
+                import fastpe._backends.numba.backend as nb
 
                 m.setattr(nb, "SERIAL_BELOW", 0)  # parallel twin even for small work
             got = run(backend)
         for a, b in zip(got, want):
             assert same_bits(a, b), backend
         if backend == "numba":
-            import fastpe._numba as nb
+            import fastpe._backends.numba.backend as nb
 
             with monkeypatch.context() as m:
                 m.setattr(nb, "SERIAL_BELOW", 1 << 62)  # serial twin throughout
@@ -670,7 +672,7 @@ def test_bad_cos_sin_input(kwargs, exc, match):
 
 def test_sixteen_threads_at_once(backend, monkeypatch):
     if backend == "cython":  # split each call across helper threads too
-        from fastpe import _cython
+        from fastpe._backends import cython as _cython
 
         monkeypatch.setattr(_cython, "PARALLEL_FROM", 1)
         monkeypatch.setattr(_cython, "MIN_BLOCK", 1)
@@ -816,7 +818,8 @@ def test_low_precision_caches_are_correctly_rounded(backend, dt, layout):
     (the reference's own rounding into that format), not float32 rounded again."""
     from fractions import Fraction
 
-    from fastpe import _dtypes, _reference_rope
+    from fastpe import _dtypes
+    from fastpe._exact import rope as _reference_rope
 
     pytest.importorskip("ml_dtypes")
     dtype = _dtypes.resolve(dt)

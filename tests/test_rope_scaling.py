@@ -1,6 +1,6 @@
 """RoPE frequency rules: reference values, the exact twin, HF transformers, and bad input.
 
-* ``fastpe.rope.inv_freq`` against :mod:`fastpe.rope._reference_scaling` (decimal, one
+* ``fastpe.rope.inv_freq`` against :mod:`fastpe._exact.rope_scaling` (decimal, one
   exponential per column): both are the correctly rounded float64 of each rule's real
   value, so they must agree to 1 ULP (in practice they are identical).
 * against HF transformers' own rope init functions (when installed), for every rope_type,
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastpe import rope
-from fastpe.rope import _reference_scaling as twin
+from fastpe._exact import rope_scaling as twin
 from fastpe.rope import _scaling
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -1,4 +1,4 @@
-"""fastpe.save_table and its spec records (fastpe._save).
+"""fastpe.save_table and its spec records (fastpe._io.save).
 
 Tables stay tiny (the ``python`` backend is the reference and slow) and the chunk budget is a
 few hundred bytes, so every write runs through many chunks, with a ragged last one and chunk
@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 import fastpe
-from fastpe import _api, _dtypes, _save
+from fastpe import sinusoid as _api, _dtypes
+from fastpe._io import save as _save
 from fastpe._dtypes import DTYPES
 from conftest import FAST, fastpe_env
 

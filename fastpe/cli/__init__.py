@@ -14,7 +14,7 @@ and SIGHUP (which, unlike Ctrl-C, come from elsewhere: ``kill``, ``timeout``, a 
 scheduler, a closed terminal).
 
 Signals.  For the whole run SIGTERM and SIGHUP raise an exception, as SIGINT does
-(:func:`fastpe._atomic.signals_raise`), so every command's cleanup runs: no temporary or
+(:func:`fastpe._io.atomic.signals_raise`), so every command's cleanup runs: no temporary or
 partial file is left behind.  A signal the shell set to be ignored (``nohup``) stays ignored.
 """
 
@@ -27,7 +27,7 @@ import traceback
 import click
 
 from .. import __version__
-from .._atomic import Terminated, signals_raise
+from .._io.atomic import Terminated, signals_raise
 from .alibi import alibi
 from .check import check
 from .grid import grid
@@ -41,7 +41,7 @@ from .timestep import timestep
 __all__ = ["main"]
 
 #: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2); SIGTERM and SIGHUP
-#: give 128 + their number likewise (:attr:`fastpe._atomic.Terminated.exit_status`)
+#: give 128 + their number likewise (:attr:`fastpe._io.atomic.Terminated.exit_status`)
 EXIT_INTERRUPTED = 130
 
 # click >= 8.2 signals a bare group invocation with this usage error, whose message is the

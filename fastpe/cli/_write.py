@@ -8,7 +8,7 @@ array writes the anonymous type ``'<V2'``, which ``numpy.load`` returns as raw v
 that neither arithmetic nor ``torch.from_numpy`` accept.  These commands therefore store a
 bfloat16 array as its 16-bit patterns, dtype ``uint16``, which every reader can load;
 ``numpy.load(path).view(ml_dtypes.bfloat16)`` (or ``torch.from_numpy(...).view(torch.bfloat16)``)
-gives the values back, bit for bit (``fastpe table`` does the same, see fastpe._save).
+gives the values back, bit for bit (``fastpe table`` does the same, see fastpe._io.save).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def check_size(path: str, shape: tuple[int, ...], dtype, *, transient: int = 0) 
     """
     import numpy as np
 
-    from .. import _save
+    from .._io import save as _save
     from .._dtypes import resolve
 
     with options.library_errors():  # bfloat16 without ml_dtypes fails here too, before any work
@@ -95,7 +95,7 @@ def write_npy(path: str, compute: Callable[[], object], *, shape: tuple[int, ...
     """
     import numpy as np
 
-    from .._atomic import atomic_write
+    from .._io.atomic import atomic_write
 
     if shape is not None:
         check_size(path, shape, dtype, transient=transient)

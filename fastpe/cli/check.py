@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .._registry import BACKENDS
+from .._backends.registry import BACKENDS
 from . import options
 
-#: ``fastpe._check.run_check``'s defaults, repeated here for ``--help`` (importing
-#: ``fastpe._check`` would load the reference)
+#: ``fastpe._diagnostics.run_check``'s defaults, repeated here so that ``--help`` imports
+#: nothing of the library
 DEFAULT_D_MODELS = (8, 63, 512)
 DEFAULT_PER_OCTAVE = 2
 #: bytes held per checked value, one width at a time: the reference's values as Python
@@ -80,7 +80,8 @@ def check(ctx: click.Context, d_models, per_octave: int, seed: int, base: float,
     Positions span the whole uint32 range.  Exit status 1 if any value is off by more
     than 1 ULP.  The reference is slow: keep --per-octave small.
     """
-    from .. import _check, _save
+    from .. import _diagnostics as _check
+    from .._io import save as _save
 
     # the positions drawn: per_octave in each of the 32 octaves, plus 0, 1 and 2**32 - 1
     n_positions = 32 * per_octave + 3

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 
 import click
 
-from .._config import DEFAULT_BASE, DEFAULT_MAX_LEN, DENOMINATORS, TABLE_LAYOUTS
+from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, DENOMINATORS, TABLE_LAYOUTS
 from .._dtypes import DTYPES
-from .._registry import BACKENDS
+from .._backends.registry import BACKENDS
 
 __all__ = [
     "InputError",

@@ -140,7 +140,7 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
         raise click.ClickException(str(exc)) from None
 
     from .. import _backends
-    from .._atomic import atomic_write
+    from .._io.atomic import atomic_write
 
     kind = kind.lower()
     label = "an INPUT file" if input_path is not None else f"--kind {kind}"

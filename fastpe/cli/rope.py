@@ -165,7 +165,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
 
     from .. import _backends
     from .. import rope as fr
-    from .._atomic import atomic_write
+    from .._io.atomic import atomic_write
 
     kind, data = scaling if scaling is not None else ("scaling", {})
     if kind == "config":

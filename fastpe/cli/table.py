@@ -39,7 +39,7 @@ def check_table_path(path: str) -> str:
         if os.path.lexists(sidecar) and not os.path.isfile(sidecar):
             raise click.BadParameter(f"{sidecar!r}, where the spec of {path!r} goes, exists and is not a regular file")
     if ext == ".safetensors":
-        from .._save import require_safetensors
+        from .._io.save import require_safetensors
 
         try:
             require_safetensors()
@@ -64,7 +64,7 @@ def _spec_handler(ctx, param, value):
     """``--from-spec``: a spec file, a ``.npy`` (its sidecar), ``.npz`` or ``.safetensors``."""
     if value is None:
         return None
-    from .._save import SIDECAR_SUFFIX, load_spec
+    from .._io.save import SIDECAR_SUFFIX, load_spec
 
     try:
         # what load_spec will read (a .npy's spec is its sidecar) must be a regular file: a
@@ -155,7 +155,7 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -
     """
     import fastpe
 
-    from .._config import PosEncConfig
+    from ..sinusoid import PosEncConfig
 
     params = dict(spec["params"]) if spec is not None else {}
     for name in _PARAMS:

@@ -20,12 +20,12 @@ converts exactly), ``af`` the attention factor, ``theta = p * f_i``.
   columns from ``2n`` on (partial rotary) are left untouched.
 
 The compiled backends compute, per position and frequency, the doubles ``c, s`` (the
-anchored product of exact-path doubles described in :mod:`fastpe._plan`; where ``|c|`` or
+anchored product of exact-path doubles described in :mod:`fastpe._plans.words`; where ``|c|`` or
 ``|s|`` is below ``2**-14``, the exact path itself), then ``C = af * c`` and ``S = af * s``.
 ``cos_sin`` writes ``float32(C)``, ``float32(S)``; ``apply`` writes
 ``float32(x1 * C - x2 * S)`` and ``float32(x2 * C + x1 * S)``, in double from the float32
 inputs, without FMA.  Both compiled backends write the same bits.  The ``python`` backend
-computes the exact values with rationals (:mod:`fastpe._reference_rope`) and rounds once.
+computes the exact values with rationals (:mod:`fastpe._exact.rope`) and rounds once.
 
 Error bounds.  ``|c - cos theta| < 2**-46`` (so ``|C - af cos theta| < 2**-45.9 |af|``),
 and below ``2**-32 |c|`` where ``|c| >= 2**-14``, the exact path covering smaller values:
@@ -48,7 +48,7 @@ a pass over memory).
 
 Work and memory.  ``apply`` computes ``C, S`` once per call for each (position row,
 frequency) -- shared by all heads, and by the whole batch when ``positions`` is ``(seq,)``
--- into a table of doubles (at most 32 MiB at a time, see :mod:`fastpe._rope_plan`), then
+-- into a table of doubles (at most 32 MiB at a time, see :mod:`fastpe._backends._walk`), then
 streams over ``x`` in parallel, in place.  ``apply_qk`` rotates ``q`` and ``k`` in the same
 pass over one table.
 """
@@ -183,7 +183,7 @@ def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
     """float16/bfloat16 caches: the float32 ones narrowed, each float32 that is a tie in the
     target decided by which side of it the exact value lies -- by the kernels' double when
     that is far enough from the tie, else by the exact reference."""
-    from .. import _reference_rope
+    from .._exact import rope as _reference_rope
 
     n_freq = len(freqs)
     width = out_cos.shape[1]

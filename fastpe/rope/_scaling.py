@@ -89,7 +89,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
 import numpy as np
 
-from .._exact import decimal_pi
+from .._exact.constants import decimal_pi
 from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int
 
 __all__ = [

@@ -40,7 +40,7 @@ backend is not recorded: every backend computes the same bits.
 Safety.  Every argument is checked, the one chunk buffer compared with the machine's
 physical memory, and the free space of the target's file system with the exact size of what
 will be written, before any file is created.  Files are written to temporary files in the
-target's directory (:mod:`fastpe._atomic`) and renamed into place only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
+target's directory (:mod:`fastpe._io.atomic`) and renamed into place only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
 no temporary file remains (a file already at the target is kept).  For ``.npy`` the data are
 written and synced first, then the sidecar is renamed into place, then the data: the new
 data never sit at their name without their complete sidecar.  Should the data's rename fail
@@ -53,7 +53,7 @@ temporary files are removed, and then ends the process by that same signal: the 
 its parent see what they would have seen without fastpe, less the temporary file.  A signal
 the program handles or ignores is left to it, and a call from a thread other than the main
 one (where Python cannot set handlers) leaves the signals alone: there a SIGTERM can leave a
-``.<name>.<random>.tmp`` file behind, safe to delete (:mod:`fastpe._atomic`).  The process
+``.<name>.<random>.tmp`` file behind, safe to delete (:mod:`fastpe._io.atomic`).  The process
 ends when the chunk being computed or written is done.
 """
 
@@ -77,10 +77,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-from . import _api, _backends, _dtypes
-from ._atomic import TEMP_PREFIX, atomic_write, end_cleanly_on_signals
-from ._config import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
-from ._validate import check_int
+from .. import sinusoid as _api, _backends, _dtypes
+from .atomic import TEMP_PREFIX, atomic_write, end_cleanly_on_signals
+from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
+from .._validate import check_int
 
 __all__ = [
     "save_table",
@@ -119,7 +119,7 @@ _ZIP_MODE = (stat.S_IFREG | 0o644) << 16
 _SAFETENSORS_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16"}
 
 #: transient bytes per value while float16/bfloat16 rows are computed, measured with
-#: tracemalloc: :func:`fastpe._api.table_rows` computes them in float32 a block of at most
+#: tracemalloc: :func:`fastpe.sinusoid.table_rows` computes them in float32 a block of at most
 #: ``_api._NARROW_VALUES`` values at a time and narrows each block (the float32 scratch, the
 #: narrowed copy and the float64 tie scan of :func:`fastpe._dtypes.narrow`: ~51 bytes a
 #: value).  float32 and float64 rows are computed in place.  tests/test_save.py checks the
@@ -286,7 +286,7 @@ def check_memory(what: str, needed: int) -> None:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -691,7 +691,7 @@ def save_table(
         the write and leaves nothing behind.
 
     A SIGTERM or SIGHUP during the call removes the temporary files, then ends the process
-    by that signal (see "Signals" in :mod:`fastpe._save`).
+    by that signal (see "Signals" in :mod:`fastpe._io.save`).
 
     Raises
     ------

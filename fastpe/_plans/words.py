@@ -37,7 +37,7 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 
-from ._exact import decimal_pi
+from .._exact.constants import decimal_pi
 
 __all__ = ["sinusoid_turns", "frequency_turns", "PLAN_PREC", "split_turns", "chain_turns"]
 

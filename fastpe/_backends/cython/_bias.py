@@ -1,11 +1,11 @@
 """The ``cython`` backend's attention-bias operations (ALiBi, T5 buckets), through the
-compiled ``fastpe._ext_bias``.
+compiled ``fastpe._backends.cython._ext_bias``.
 
 Importing this module raises :class:`ImportError` when that extension was not built (the
-``cython`` backend is then unavailable, as without ``fastpe._ext``).  The C kernels
-(``csrc/fastpe_bias.h``) are the twin of :mod:`fastpe._numba.bias`: the same two passes -- an
+``cython`` backend is then unavailable, as without ``fastpe._backends.cython._ext``).  The C kernels
+(``csrc/fastpe_bias.h``) are the twin of :mod:`fastpe._backends.numba.bias`: the same two passes -- an
 exact line per head (or of relative positions), then a gather -- and the same bits.  Large
-outputs are split across Python threads by :func:`fastpe._cython._split`, each pass on its
+outputs are split across Python threads by :func:`fastpe._backends.cython._split`, each pass on its
 own; the threads release the GIL in the kernels.
 """
 
@@ -17,13 +17,13 @@ from . import _ext_bias
 
 __all__ = ["alibi_bias", "t5_bucket", "t5_bucket_matrix"]
 
-#: the line pass costs about this many fill values per value (as in fastpe._numba.bias)
+#: the line pass costs about this many fill values per value (as in fastpe._backends.numba.bias)
 LINE_COST = 8
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ._cython import _split, narrow16
-    from .alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from . import _split, narrow16
+    from ...alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
 
     words = _slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
@@ -41,14 +41,14 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 
 
 def _thresholds(bidirectional, num_buckets, max_distance):
-    from .relative import _plan
+    from ...relative import _plan
 
     n = num_buckets // 2 if bidirectional else num_buckets
     return n, _plan(n, max_distance)[0]
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
-    from ._cython import _split
+    from . import _split
 
     n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)
@@ -57,7 +57,7 @@ def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) 
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
-    from ._cython import _split
+    from . import _split
 
     n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)

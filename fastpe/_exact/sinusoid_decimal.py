@@ -2,13 +2,13 @@
 
 This is the oracle the fast backends are checked against, so it takes a deliberately
 different and obvious route (the fast path splits ``w / (2*pi)`` into machine words built
-from a power chain, see :mod:`fastpe._plan`):
+from a power chain, see :mod:`fastpe._plans.words`):
 
 1. each frequency on its own, ``w_i = exp(-(2i/d) * ln(base))`` in :mod:`decimal` (``ln``
    and ``exp`` are correctly rounded there, and ``Decimal(base)`` is the double's exact
    value);
 2. ``theta = p * w_i`` reduced to ``r = theta - k*pi/2`` with ``|r| <= pi/4``, using the
-   decimal pi of :func:`fastpe._exact.decimal_pi`;
+   decimal pi of :func:`fastpe._exact.constants.decimal_pi`;
 3. ``sin r`` by its Taylor series and ``cos r = sqrt(1 - sin r**2)``, both from one
    reduced angle; the quadrant ``k mod 4`` picks and signs them;
 4. rounding to float32 decided exactly, in integers, Ziv style: the value is known to within
@@ -38,7 +38,7 @@ import operator
 from collections.abc import Iterable
 from decimal import Decimal, localcontext
 
-from ._exact import decimal_pi
+from .constants import decimal_pi
 
 __all__ = ["sinusoid", "round_to_float32"]
 

@@ -216,12 +216,12 @@ t5_fill_parallel, t5_fill_serial = kernel(_t5_fill)
 
 
 # ------------------------------------------------------------------------ backend operations
-# fastpe._numba imports this module at its end; its _run is imported when a call runs.
+# fastpe._backends.numba.backend imports this module at its end; its _run is imported when a call runs.
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ..alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
-    from . import _run, narrow16
+    from ...alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from .backend import _run, narrow16
 
     words = _slope_words(n_heads, max_bias)
     k_len = out.shape[2]
@@ -240,14 +240,14 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 
 
 def _thresholds(bidirectional, num_buckets, max_distance):
-    from ..relative import _plan
+    from ...relative import _plan
 
     n = num_buckets // 2 if bidirectional else num_buckets
     return n, _plan(n, max_distance)[0]
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
-    from . import _run
+    from .backend import _run
 
     n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
     _run(t5_bucket_parallel, t5_bucket_serial, out.size * 4,
@@ -255,7 +255,7 @@ def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) 
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
-    from . import _run
+    from .backend import _run
 
     n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
     q_len, k_len = out.shape

@@ -7,7 +7,7 @@ of ``head_dim`` values, with element strides for batch, head and sequence:
 * ``(tokens, heads, head_dim)``: one batch, ``seq = tokens``, row ``(t, h)`` at ``t*H*D + h*D``.
 
 The cos/sin of a call are computed first, once per ``(position row, frequency)``, as a table
-of doubles (see :mod:`fastpe._numba.kernels`, "RoPE"), then every head reads it.  Positions
+of doubles (see :mod:`fastpe._backends.numba.kernels`, "RoPE"), then every head reads it.  Positions
 ``(seq,)`` serve the whole batch (one table row per ``s``); ``(batch, seq)`` give a row per
 ``(b, s)``.  So that the table never costs much memory, a long sequence is done in chunks of
 ``seq`` of at most :data:`TABLE_BYTES` of table each.  The reference backend does not use

@@ -28,7 +28,7 @@ import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from ._dtypes import FORMATS, Format, round_fraction, round_interval
+from .._dtypes import FORMATS, Format, round_fraction, round_interval
 
 __all__ = [
     "FORMS",
@@ -205,7 +205,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 def _logs(bidirectional: bool, num_buckets: int, max_distance: int) -> dict:
     # the float32 logs HF's torch returns at this configuration's fragile arguments (data
     # recorded by the plan; none for most configurations)
-    from .relative import _plan
+    from ..relative import _plan
 
     return _plan(num_buckets // 2 if bidirectional else num_buckets, max_distance)[1]
 

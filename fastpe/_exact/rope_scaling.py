@@ -21,7 +21,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
-from .._exact import decimal_pi
+from .constants import decimal_pi
 
 __all__ = ["inv_freq", "inv_freq_exact", "yarn_correction_range"]
 

@@ -1,7 +1,7 @@
 """The reference for the sinusoid families: exact, standard library only, any output format.
 
 The oracle behind layouts, denominators, timescales, grids and timesteps (the frequency
-sets of :mod:`fastpe._freq`), in every output dtype.  Its route differs from the kernels'
+sets of :mod:`fastpe._plans.frequencies`), in every output dtype.  Its route differs from the kernels'
 (split words from a power chain, polynomials, anchored products):
 
 1. each frequency on its own, ``w_k = exp(first - k * step)`` in :mod:`decimal`, read as a
@@ -9,7 +9,7 @@ sets of :mod:`fastpe._freq`), in every output dtype.  Its route differs from the
 2. the angle ``theta = x * w_k`` for the *exact* rational ``x`` (an integer position, or a
    double timestep), ``T = floor(x F)``, off by at most ``|x| + 1`` units;
 3. reduction by the nearest multiple of pi/2 and the two Taylor series in fixed point, as in
-   :mod:`fastpe._reference_rope` (whose pi and series it reuses), every error counted;
+   :mod:`fastpe._exact.rope` (whose pi and series it reuses), every error counted;
 4. Ziv's loop: when both ends of ``[v - e, v + e]`` round to the same number of the target
    format, that is the correctly rounded value; otherwise twice the bits.
 
@@ -20,7 +20,7 @@ rational); ``x = 0`` is answered directly.
 Tiny angles (``|x w_k| <= 2**-20``: a tiny timestep, or frequencies of ``1e-600`` that a huge
 ``max_period`` gives) leave the fixed point, whose absolute error cannot settle a sine that
 underflows: ``w_k`` is bracketed in relative terms instead, and the series' alternating
-partial sums bound the sine and cosine (:func:`fastpe._reference_rope.tiny_cos_sin`).
+partial sums bound the sine and cosine (:func:`fastpe._exact.rope.tiny_cos_sin`).
 Below half the format's smallest subnormal the answer is a zero of ``x``'s sign and 1.
 """
 
@@ -31,9 +31,9 @@ import math
 from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 
-from . import _dtypes
-from ._freq import Geometric, log_terms
-from ._reference_rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
+from .. import _dtypes
+from .._plans.frequencies import Geometric, log_terms
+from .rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
 
 __all__ = ["sin_cos", "rows"]
 

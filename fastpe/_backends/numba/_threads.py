@@ -14,7 +14,7 @@ and numba silently falls back.  Loading the library first, by absolute path and 
 ``RTLD_GLOBAL``, satisfies that dependency.
 
 When TBB cannot be had (or the host process already started numba's threads with another
-layer) fastpe keeps working: :mod:`fastpe._numba` then lets only one thread at a time run a
+layer) fastpe keeps working: :mod:`fastpe._backends.numba.backend` then lets only one thread at a time run a
 parallel kernel and runs the others' calls serially -- same code, bit-identical results.
 
 What fastpe cannot repair is a pool the host process already started on GNU OpenMP: the
@@ -67,7 +67,7 @@ def _openmp_vendor() -> str | None:
 def _outside_stacklevel() -> int:
     """The ``stacklevel`` of the first caller outside fastpe and the import machinery, for
     the caller of this function: the line that made fastpe load its numba backend."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    package = os.path.abspath(__file__).rsplit(os.sep + "_backends" + os.sep, 1)[0] + os.sep  # fastpe/
 
     def bootstrap(frame) -> bool:  # frames that warnings.warn skips without counting them
         name = frame.f_code.co_filename

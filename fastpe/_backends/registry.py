@@ -31,9 +31,9 @@ finite float, ``layout`` ``"neox"`` or ``"gptj"``:
     ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
     (``uint32``, C-contiguous); head counts may differ, the other dimensions match.
 
-Sinusoid families (see :mod:`fastpe._freq` and :mod:`fastpe._layout`).  ``freqs`` is a
-:class:`fastpe._freq.Geometric` (at most 1024 rad/position), ``layout`` one of
-``fastpe._layout.LAYOUTS``; ``out`` C-contiguous, writable, ``float32`` or ``float64``
+Sinusoid families (see :mod:`fastpe._plans.frequencies` and :mod:`fastpe._plans.layouts`).  ``freqs`` is a
+:class:`fastpe._plans.frequencies.Geometric` (at most 1024 rad/position), ``layout`` one of
+``fastpe._plans.layouts.LAYOUTS``; ``out`` C-contiguous, writable, ``float32`` or ``float64``
 ``(n, d)`` with ``d >= 2 * freqs.count - 1``:
 
 ``sincos_rows(positions, freqs, layout, out)``
@@ -109,9 +109,9 @@ OPERATIONS: dict[str, Operation] = {
 #: and loads in ~20 ms, where importing numba and loading its cached kernels costs ~0.5 s,
 #: which dominates a one-shot CLI run.
 BACKEND_MODULES: dict[str, str] = {
-    "cython": "fastpe._cython",
-    "numba": "fastpe._numba",
-    "python": "fastpe._python",
+    "cython": "fastpe._backends.cython",
+    "numba": "fastpe._backends.numba.backend",
+    "python": "fastpe._backends.python",
 }
 
 BACKENDS: tuple[str, ...] = tuple(BACKEND_MODULES)

@@ -1,7 +1,7 @@
 """Loading and choosing backends.
 
 ``backend=None`` means: the ``FASTPE_BACKEND`` environment variable if set, else the first
-backend of :data:`fastpe._registry.BACKENDS` that loads here.  An unknown or unavailable
+backend of :data:`fastpe._backends.registry.BACKENDS` that loads here.  An unknown or unavailable
 name is a :class:`ValueError` that says why.
 """
 
@@ -12,7 +12,7 @@ import os
 import threading
 from types import ModuleType
 
-from ._registry import BACKEND_MODULES, BACKENDS
+from .registry import BACKEND_MODULES, BACKENDS
 
 __all__ = ["load", "available_backends", "resolve", "unavailable_reason", "ENV_VAR"]
 

@@ -2,7 +2,7 @@
 
 The oracle the fast RoPE kernels are checked against, so it takes a different and obvious
 route from theirs (split frequency words, polynomials, anchored products in doubles) and
-from the sinusoid reference's (:mod:`fastpe._reference`, decimal Taylor series):
+from the sinusoid reference's (:mod:`fastpe._exact.sinusoid_decimal`, decimal Taylor series):
 
 1. the angle ``theta = p * f`` is an exact rational (``f`` is the double's exact value);
 2. pi comes from Machin's formula in binary fixed point (integers scaled by ``2**W``), known
@@ -37,7 +37,7 @@ import functools
 import math
 from fractions import Fraction
 
-from ._reference import _round_ratio_to_float32
+from .sinusoid_decimal import _round_ratio_to_float32
 
 __all__ = ["cos_sin_f32", "cos_sin_f64", "rotate_f32", "FIRST_BITS"]
 

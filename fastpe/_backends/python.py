@@ -1,4 +1,4 @@
-"""The ``python`` backend: the references (:mod:`fastpe._reference`, :mod:`fastpe._reference_rope`)
+"""The ``python`` backend: the references (:mod:`fastpe._exact.sinusoid_decimal`, :mod:`fastpe._exact.rope`)
 behind the backend API.
 
 Slow -- every value is computed with :mod:`decimal` or exact rationals -- but exact: it is
@@ -11,8 +11,13 @@ import math
 
 import numpy as np
 
-from . import _dtypes, _reference, _reference_rope, _reference_sincos
-from ._reference_bias import alibi_bias, t5_bucket, t5_bucket_matrix
+from .. import _dtypes
+from .._exact import (
+    sinusoid_decimal as _reference,
+    rope as _reference_rope,
+    sincos as _reference_sincos,
+)
+from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix
 
 __all__ = [
     "sinusoid_forward",
@@ -44,7 +49,7 @@ def sinusoid_range(start, d_model, base, out) -> None:
 
 # ------------------------------------------------------------------------------------ RoPE
 # Plain loops and explicit indices (no strides, no tables): nothing shared with the compiled
-# backends' walk over the arrays (fastpe._rope_plan).
+# backends' walk over the arrays (fastpe._backends._walk).
 
 
 def _columns(i: int, n_freq: int, layout: str) -> tuple[int, int]:

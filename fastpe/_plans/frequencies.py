@@ -21,8 +21,8 @@ Every parameter is a double taken at its exact value, so ``w_k`` is a well-defin
 number: the kernels compute ``sin(t * w_k)`` and ``cos(t * w_k)`` of *that* number (never of
 a rounded ``w_k``), which is what makes every family exact at large positions.
 
-:func:`turns` builds the split words the fast kernels read (see :mod:`fastpe._plan`) by a
-power chain; the reference (:mod:`fastpe._reference_sincos`) computes each ``w_k`` on its
+:func:`turns` builds the split words the fast kernels read (see :mod:`fastpe._plans.words`) by a
+power chain; the reference (:mod:`fastpe._exact.sincos`) computes each ``w_k`` on its
 own from :func:`log_terms`.
 """
 
@@ -34,8 +34,8 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 
-from ._exact import decimal_pi
-from ._plan import PLAN_PREC, chain_turns
+from .._exact.constants import decimal_pi
+from .words import PLAN_PREC, chain_turns
 
 __all__ = ["Geometric", "turns", "MAX_FREQUENCY"]
 
@@ -77,7 +77,7 @@ def turns(freqs: Geometric) -> np.ndarray:
     """Split words of ``w_k / (2*pi)``, shape ``(4, count)``; read-only, cached.
 
     ``w_0`` by one exponential and ``r = exp(-step)``, at 80 digits, then ``w_{k+1} = w_k * r``
-    on 256-bit integer significands (:func:`fastpe._plan.chain_turns`: the chain's relative
+    on 256-bit integer significands (:func:`fastpe._plans.words.chain_turns`: the chain's relative
     error after 65,536 steps is below ``2**-238``, far under the 2**-116 the words keep).
     """
     with localcontext() as ctx:

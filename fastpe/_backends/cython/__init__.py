@@ -1,8 +1,8 @@
-"""The ``cython`` backend: the C kernels of ``csrc/`` through the compiled ``fastpe._ext``.
+"""The ``cython`` backend: the C kernels of ``csrc/`` through the compiled ``fastpe._backends.cython._ext``.
 
 Importing this module raises :class:`ImportError` when the optional extension was not built;
 fastpe then falls back to its other backends.  The C kernels are the twin of the numba ones:
-the same exact path and the same anchored products (see :mod:`fastpe._plan`), so the same
+the same exact path and the same anchored products (see :mod:`fastpe._plans.words`), so the same
 bits (``tests/test_cython.py`` checks it).
 
 Parallelism uses plain Python threads, each filling a block of rows (or, for the in-place
@@ -22,15 +22,16 @@ import threading
 
 import numpy as np
 
-from . import _ext, _freq
-from ._layout import LAYOUT_CODES
-from ._plan import frequency_turns, sinusoid_turns
-from ._poly import COS_COEFFS, SIN_COEFFS
-from ._rope_plan import apply_chunks
+from . import _ext
+from ..._plans import frequencies as _freq
+from ..._plans.layouts import LAYOUT_CODES
+from ..._plans.words import frequency_turns, sinusoid_turns
+from ..._plans.poly import COS_COEFFS, SIN_COEFFS
+from .._walk import apply_chunks
 
 if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
     # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
-    raise ImportError("fastpe._ext was built from other polynomial constants; rebuild it")
+    raise ImportError("fastpe._backends.cython._ext was built from other polynomial constants; rebuild it")
 
 __all__ = [
     "build_info",
@@ -161,7 +162,7 @@ def sinusoid_range(start, d_model, base, out) -> None:
 
 
 # ------------------------------------------------------------------------------------ RoPE
-# The same definition as the numba backend (see fastpe._numba.kernels, "RoPE"): the doubles
+# The same definition as the numba backend (see fastpe._backends.numba.kernels, "RoPE"): the doubles
 # C, S per (position, frequency), computed once per call into a table that every head reads.
 
 
@@ -210,7 +211,7 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 
 
 # ----------------------------------------------------------------------- sinusoid families
-# The values of the numba kernels (fastpe._numba.kernels, "Sinusoid families"): the RoPE
+# The values of the numba kernels (fastpe._backends.numba.kernels, "Sinusoid families"): the RoPE
 # doubles C, S with af = 1 (integer positions) or the real-position exact path, computed a
 # block of rows at a time into a small table, then laid out and rounded, in C (csrc/_ext.pyx).
 
@@ -276,7 +277,7 @@ def add_rows(x, pe, scale) -> None:
     _split(run, x.shape[0], x.size)
 
 
-from ._cython_bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (they use _split above)
+from ._bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (they use _split above)
 
 
 def narrow16(bits32, bf16, out, ties) -> None:

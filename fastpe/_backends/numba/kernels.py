@@ -3,8 +3,8 @@
 Layers: :func:`sincos_turns` (one angle, exact reduction + polynomials) -> array kernels that
 ``prange`` over independent output rows (sinusoid tables; RoPE cos/sin caches and tables) or
 over independent blocks of rows rotated in place (RoPE ``apply``).  Kernels assume validated input and never raise.
-The algorithm is described in :mod:`fastpe._plan` (the split frequency words) and
-:mod:`fastpe._poly` (the polynomials); ``csrc/fastpe_kernels.h`` is its C twin.
+The algorithm is described in :mod:`fastpe._plans.words` (the split frequency words) and
+:mod:`fastpe._plans.poly` (the polynomials); ``csrc/fastpe_kernels.h`` is its C twin.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .._poly import COS_COEFFS, SIN_COEFFS
+from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from ._jit import inline, kernel, prefetch
 
 S0, S1, S2, S3, S4, S5, S6, S7 = SIN_COEFFS
@@ -170,7 +170,7 @@ sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
 
 # ---------------------------------------------------------------------------------------
 # RoPE.  One definition of the cos/sin doubles of position p and frequency f_i (each f_i the
-# exact value of a double inv_freq, split into words by fastpe._plan.frequency_turns):
+# exact value of a double inv_freq, split into words by fastpe._plans.words.frequency_turns):
 #     c, s = the anchored product, as above (a = p - p % STEPS, m = p % STEPS),
 #     unless |c| or |s| is below TINY64: then (c, s) come from the exact path at p;
 #     C = af * c,  S = af * s   (af the attention factor, one rounding each),
@@ -370,7 +370,7 @@ rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)
 
 
 # ---------------------------------------------------------------------------------------
-# Sinusoid families (fastpe._freq: any geometric frequency set, any layout, float32 or
+# Sinusoid families (fastpe._plans.frequencies: any geometric frequency set, any layout, float32 or
 # float64 output).  Integer positions: each (position, frequency) pair is RoPE's value
 # (`_rope_row` with af = 1: the anchored product, or the exact path where |c| or |s| is
 # below TINY64), stored in out's dtype.  Real positions (timesteps): the exact path of
@@ -379,7 +379,7 @@ rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)
 # `2k + 1`, `count + k` or `k`; a column past the row's end is dropped and columns from
 # 2 * count on are zero.
 
-from .._layout import LAYOUT_CODES  # noqa: E402  (0 interleaved, 1 halves, 2 halves_cos)
+from ..._plans.layouts import LAYOUT_CODES  # noqa: E402  (0 interleaved, 1 halves, 2 halves_cos)
 
 
 @inline

@@ -1,7 +1,7 @@
 """The ``numba`` backend: parallel kernels compiled on first use and cached on disk.
 
 Importing this module imports numba (~0.2 s) and fixes the threading layer (see
-:mod:`fastpe._threading`); it compiles nothing.  Small inputs run the serial twin of each kernel
+:mod:`fastpe._backends.numba._threads`); it compiles nothing.  Small inputs run the serial twin of each kernel
 (thread start-up costs more than they do); large ones run the parallel twin.  Where the
 threading layer is not safe for concurrent callers, only one thread at a time may enter a
 parallel kernel and the others run the serial twin instead of waiting: same code, same bits.
@@ -15,13 +15,13 @@ import threading
 import numba
 import numpy as np
 
-from .._threading import configure
+from ._threads import configure
 
 THREADING = configure()
 
-from .. import _freq  # noqa: E402
-from .._plan import frequency_turns, sinusoid_turns  # noqa: E402
-from .._rope_plan import apply_chunks  # noqa: E402
+from ..._plans import frequencies as _freq  # noqa: E402
+from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
+from .._walk import apply_chunks  # noqa: E402
 from . import kernels as _k  # noqa: E402
 
 __all__ = [
