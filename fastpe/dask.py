@@ -75,18 +75,9 @@ def _clip(text: str, limit: int = 300) -> str:
 
 
 def _fill_rows(config: PosEncConfig, start: int, out: np.ndarray, backend: str | None) -> None:
-    """Fill ``out`` ``(n, d_model)`` with the table rows of positions ``start .. start+n-1``.
-
-    ``fastpe.sinusoid.table_rows`` is the table's own path (the same kernel call as
-    :func:`fastpe.table`, every dtype); ``forward`` over the positions gives the same bits
-    for float32 where that function is absent.
-    """
-    table_rows = getattr(_api, "table_rows", None)
-    if table_rows is not None:
-        table_rows(config, start, out, backend=backend)
-    else:
-        positions = np.arange(start, start + out.shape[0], dtype=np.uint32)
-        _api.forward(positions, config, out, backend=backend)
+    """Fill ``out`` ``(n, d_model)`` with the table rows of positions ``start .. start+n-1``
+    (:func:`fastpe.sinusoid.table_rows`: the same kernel call as :func:`fastpe.table`)."""
+    _api.table_rows(config, start, out, backend=backend)
 
 
 def _block(slices: tuple[slice, slice], config: PosEncConfig, dtype: np.dtype, backend: str | None) -> np.ndarray:
@@ -118,12 +109,7 @@ def _check_backend(backend) -> str | None:
 
 
 def _check_dtype(dtype) -> np.dtype:
-    dt = _resolve_dtype(dtype)
-    if dt != np.float32 and getattr(_api, "table_rows", None) is None:
-        raise TypeError(
-            f"dtype {dt.name} needs fastpe's table_rows, which this fastpe lacks; use float32"
-        )
-    return dt
+    return _resolve_dtype(dtype)
 
 
 def _auto_rows(chunks) -> bool:

@@ -6,8 +6,8 @@ a rounding.  The coefficients are the Taylor ones, ``(-1)**k (2*pi)**n / n!`` wi
 ``n = 2k+1`` (sine) or ``n = 2k`` (cosine), rounded to the nearest double (values computed
 with mpmath at 40 digits; ``tests/test_poly.py`` recomputes and compares them).
 
-Why these degrees: at ``|r| = 1/8`` the first omitted term is 5.3e-17 for the sine (degree 17)
-and 1.1e-15 for the cosine (degree 16), against results >= 0.7 there, i.e. relative errors
+Why these degrees: at ``|r| = 1/8`` the first omitted term is 4.6e-17 for the sine (degree 17)
+and 1.0e-15 for the cosine (degree 16), against results >= 0.7 there, i.e. relative errors
 below 2**-49.  A float32 result needs 2**-24; the margin is what keeps ~all outputs
 *correctly* rounded, not merely within 1 ULP.  No libm call appears in a kernel, so loops
 vectorise.
