@@ -27,7 +27,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from inputs import _quarter_turn_candidates, edge_positions
+from inputs import _quarter_turn_candidates, edge_positions, round_bits
 
 # --------------------------------------------------------------------------- settings
 
@@ -276,28 +276,6 @@ _FORMATS = {"float32": (24, -126, 127), "float64": (53, -1022, 1023),
 _DPS = (70, 110)
 
 
-def _round_bits(man: int, exp: int, mant: int, emin: int, emax: int) -> float:
-    """``man * 2**exp`` (``man >= 0``) to the nearest number of the format, ties to even."""
-    if man == 0:
-        return 0.0
-    top = exp + man.bit_length() - 1
-    if top > emax:
-        return math.inf
-    q = max(top, emin) - (mant - 1)
-    shift = q - exp
-    if shift <= 0:
-        m = man << -shift
-    else:
-        m = man >> shift
-        dropped = man & ((1 << shift) - 1)
-        half = 1 << (shift - 1)
-        if dropped > half or (dropped == half and m & 1):
-            m += 1
-    if m.bit_length() - 1 + q > emax:
-        return math.inf
-    return math.ldexp(m, q)
-
-
 def mp_round(x, fmt: str) -> float:
     """The number of ``fmt`` nearest to the mpf ``x`` (ties to even; a tiny negative
     value rounds to -0.0), as a Python float."""
@@ -307,7 +285,7 @@ def mp_round(x, fmt: str) -> float:
     if mpmath.isinf(x):
         return math.inf if x > 0 else -math.inf
     sign, man, exp, _ = x._mpf_
-    value = _round_bits(int(man), int(exp), *_FORMATS[fmt])
+    value = round_bits(int(man), int(exp), *_FORMATS[fmt])
     return -value if sign else value
 
 

@@ -128,15 +128,17 @@ def mp_frequency(i: int, d_model: int, base: float) -> mpmath.mpf:
         return +w
 
 
-def _round_bits(man: int, exp: int) -> float:
-    """``man * 2**exp`` (``man >= 0``) to the nearest float32, ties to even: keep the top 24
-    bits (fewer below 2**-126, where the quantum stays ``2**-149``), round on those dropped."""
+def round_bits(man: int, exp: int, mant: int = 24, emin: int = -126, emax: int = 127) -> float:
+    """``man * 2**exp`` (``man >= 0``) to the nearest number of a binary format (``mant``
+    significand bits with the implicit one, normal exponents ``emin .. emax``; float32 by
+    default), ties to even: keep the top ``mant`` bits (fewer below ``2**emin``, where the
+    quantum stays ``2**(emin - mant + 1)``), round on those dropped."""
     if man == 0:
         return 0.0
     top = exp + man.bit_length() - 1  # floor(log2 x)
-    if top > 127:
+    if top > emax:
         return math.inf
-    q = max(top, -126) - 23  # log2 of the float32 quantum at x
+    q = max(top, emin) - (mant - 1)  # log2 of the quantum at x
     shift = q - exp
     if shift <= 0:
         m = man << -shift
@@ -146,8 +148,9 @@ def _round_bits(man: int, exp: int) -> float:
         half = 1 << (shift - 1)
         if dropped > half or (dropped == half and m & 1):
             m += 1
-    value = math.ldexp(m, q)
-    return math.inf if value >= 2.0**128 else value
+    if m.bit_length() - 1 + q > emax:  # rounded up past the largest finite number
+        return math.inf
+    return math.ldexp(m, q)
 
 
 def mp_round_f32(x) -> float:
@@ -163,7 +166,7 @@ def mp_round_f32(x) -> float:
     if mpmath.isinf(x):
         value = math.inf
     else:
-        value = _round_bits(man, exp)
+        value = round_bits(man, exp)
     return -value if sign else value
 
 
@@ -185,8 +188,8 @@ def _checked_round(x, theta, what: str) -> float:
         man <<= -k
         exp = margin_log2
         lo, hi = man - 1, man + 1
-    f = _round_bits(hi, exp)
-    if lo <= 0 or _round_bits(lo, exp) != f:
+    f = round_bits(hi, exp)
+    if lo <= 0 or round_bits(lo, exp) != f:
         raise AssertionError(f"{what} is too close to a float32 midpoint or 0; raise EXACT_DPS")
     return -f if sign else f
 
