@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from decimal import Decimal, localcontext
 
 import numpy as np
 
@@ -71,13 +72,13 @@ def _as_float(name: str, value) -> float:
 
 
 def _short(value) -> str:
-    """``repr(value)``, cut short for huge numbers (Python refuses to print an int of more
-    than 4300 digits, and a message needs no more than its size)."""
-    if isinstance(value, numbers.Integral) and abs(int(value)).bit_length() > 128:
-        return f"an integer of {abs(int(value)).bit_length()} bits"
-    if isinstance(value, numbers.Rational) and not isinstance(value, numbers.Integral):
-        if max(abs(value.numerator), value.denominator).bit_length() > 128:
-            return f"a {type(value).__name__} of about 2**{abs(value.numerator).bit_length() - value.denominator.bit_length()}"
+    """``value`` for an error message: an integer or fraction far outside the float range
+    as its magnitude (``1.000e+400``), not thousands of digits (Python refuses to print an
+    int of more than 4300 digits at all)."""
+    if isinstance(value, numbers.Rational) and value and not 1e-20 < abs(value) < 1e20:
+        with localcontext() as ctx:
+            ctx.prec = 4
+            return f"{Decimal(int(value.numerator)) / Decimal(int(value.denominator)):.3e}"
     return repr(value)
 
 

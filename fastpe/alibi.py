@@ -54,7 +54,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from . import _backends, _dtypes
-from ._validate import check_choice, check_int, check_table_out
+from ._validate import _short, check_choice, check_int, check_table_out
 
 __all__ = ["slopes", "bias", "FORMS", "MAX_HEADS", "MIN_BIAS", "MAX_BIAS", "MAX_LEN", "MAX_ELEMENTS"]
 
@@ -191,16 +191,6 @@ def _round_slopes(n_heads: int, max_bias: float, fmt: _dtypes.Format) -> np.ndar
 
 def _check_heads(n_heads) -> int:
     return check_int("n_heads", n_heads, low=1, high=MAX_HEADS)
-
-
-def _short(value) -> str:
-    """``value`` for an error message: an integer or fraction far outside the float range
-    as its magnitude (``1.000e+400``), not hundreds of digits."""
-    if isinstance(value, numbers.Rational) and value and not 1e-20 < abs(value) < 1e20:
-        with localcontext() as ctx:
-            ctx.prec = 4
-            return f"{Decimal(value.numerator) / Decimal(value.denominator):.3e}"
-    return repr(value)
 
 
 def _check_max_bias(max_bias) -> float:

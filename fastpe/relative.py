@@ -49,8 +49,7 @@ import types
 import numpy as np
 
 from . import _backends
-from .alibi import _short
-from ._validate import check_int
+from ._validate import _short, check_int
 
 __all__ = ["t5_bucket", "t5_bucket_matrix", "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
 

@@ -264,7 +264,7 @@ def test_huge_numbers_are_named_in_short():
     bit_length: both are reported by the argument's name."""
     from fractions import Fraction
 
-    with pytest.raises(ValueError, match="d_model must be <= 65536, got an integer of 16610 bits"):
+    with pytest.raises(ValueError, match=r"d_model must be <= 65536, got 1\.000e\+5000"):
         fastpe.table(10**5000, 3)
-    with pytest.raises(ValueError, match="base must be finite, got a Fraction"):
+    with pytest.raises(ValueError, match=r"base must be finite, got 3\.333e\+399"):
         fastpe.table(4, 3, base=Fraction(10**400, 3))

@@ -22,6 +22,7 @@ THREADING = configure()
 from ..._plans import frequencies as _freq  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._walk import apply_chunks  # noqa: E402
+from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
 
 __all__ = [
@@ -159,7 +160,50 @@ def add_rows(x, pe, scale) -> None:
          1.0 if scale is None else float(scale), scale is not None)
 
 
-from .bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: E402  (its kernels use _run above)
+# ------------------------------------------------------------------------ attention biases
+# the kernels are in fastpe._backends.numba.bias, read through the module at each call
+
+
+def alibi_bias(n_heads, max_bias, form, out) -> None:
+    from ...alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+
+    words = _slope_words(n_heads, max_bias)
+    k_len = out.shape[2]
+    wide = out.dtype in (np.float32, np.float64)
+    line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
+    n_blocks = -(-k_len // _kb.LINE_BLOCK)
+    _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * _kb.LINE_COST,
+         words, line.dtype == np.float32, 0, n_blocks, line)
+    if wide:
+        _run(_kb.alibi_fill_parallel, _kb.alibi_fill_serial, out.size, line, FORM_CODES[form], out)
+        return
+    # float16 / bfloat16: the line narrowed, then spread as bit patterns
+    bits = _narrow_line(narrow16, n_heads, max_bias, line, out.dtype)
+    _run(_kb.alibi_fill16_parallel, _kb.alibi_fill16_serial, out.size,
+         bits, FORM_CODES[form], np.uint16(NEG_INF16[out.dtype.name]), out.view(np.uint16))
+
+
+def _thresholds(bidirectional, num_buckets, max_distance):
+    from ...relative import _plan
+
+    n = num_buckets // 2 if bidirectional else num_buckets
+    return n, _plan(n, max_distance)[0]
+
+
+def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
+    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    _run(_kb.t5_bucket_parallel, _kb.t5_bucket_serial, out.size * 4,
+         relative_position, bool(bidirectional), n, thresholds, out)
+
+
+def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
+    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    q_len, k_len = out.shape
+    line = np.empty(q_len + k_len - 1, dtype=out.dtype)
+    first = -(q_len - 1) - int(query_offset)  # j - (i + offset) at i = q_len - 1, j = 0
+    _run(_kb.t5_line_parallel, _kb.t5_line_serial, line.size * 4,
+         np.int64(first), bool(bidirectional), n, thresholds, line)
+    _run(_kb.t5_fill_parallel, _kb.t5_fill_serial, out.size, line, out)
 
 
 def narrow16(bits32, bf16, out, ties) -> None:
