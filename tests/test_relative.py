@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fastpe import relative
+from fastpe._plans import t5 as t5plan
 from conftest import AVAILABLE, FAST
 
 torch = pytest.importorskip("torch")
@@ -45,10 +46,10 @@ def torch_log32(y: float) -> float:
 @pytest.fixture
 def torch_log(monkeypatch):
     """Plans built with torch's log at fragile arguments, dropped after the test."""
-    relative._plan.cache_clear()
-    monkeypatch.setattr(relative, "_hf_log", torch_log32)
+    t5plan._plan.cache_clear()
+    monkeypatch.setattr(t5plan, "_hf_log", torch_log32)
     yield
-    relative._plan.cache_clear()
+    t5plan._plan.cache_clear()
 
 
 def configs(fragile: bool):
@@ -70,7 +71,7 @@ def positions(bidirectional, num_buckets, max_distance) -> np.ndarray:
     plan threshold, and the extremes."""
     n = num_buckets // 2 if bidirectional else num_buckets
     reach = min(3 * max_distance + 5, 4000)
-    thresholds = relative._plan(n, max_distance)[0]
+    thresholds = t5plan._plan(n, max_distance)[0]
     near = (thresholds[:, None] + np.arange(-2, 3)).reshape(-1)
     big = np.array([2**31, 10**9, 2**40, 2**53 + 1, 2**62, 2**63 - 1], dtype=np.int64)
     return np.unique(np.concatenate([np.arange(-reach, reach + 1), near, -near, big, -big]))
@@ -79,9 +80,9 @@ def positions(bidirectional, num_buckets, max_distance) -> np.ndarray:
 @pytest.fixture
 def fresh_plans():
     """Plans built inside the test (and dropped after it, whatever it changed)."""
-    relative._plan.cache_clear()
+    t5plan._plan.cache_clear()
     yield
-    relative._plan.cache_clear()
+    t5plan._plan.cache_clear()
 
 
 # ------------------------------------------------------------------------------ values
@@ -142,17 +143,17 @@ def test_fragile_arguments_take_the_correctly_rounded_log(monkeypatch, fresh_pla
     y = float(np.float32(np.float32(30) / np.float32(18)))
 
     def one_ulp_high(v):  # a misrounding log, written out: no dependence on the torch build
-        return float(np.nextafter(np.float32(relative._log32(v)), np.float32(np.inf)))
+        return float(np.nextafter(np.float32(t5plan._log32(v)), np.float32(np.inf)))
 
-    relative._plan.cache_clear()
-    monkeypatch.setattr(relative, "_hf_log", one_ulp_high)
+    t5plan._plan.cache_clear()
+    monkeypatch.setattr(t5plan, "_hf_log", one_ulp_high)
     assert relative.t5_bucket([-30], **kwargs).tolist() == [27]
-    relative._plan.cache_clear()
-    monkeypatch.setattr(relative, "_hf_log", torch_log32)
+    t5plan._plan.cache_clear()
+    monkeypatch.setattr(t5plan, "_hf_log", torch_log32)
     assert relative.t5_bucket([-30], **kwargs).tolist() == hf([-30], False, 36, 50).tolist()
     # whatever this build computes, it is a float32 log within one ULP of the correct one
     got = np.float32(torch.log(torch.tensor([y]))[0])
-    assert abs(int(got.view(np.int32)) - int(np.float32(relative._log32(y)).view(np.int32))) <= 1
+    assert abs(int(got.view(np.int32)) - int(np.float32(t5plan._log32(y)).view(np.int32))) <= 1
 
 
 def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
@@ -161,9 +162,9 @@ def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
     def refuse(y):
         raise AssertionError(f"asked for the log of {y}")
 
-    monkeypatch.setattr(relative, "_hf_log", refuse)
+    monkeypatch.setattr(t5plan, "_hf_log", refuse)
     for n, max_distance in [(16, 128), (32, 128), (16, 256), (32, 256), (64, 128)]:
-        thresholds, logs = relative._plan(n, max_distance)
+        thresholds, logs = t5plan._plan(n, max_distance)
         assert not logs
         assert thresholds.shape == (n - n // 2 - 1,)
         assert (np.diff(thresholds) >= 0).all() and thresholds[0] > n // 2
@@ -175,10 +176,10 @@ def test_widest_configurations(fast_backend, fresh_plans, monkeypatch):
     fragile distances (that scan took seconds here); its thresholds are where HF's formula,
     emulated by the python reference, puts them, and HF's own function agrees wherever the
     log's last bit does not decide."""
-    monkeypatch.setattr(relative._Chain, "fragile", lambda self, d: pytest.fail("scanned for fragile distances"))
+    monkeypatch.setattr(t5plan._Chain, "fragile", lambda self, d: pytest.fail("scanned for fragile distances"))
     cases = []
     for bidirectional, n in ((True, 2048), (False, 4096)):
-        thresholds = relative._plan(n, 2**32)[0]
+        thresholds = t5plan._plan(n, 2**32)[0]
         assert thresholds.shape == (n - n // 2 - 1,) and n // 2 < thresholds[0] and thresholds[-1] < 2**32
         near = np.concatenate([thresholds - 1, thresholds])
         cases.append((bidirectional, n, near, np.concatenate([near, -near]) if bidirectional else -near))
@@ -187,7 +188,7 @@ def test_widest_configurations(fast_backend, fresh_plans, monkeypatch):
         kwargs = dict(bidirectional=bidirectional, num_buckets=4096, max_distance=2**32)
         got = relative.t5_bucket(rel, backend=fast_backend, **kwargs)
         np.testing.assert_array_equal(got, relative.t5_bucket(rel, backend="python", **kwargs))
-        chain = relative._Chain(n, 2**32)
+        chain = t5plan._Chain(n, 2**32)
         sure = ~np.array([chain.fragile(int(d)) for d in np.abs(rel)])
         assert sure.sum() > 1000  # near a threshold the last bit often decides
         np.testing.assert_array_equal(got[sure], hf(rel[sure], bidirectional, 4096, 2**32))

@@ -29,6 +29,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 from .._dtypes import FORMATS, Format, round_fraction, round_interval
+from .._plans.t5 import log_float32
 
 __all__ = [
     "FORMS",
@@ -125,29 +126,6 @@ def alibi_distance(form: str, q_len: int, k_len: int, i: int, j: int) -> int | N
 # --------------------------------------------------------------------------------------- T5
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def log_float32(y: float) -> float:
-    """The float32 nearest to ``ln(y)`` (``y`` a float32 value, ``y >= 1``), as a float.
-
-    ``Decimal.ln`` is correctly rounded; the result is known to ``10**-digits`` relative and
-    rounded by Ziv's test.  ``ln`` of a rational other than 1 is transcendental, never a
-    float32 midpoint, so the loop ends.
-    """
-    if y == 1.0:
-        return 0.0
-    digits = 30
-    while digits <= MAX_DIGITS:
-        with localcontext() as ctx:
-            ctx.prec = digits + 5
-            value = Fraction(Decimal(y).ln())
-        radius = abs(value) / 10**digits
-        got = round_interval(value - radius, value + radius, _F32)
-        if got is not None:
-            return got
-        digits *= 2
-    raise AssertionError(f"log_float32({y!r}) undecided at {MAX_DIGITS} digits")
-
-
 def _f32(x: Fraction) -> Fraction:
     """``x`` rounded to float32, kept as an exact fraction."""
     return Fraction(round_fraction(x, _F32))
@@ -205,7 +183,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 def _logs(bidirectional: bool, num_buckets: int, max_distance: int) -> dict:
     # the float32 logs HF's torch returns at this configuration's fragile arguments (data
     # recorded by the plan; none for most configurations)
-    from ..relative import _plan
+    from .._plans.t5 import _plan
 
     return _plan(num_buckets // 2 if bidirectional else num_buckets, max_distance)[1]
 

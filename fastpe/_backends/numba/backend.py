@@ -184,7 +184,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 
 
 def _thresholds(bidirectional, num_buckets, max_distance):
-    from ...relative import _plan
+    from ..._plans.t5 import _plan
 
     n = num_buckets // 2 if bidirectional else num_buckets
     return n, _plan(n, max_distance)[0]
