@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from fastpe import _backends, _dtypes, alibi
+from fastpe._plans import alibi as aplan
 from fastpe._exact.bias import alibi_distance, alibi_value
 from conftest import AVAILABLE, FAST
 
@@ -110,7 +111,7 @@ def test_slopes_of_the_most_heads(n_heads, max_bias):
     every dtype, against mpmath; the split words within 2**-114 of the slope."""
     dtypes = ["float32", "float64", "float16"] + (["bfloat16"] if importlib.util.find_spec("ml_dtypes") else [])
     got = {name: alibi.slopes(n_heads, max_bias, dtype=name) for name in dtypes}
-    words = alibi._slope_words(n_heads, max_bias)
+    words = aplan._slope_words(n_heads, max_bias)
     m = 1 << (n_heads.bit_length() - 1)
     exact = [h for h in range(n_heads) if (Fraction(max_bias) * (h + 1) / m if h < m else 0).denominator == 1]
     rng = np.random.default_rng(n_heads)
@@ -248,7 +249,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
     cases = 0
     # 2**-16 (the least max_bias): slopes within 2**-17 of 1
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5), (3, alibi.MIN_BIAS)]:
-        words = alibi._slope_words(n_heads, max_bias)
+        words = aplan._slope_words(n_heads, max_bias)
         for h in range(n_heads):
             s = mp_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
@@ -272,7 +273,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
 def test_largest_distances(dtype):
     """Distances just below 2**31 and 2**32, 13 heads (not a power of two), against the
     reference; numba and cython identical."""
-    words = alibi._slope_words(13, 8.0)
+    words = aplan._slope_words(13, 8.0)
     fmt = _dtypes.FORMATS[dtype]
     for first in (2**31 - 40, 2**32 - 80):
         lines = [_line(b, words, dtype, first, 80) for b in COMPILED]
@@ -382,7 +383,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
     fmt = _dtypes.FORMATS[name]
     half_even_wrong = cases = 0
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
-        words = alibi._slope_words(n_heads, max_bias)
+        words = aplan._slope_words(n_heads, max_bias)
         for h in range(n_heads):
             s = mp_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
@@ -395,7 +396,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
                 got = []
                 for backend in COMPILED:
                     line = _line(backend, words, "float32", n, 1)
-                    narrowed = alibi._narrow_line(_narrow16(backend), n_heads, max_bias, line, dtype, first=n)
+                    narrowed = aplan._narrow_line(_narrow16(backend), alibi_value, n_heads, max_bias, line, dtype, first=n)
                     got.append(float(narrowed[h:h + 1, 0].view(dtype)[0]))
                 assert got == [want] * len(COMPILED), (n_heads, max_bias, h, n)
                 with np.errstate(over="ignore"):  # 65520 and up: inf
@@ -414,7 +415,7 @@ def test_narrow_ties_too_near_to_call_go_to_the_reference(monkeypatch):
 
     asked = []
     value = ref.alibi_value
-    monkeypatch.setattr(alibi, "_TIE_MARGIN", 1.0)
+    monkeypatch.setattr(aplan, "_TIE_MARGIN", 1.0)
     monkeypatch.setattr(ref, "alibi_value", lambda *a: (asked.append(a), value(*a))[1])
     got = alibi.bias(12, 1, 20000, form="bloom", max_bias=7.3, dtype="float16", backend=FAST[0])
     assert len(asked) >= 8 and same_bits(got, want)

@@ -4,7 +4,7 @@ The oracle the fast kernels are checked against, and the ``python`` backend's op
 It takes a different and obvious route from theirs:
 
 ALiBi.  The compiled kernels multiply a distance by the slope's four split words
-(:func:`fastpe.alibi._slope_words`, from a chain of 256-bit products of one :mod:`decimal`
+(:func:`fastpe._plans.alibi._slope_words`, from a chain of 256-bit products of one :mod:`decimal`
 exponential) in double-double and round once.  Here each value is taken on its own: the slope ``2**-e`` (``e`` an exact dyadic
 rational, see :func:`slope_exponent`) is bracketed as ``exp(-e ln 2)`` in :mod:`decimal`,
 the bracket is multiplied by the integer distance as exact fractions, and the value is the
@@ -29,6 +29,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 from .._dtypes import FORMATS, Format, round_fraction, round_interval
+from .._plans.alibi import FORMS
 from .._plans.t5 import log_float32
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 #: the ALiBi forms, in the order of the kernels' form codes
-FORMS = ("symmetric", "causal", "bloom", "mpt")
 
 #: decimal digits of the first pass; each retry doubles them
 FIRST_DIGITS = 40

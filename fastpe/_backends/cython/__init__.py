@@ -289,7 +289,8 @@ LINE_COST = 8
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ...alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from ..._exact.bias import alibi_value
+    from ..._plans.alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
 
     words = _slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
@@ -301,7 +302,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
         _split(lambda lo, hi: _ext_bias.alibi_fill(line, code, out, lo, hi), n_heads * q_len, out.size)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
-    bits = _narrow_line(narrow16, n_heads, max_bias, line, out.dtype)
+    bits = _narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
     _split(lambda lo, hi: _ext_bias.alibi_fill16(bits, code, neg_inf, target, lo, hi), n_heads * q_len, out.size)
 
