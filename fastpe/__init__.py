@@ -20,7 +20,7 @@ from .sinusoid import (
     timestep,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def __getattr__(name: str):

@@ -100,7 +100,7 @@ def info() -> dict:
 
     Loads every backend to find out, so it imports numba when numba is installed.
     """
-    from . import __version__
+    from ._version import __version__
 
     backends = {name: _backends.unavailable_reason(name) for name in BACKENDS}
     env_error = None

@@ -286,7 +286,7 @@ def check_memory(what: str, needed: int) -> None:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

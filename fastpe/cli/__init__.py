@@ -26,7 +26,7 @@ import traceback
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from .._io.atomic import Terminated, signals_raise
 from .alibi import alibi
 from .check import check
