@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _backends
 from ._backends.registry import BACKENDS
+from ._plans.frequencies import DEFAULT_BASE
 
 __all__ = [
     "ulp_distance",
@@ -66,7 +67,7 @@ def run_check(
     *,
     d_models: tuple[int, ...] = (8, 63, 512),
     n_per_octave: int = 2,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     seed: int = 0,
     backends: list[str] | None = None,
 ) -> list[CheckResult]:

@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         f"fastpe's plots need matplotlib: pip install 'fastpe[plot]' (or pip install matplotlib) ({exc})"
     ) from exc
 
+from ._plans.frequencies import DEFAULT_BASE
 from ._validate import check_int
 
 __all__ = [
@@ -146,7 +147,7 @@ def _check_total(name: str, rows: int, cols: int) -> None:
         )
 
 
-def table_heatmap(d_model: int, max_len: int, *, base: float = 10000.0, backend: str | None = None) -> Heatmap:
+def table_heatmap(d_model: int, max_len: int, *, base: float = DEFAULT_BASE, backend: str | None = None) -> Heatmap:
     """The sinusoidal table, ``fastpe.table(d_model, max_len, base=base)``."""
     from .sinusoid import table
     from .sinusoid import PosEncConfig
@@ -158,7 +159,7 @@ def table_heatmap(d_model: int, max_len: int, *, base: float = 10000.0, backend:
 
 
 def rope_heatmap(
-    head_dim: int, max_len: int, *, base: float = 10000.0, part: str = "cos", backend: str | None = None
+    head_dim: int, max_len: int, *, base: float = DEFAULT_BASE, part: str = "cos", backend: str | None = None
 ) -> Heatmap:
     """The RoPE cache of ``fastpe.rope.cos_sin(arange(max_len), head_dim, base=base)``: its
     cos, its sin, or both side by side (``part``)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _backends, _dtypes
 from .sinusoid import fill_rows
-from ._plans.frequencies import Geometric
+from ._plans.frequencies import DEFAULT_BASE, Geometric
 from ._validate import MAX_D_MODEL, POSITION_LIMIT, check_base, check_choice, check_int
 
 __all__ = ["sincos_2d", "sincos_3d", "ORDERS"]
@@ -71,13 +71,13 @@ def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarr
     return out
 
 
-def sincos_2d(height: int, width: int, dim: int, *, base: float = 10000.0, order: str = "mae",
+def sincos_2d(height: int, width: int, dim: int, *, base: float = DEFAULT_BASE, order: str = "mae",
               cls_token: bool = False, dtype="float32", backend: str | None = None) -> np.ndarray:
     """The ``(height * width [+ 1], dim)`` 2-D sin-cos embedding; any ``height x width``."""
     return _grid((height, width), ("height", "width"), dim, base, order, cls_token, dtype, backend)
 
 
-def sincos_3d(t: int, h: int, w: int, dim: int, *, base: float = 10000.0, order: str = "mae",
+def sincos_3d(t: int, h: int, w: int, dim: int, *, base: float = DEFAULT_BASE, order: str = "mae",
               cls_token: bool = False, dtype="float32", backend: str | None = None) -> np.ndarray:
     """The ``(t * h * w [+ 1], dim)`` 3-D sin-cos embedding (``dim`` divisible by 6)."""
     return _grid((t, h, w), ("t", "h", "w"), dim, base, order, cls_token, dtype, backend)

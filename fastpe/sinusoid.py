@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _backends, _dtypes
-from ._plans.frequencies import MAX_FREQUENCY, Geometric
+from ._plans.frequencies import DEFAULT_BASE, MAX_FREQUENCY, Geometric
 from ._validate import (
     MAX_D_MODEL,
     POSITION_LIMIT,
@@ -52,8 +52,6 @@ __all__ = [
 #: the spec's default table length
 DEFAULT_MAX_LEN = 2048
 
-#: the classic Transformer base
-DEFAULT_BASE = 10000.0
 
 #: column layouts of a table
 TABLE_LAYOUTS = ("interleaved", "halves")
@@ -514,7 +512,7 @@ def timestep(
     t,
     dim: int,
     *,
-    max_period: float = 10000.0,
+    max_period: float = DEFAULT_BASE,
     flip_sin_to_cos: bool = False,
     shift: float = 1.0,
     scale: float = 1.0,

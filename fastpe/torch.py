@@ -241,7 +241,7 @@ class RotaryEmbedding(nn.Module):
     The module holds no parameters or buffers (its ``state_dict`` is empty).
     """
 
-    def __init__(self, head_dim: int, base=10000.0, scaling=None, layout: str = "neox", rotary_dim=None,
+    def __init__(self, head_dim: int, base=DEFAULT_BASE, scaling=None, layout: str = "neox", rotary_dim=None,
                  *, max_position_embeddings=None):
         super().__init__()
         self.layout = check_layout(layout)

@@ -37,7 +37,10 @@ import numpy as np
 from .._exact.constants import decimal_pi
 from .words import PLAN_PREC, chain_turns
 
-__all__ = ["Geometric", "turns", "MAX_FREQUENCY"]
+__all__ = ["Geometric", "turns", "MAX_FREQUENCY", "DEFAULT_BASE"]
+
+#: the classic Transformer base, ``10000``: the default of every sinusoid and RoPE family
+DEFAULT_BASE = 10000.0
 
 #: the largest frequency (radians per position) the kernels' error analysis covers
 MAX_FREQUENCY = 1024.0

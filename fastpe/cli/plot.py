@@ -151,7 +151,9 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
     else:
         _check_applicable(ctx, kind, label)
     if base is None:
-        base = 10000.0
+        from .._plans.frequencies import DEFAULT_BASE
+
+        base = DEFAULT_BASE
 
     with options.library_errors():
         _plot.check_cmap(cmap)  # before any work

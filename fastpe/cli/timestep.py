@@ -12,6 +12,7 @@ import math
 import click
 
 from .._validate import POSITION_LIMIT
+from .._plans.frequencies import DEFAULT_BASE
 from . import options
 from ._write import check_size, default_path, dtype_opt, summary, write_npy
 
@@ -93,7 +94,7 @@ def _output(ctx, param, value):
               help="Comma-separated real timesteps, e.g. 0,0.5,999 (--t=-1,1 for a negative first one).")
 @click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False), default=None, callback=_from,
               metavar="FILE.npy", help="A .npy file holding a 1-D array of real timesteps.")
-@click.option("--max-period", type=float, default=10000.0, show_default=True, metavar="P",
+@click.option("--max-period", type=float, default=DEFAULT_BASE, show_default=True, metavar="P",
               help="Longest period: w_k = P ** (-k / (D/2 - shift)); finite, >= 1.")
 @click.option("--flip-sin-to-cos", is_flag=True, help="Columns [cos | sin] instead of [sin | cos].")
 @click.option("--shift", type=float, default=1.0, show_default=True, metavar="S",

@@ -10,7 +10,7 @@ Two halves:
   ``inv_freq`` float64 of length ``rotary_dim / 2``, for radians per position.
 
 The rules are those of HF transformers' current ``modeling_rope_utils`` (5.x), written
-from its formulas as exact real-number definitions; :mod:`._reference_scaling` evaluates
+from its formulas as exact real-number definitions; :mod:`fastpe._exact.rope_scaling` evaluates
 the same definitions in :mod:`decimal` and is the oracle this module is tested against.
 HF evaluates them in float32; here every ``inv_freq`` and attention factor is the
 correctly rounded float64 of the rule's real value (decimal arithmetic, see "Why decimal"
@@ -89,6 +89,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
 import numpy as np
 
+from .._plans.frequencies import DEFAULT_BASE
 from .._exact.constants import decimal_pi
 from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int
 
@@ -110,7 +111,6 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 #: legacy names: early Phi-3 configs say ``"type": "su"`` for what is now ``longrope``
 _ALIASES = {"su": "longrope"}
 MAX_HEAD_DIM = 65536
-DEFAULT_BASE = 10000.0
 #: the largest ``max_position_embeddings`` / ``original_max_position_embeddings``: positions
 #: stop below 2**32, and bounded lengths keep every decimal quantity of the rules (a ratio
 #: ``O / (2*pi*beta)``, ``factor * L / M``) far inside decimal's exponent range, which a
