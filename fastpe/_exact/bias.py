@@ -8,7 +8,7 @@ ALiBi.  The compiled kernels multiply a distance by the slope's four split words
 exponential) in double-double and round once.  Here each value is taken on its own: the slope ``2**-e`` (``e`` an exact dyadic
 rational, see :func:`slope_exponent`) is bracketed as ``exp(-e ln 2)`` in :mod:`decimal`,
 the bracket is multiplied by the integer distance as exact fractions, and the value is the
-rounding both ends agree on (Ziv: :func:`fastpe._dtypes.round_interval`), or everything is
+rounding both ends agree on (Ziv: :func:`fastpe._exact.rounding.round_interval`), or everything is
 redone with twice the digits.  An integer ``e`` gives an exact slope, answered exactly (ties
 to even); otherwise ``2**-e`` is irrational, so no product with a non-zero integer is ever a
 rounding midpoint and the loop ends.
@@ -16,7 +16,7 @@ rounding midpoint and the loop ends.
 T5.  The kernels count entries of a threshold table (:func:`fastpe.relative._plan`).  Here
 each relative position runs through Hugging Face's own float32 formula, each operation
 emulated exactly: the float32 of the integer, the float32 quotients and product (exact
-fractions rounded by :func:`fastpe._dtypes.round_fraction`), and a float32 logarithm --
+fractions rounded by :func:`fastpe._exact.rounding.round_fraction`), and a float32 logarithm --
 the correctly rounded one (:func:`log_float32`), unless the plan recorded the float32 log
 HF's torch returns for that argument (see :mod:`fastpe.relative`, "fragile arguments").
 """
@@ -28,7 +28,7 @@ import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from .._dtypes import FORMATS, Format, round_fraction, round_interval
+from .rounding import FORMATS, Format, round_fraction, round_interval
 from .._plans.alibi import FORMS
 from .._plans.t5 import log_float32
 

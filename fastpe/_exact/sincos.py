@@ -31,7 +31,7 @@ import math
 from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 
-from .. import _dtypes
+from . import rounding
 from .._plans.frequencies import Geometric, log_terms
 from .rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
 
@@ -70,7 +70,7 @@ def _log_angle(x: Fraction, freqs: Geometric, k: int) -> float:
         return math.log(abs(x.numerator)) - math.log(x.denominator) + float(first - k * step)
 
 
-def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
+def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, float]:
     """The correctly rounded pair of a tiny angle ``x w_k`` (see the module docstring)."""
     digits = 40
     while digits <= MAX_BITS:
@@ -84,15 +84,15 @@ def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: _dtypes.Format) ->
         eps = Fraction(int(abs(arg)) + 2, 10 ** (digits - 1))
         ends = sorted((x * w * (1 - eps), x * w * (1 + eps)))
         c_lo, c_hi, s_lo, s_hi = tiny_cos_sin(ends[0], ends[1], max(1, digits // 20))
-        rs = [_dtypes.round_fraction(v, fmt) for v in (s_lo, s_hi)]
-        rc = [_dtypes.round_fraction(v, fmt) for v in (c_lo, c_hi)]
+        rs = [rounding.round_fraction(v, fmt) for v in (s_lo, s_hi)]
+        rc = [rounding.round_fraction(v, fmt) for v in (c_lo, c_hi)]
         if settled(*rs) and settled(*rc):
             return rs[0], rc[0]
         digits *= 2
     raise RuntimeError("reference sincos: undecided")  # unreachable, as for the fixed point
 
 
-def sin_cos(x, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, float]:
+def sin_cos(x, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, float]:
     """Correctly rounded ``sin(x w_k)`` and ``cos(x w_k)`` in ``fmt`` (as Python floats), for
     an integer or a finite float ``x`` taken at its exact value."""
     x = Fraction(x)
@@ -107,8 +107,8 @@ def sin_cos(x, freqs: Geometric, k: int, fmt: _dtypes.Format) -> tuple[float, fl
     while bits <= MAX_BITS:
         c, s, e, w = _cos_sin_fixed(x, freqs, k, bits)
         scale = Fraction(1, 1 << w)
-        rs = _dtypes.round_interval((s - e) * scale, (s + e) * scale, fmt)
-        rc = _dtypes.round_interval((c - e) * scale, (c + e) * scale, fmt)
+        rs = rounding.round_interval((s - e) * scale, (s + e) * scale, fmt)
+        rc = rounding.round_interval((c - e) * scale, (c + e) * scale, fmt)
         if rs is not None and rc is not None:
             return rs, rc
         bits *= 2
@@ -129,7 +129,7 @@ def columns(count: int, d: int, layout: str) -> list[tuple[int | None, int | Non
     return cols
 
 
-def rows(xs, freqs: Geometric, layout: str, d: int, fmt: _dtypes.Format) -> list[list[float]]:
+def rows(xs, freqs: Geometric, layout: str, d: int, fmt: rounding.Format) -> list[list[float]]:
     """One row of ``d`` correctly rounded values per position (zeros past ``2 * count``)."""
     cols = columns(freqs.count, d, layout)
     out = []

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from decimal import Decimal, localcontext
 
 from .constants import decimal_pi
+from .rounding import F32, round_ratio
 
 __all__ = ["sinusoid", "round_to_float32"]
 
@@ -50,49 +51,14 @@ MAX_DIGITS = 2560
 _FREQ_GUARD = 5  # extra digits for w_i and pi/2, which every angle reuses
 _SCALE_GUARD = 5  # a value is read as an integer with this many digits to spare
 
-# float32: 24-bit significand, normal exponents -126..127, subnormal quantum 2**-149
-_F32_MANT_BITS = 24
-_F32_EMIN = -126
-_F32_EMAX = 127
-_F32_OVERFLOW = 2.0**128
-
 
 # --------------------------------------------------------------------------- rounding
 
 
 def _round_ratio_to_float32(num: int, den: int) -> float:
-    """``num / den`` (``den > 0``) rounded to the nearest float32, ties to even.
-
-    Exact integer arithmetic: the quotient is scaled so that its float32 quantum (one unit
-    in the last place, ``2**-149`` throughout the subnormal range) becomes 1, then the
-    integer part is rounded with the remainder deciding.  Returns a Python float holding
-    the float32 value (exact: 24 bits fit a double), ``±inf`` on overflow, ``±0.0`` when
-    the magnitude is at most half the smallest subnormal.
-    """
-    negative = num < 0
-    a = -num if negative else num
-    if a == 0:
-        return -0.0 if negative else 0.0
-    # e = floor(log2(a / den)): the bit lengths give it to within one
-    e = a.bit_length() - den.bit_length()
-    if (a < den << e) if e >= 0 else (a << -e < den):
-        e -= 1
-    if e > _F32_EMAX:
-        return -math.inf if negative else math.inf  # (also keeps ldexp below in range)
-    q = max(e, _F32_EMIN) - (_F32_MANT_BITS - 1)  # log2 of the quantum
-    if q >= 0:
-        unit = den << q
-        m, rem = divmod(a, unit)
-    else:
-        unit = den
-        m, rem = divmod(a << -q, den)
-    twice = rem << 1
-    if twice > unit or (twice == unit and m & 1):
-        m += 1  # may reach 2**24: the next binade's first float, still exact
-    value = math.ldexp(m, q)
-    if value >= _F32_OVERFLOW:
-        value = math.inf
-    return -value if negative else value
+    """``num / den`` (``den > 0``) rounded to the nearest float32, ties to even (as a Python
+    float; ``±inf`` on overflow, a signed zero on underflow)."""
+    return round_ratio(num, den, F32)
 
 
 def round_to_float32(x: Decimal) -> float:
@@ -246,7 +212,7 @@ def _settle(value: Decimal, digits: int, relative: bool) -> float | None:
     e = a.bit_length() - unit.bit_length()  # floor(log2 |value|), or one more
     if (a < unit << e) if e >= 0 else (a << -e < unit):
         e -= 1
-    q = max(e, _F32_EMIN) - (_F32_MANT_BITS - 1)  # log2 of the float32 quantum
+    q = max(e, F32.emin) - (F32.mant_bits - 1)  # log2 of the float32 quantum
     if q < 0:  # always, for |value| <= 1
         m, rem = divmod(a << -q, unit)  # |value| / quantum = m + rem / unit
         err = eps_units << -q  # the error in the same units as rem

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._dtypes import FORMATS, round_interval
+from .._exact.rounding import FORMATS, round_interval
 
 __all__ = ["log_float32"]
 
