@@ -270,3 +270,15 @@ def test_reference_shapes_and_zero_position():
     # the lone last column of an odd table is a sine
     w = 10000.0 ** (-2 / 3)
     assert abs(a[0][2] - math.sin(5 * w)) < 1e-7
+
+
+def test_one_pi_in_both_forms():
+    """The decimal pi is converted from the fixed-point Machin series: both agree with
+    mpmath (the decimal one correctly rounded, the fixed one within a unit)."""
+    from fastpe._exact.constants import decimal_pi, pi_fixed
+
+    with mpmath.workdps(1100):
+        for prec in (20, 90, 1000):
+            assert str(decimal_pi(prec)) == mpmath.nstr(mpmath.pi, prec, strip_zeros=False)
+        for w in (64, 200, 3000):
+            assert abs(pi_fixed(w) - mpmath.pi * mpmath.mpf(2) ** w) <= 1

@@ -5,9 +5,9 @@ route from theirs (split frequency words, polynomials, anchored products in doub
 from the sinusoid reference's (:mod:`fastpe._exact.sinusoid_decimal`, decimal Taylor series):
 
 1. the angle ``theta = p * f`` is an exact rational (``f`` is the double's exact value);
-2. pi comes from Machin's formula in binary fixed point (integers scaled by ``2**W``), known
-   to one unit; ``theta`` is reduced by the nearest multiple of pi/2, keeping track of the
-   error, which grows with the multiple;
+2. pi comes from Machin's formula in binary fixed point (integers scaled by ``2**W``,
+   :func:`fastpe._exact.constants.pi_fixed`), known to one unit; ``theta`` is reduced by
+   the nearest multiple of pi/2, keeping track of the error, which grows with the multiple;
 3. ``sin r`` and ``cos r`` each by its own Taylor series in the same fixed point, every
    truncation counted in the error bound ``E`` (units of ``2**-W``);
 4. the wanted value -- ``af * cos theta``, or the rotated pair
@@ -37,6 +37,7 @@ import functools
 import math
 from fractions import Fraction
 
+from .constants import pi_fixed
 from .sinusoid_decimal import _round_ratio_to_float32
 
 __all__ = ["cos_sin_f32", "cos_sin_f64", "rotate_f32", "FIRST_BITS"]
@@ -49,33 +50,9 @@ MAX_BITS = 1 << 14
 #: extra bits for the reduction: the multiple of pi/2 stays below 2**43 (p < 2**32,
 #: f <= 1024), and each unit of error in pi/2 is multiplied by it
 _REDUCTION_GUARD = 48
-_PI_GUARD = 32
 
 
 # ----------------------------------------------------------------------- fixed point
-
-
-def _atan_inv(x: int, w: int) -> int:
-    """``atan(1/x) * 2**w`` by its series, each term floored: error below 2 units a term."""
-    total = 0
-    power = (1 << w) // x  # 2**w / x**(2k+1)
-    x2 = x * x
-    k = 0
-    while power:
-        term = power // (2 * k + 1)
-        total = total - term if k & 1 else total + term
-        power //= x2
-        k += 1
-    return total
-
-
-@functools.cache
-def _pi(w: int) -> int:
-    """``pi * 2**w`` to within one unit: Machin's ``16 atan(1/5) - 4 atan(1/239)`` with
-    ``_PI_GUARD`` guard bits (its ~``w/2`` floored terms cost far fewer than ``2**31`` units)."""
-    g = w + _PI_GUARD
-    value = 16 * _atan_inv(5, g) - 4 * _atan_inv(239, g)
-    return (value + (1 << (_PI_GUARD - 1))) >> _PI_GUARD
 
 
 def _series(r: int, w: int, odd: bool) -> tuple[int, int]:
@@ -121,7 +98,7 @@ def cos_sin_of_fixed_angle(t: int, err_t, w: int) -> tuple[int, int, int, int]:
     < 1.01 units a multiple), so ``r = t - k H`` is off by less than ``err_t + 2|k| + 2``
     units; then the two series at ``r`` and the quadrant's signs.  Shared by the RoPE and
     the sinusoid-family references."""
-    half_pi = _pi(w + 8) >> 9  # (pi/2) 2**w, within 1 + 2**-8 units
+    half_pi = pi_fixed(w + 8) >> 9  # (pi/2) 2**w, within 1 + 2**-8 units
     k = (2 * t + half_pi) // (2 * half_pi)
     r = t - k * half_pi
     err_r = err_t + 2 * abs(k) + 2
