@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _backends, _dtypes
 from ._plans.frequencies import DEFAULT_BASE, MAX_FREQUENCY, Geometric
+from ._plans.layouts import column_owner
 from ._validate import (
     MAX_D_MODEL,
     POSITION_LIMIT,
@@ -190,14 +191,6 @@ def output_array(out, shape: tuple[int, ...], dtype, inputs=()) -> np.ndarray:
         check_no_overlap(out, arr, other_name=name)
     return out
 
-
-def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
-    """``(k, is_cos)`` of column ``j`` (a non-zero column) of a row with ``count``
-    frequencies in ``layout`` (see :mod:`fastpe._plans.layouts`)."""
-    if layout == "interleaved":
-        return j // 2, bool(j & 1)
-    first_is_cos = layout == "halves_cos"
-    return (j, first_is_cos) if j < count else (j - count, not first_is_cos)
 
 #: a tie is decided by the fast float64 value when it is this far (or farther) from the tie
 #: point: beyond the float64 kernels' error bound (2**-45), so the side is certain

@@ -33,6 +33,7 @@ from fractions import Fraction
 
 from . import rounding
 from .._plans.frequencies import Geometric, log_terms
+from .._plans.layouts import columns
 from .rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
 
 __all__ = ["sin_cos", "rows"]
@@ -113,20 +114,6 @@ def sin_cos(x, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, f
             return rs, rc
         bits *= 2
     raise RuntimeError("reference sincos: undecided")  # unreachable, see the module docstring
-
-
-def columns(count: int, d: int, layout: str) -> list[tuple[int | None, int | None]]:
-    """``(sin column, cos column)`` of each frequency (``None`` past the row's end)."""
-    cols = []
-    for k in range(count):
-        if layout == "interleaved":
-            js, jc = 2 * k, 2 * k + 1
-        elif layout == "halves":
-            js, jc = k, count + k
-        else:  # "halves_cos"
-            js, jc = count + k, k
-        cols.append((js if js < d else None, jc if jc < d else None))
-    return cols
 
 
 def rows(xs, freqs: Geometric, layout: str, d: int, fmt: rounding.Format) -> list[list[float]]:

@@ -17,8 +17,34 @@ A column past the row's end is dropped (an odd ``d`` loses the last cosine); col
 
 from __future__ import annotations
 
-__all__ = ["LAYOUTS", "LAYOUT_CODES"]
+__all__ = ["LAYOUTS", "LAYOUT_CODES", "columns", "column_owner"]
 
 LAYOUTS: tuple[str, ...] = ("interleaved", "halves", "halves_cos")
 #: layout name -> the code the compiled kernels take
 LAYOUT_CODES: dict[str, int] = {name: code for code, name in enumerate(LAYOUTS)}
+
+
+def columns(count: int, d: int, layout: str) -> list[tuple[int | None, int | None]]:
+    """``(sin column, cos column)`` of each of ``count`` frequencies in a row of ``d`` columns
+    (``None`` past the row's end): the rule above.  The compiled kernels' scatter (numba
+    ``kernels._scatter``, ``csrc/_ext.pyx``'s ``_scatter``) follows it too; the agreement
+    tests compare every backend with the reference built on this one."""
+    cols = []
+    for k in range(count):
+        if layout == "interleaved":
+            js, jc = 2 * k, 2 * k + 1
+        elif layout == "halves":
+            js, jc = k, count + k
+        else:  # "halves_cos"
+            js, jc = count + k, k
+        cols.append((js if js < d else None, jc if jc < d else None))
+    return cols
+
+
+def column_owner(layout: str, count: int, j: int) -> tuple[int, bool]:
+    """``(k, is_cos)`` of column ``j`` (a non-zero one, ``j < 2 * count``): the inverse of
+    :func:`columns`."""
+    if layout == "interleaved":
+        return j // 2, bool(j & 1)
+    first_is_cos = layout == "halves_cos"
+    return (j, first_is_cos) if j < count else (j - count, not first_is_cos)
