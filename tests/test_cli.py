@@ -82,7 +82,6 @@ def test_table_writes_the_default_file_and_one_summary_line(in_tmp):
     assert match["backend"] == DEFAULT
 
 
-@pytest.mark.parametrize("backend", AVAILABLE)
 def test_table_with_every_option(in_tmp, backend):
     (in_tmp / "sub").mkdir()
     result = run("table", "--d-model", "7", "--max-len", "9", "--base", "500.5", "--backend", backend,

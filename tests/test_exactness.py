@@ -29,7 +29,7 @@ from inputs import (
 import fastpe
 from fastpe import _backends
 
-BACKENDS = fastpe.available_backends()
+from conftest import BACKEND_PARAMS as BACKENDS  # noqa: E402  (the default one only, in a default-only run)
 
 #: (d_model, base): odd and even widths up to the maximum, every base of inputs.BASES
 CASES = [
