@@ -399,6 +399,10 @@ def table_rows(config: PosEncConfig, start: int, out: np.ndarray, *, backend: st
 
 _INT64_MAX = (1 << 63) - 1
 
+#: the convention keywords of :func:`add_` (fields of :class:`PosEncConfig`) and their defaults
+_CONVENTION_DEFAULTS = (("base", DEFAULT_BASE), ("layout", "interleaved"), ("denominator", "d"),
+                        ("min_timescale", 1.0), ("max_timescale", None))
+
 #: rows of the encoding computed at a time by :func:`add_` (bounded scratch memory)
 _ADD_VALUES = 1 << 20
 
@@ -458,11 +462,7 @@ def add_(
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
     elif config.d_model != d_model:
         raise ValueError(f"config.d_model is {config.d_model} but x has {d_model} columns")
-    elif keywords != PosEncConfig(d_model, 1):
-        given = [k for k, v, default in (("base", base, DEFAULT_BASE), ("layout", layout, "interleaved"),
-                                         ("denominator", denominator, "d"),
-                                         ("min_timescale", min_timescale, 1.0),
-                                         ("max_timescale", max_timescale, None)) if v != default]
+    elif given := [k for k, default in _CONVENTION_DEFAULTS if getattr(keywords, k) != default]:
         raise ValueError(f"give config or {', '.join(given)}, not both")
     factor = None if scale is None else check_finite_real("scale", scale)
     if positions is None:
