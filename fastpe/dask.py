@@ -108,10 +108,6 @@ def _check_backend(backend) -> str | None:
     return name
 
 
-def _check_dtype(dtype) -> np.dtype:
-    return _resolve_dtype(dtype)
-
-
 def _auto_rows(chunks) -> bool:
     """Whether the row blocks are left to the automatic choice (then aligned to 64)."""
     if isinstance(chunks, str):
@@ -272,7 +268,7 @@ def table(
         task exists.
     """
     cfg = PosEncConfig(d_model, max_len, base, **config)
-    dt = _check_dtype(dtype)
+    dt = _resolve_dtype(dtype)
     name_backend = _check_backend(backend)
     shape = (cfg.max_len, cfg.d_model)
     blocks = _normalize(chunks, shape, dt)

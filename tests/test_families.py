@@ -395,7 +395,7 @@ def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target
 def test_plan_words_equal_a_separate_exponential_per_frequency(freqs):
     """The plans' integer power chain against each ``w_k / (2 pi)`` computed on its own at
     70 digits and cut by the decimal splitter: the same words, bit for bit."""
-    from decimal import Decimal, localcontext
+    from decimal import localcontext
 
     from fastpe._exact.constants import decimal_pi
     from fastpe._plans.frequencies import log_terms, turns

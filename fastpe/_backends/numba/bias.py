@@ -18,14 +18,16 @@ distance (a binary search over a few dozen integers); the matrix fills a line of
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import prange
 
 from ._jit import inline, kernel
 
-__all__ = ["alibi_bias", "t5_bucket", "t5_bucket_matrix", "LINE_BLOCK"]
+__all__ = [
+    "alibi_line_parallel", "alibi_line_serial", "alibi_fill_parallel", "alibi_fill_serial",
+    "alibi_fill16_parallel", "alibi_fill16_serial", "t5_bucket_parallel", "t5_bucket_serial",
+    "t5_line_parallel", "t5_line_serial", "t5_fill_parallel", "t5_fill_serial", "LINE_BLOCK", "LINE_COST",
+]
 
 #: distances per work item of the line pass (a head's line is split for parallelism)
 LINE_BLOCK = 4096
