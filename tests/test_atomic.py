@@ -247,3 +247,37 @@ def test_terminated_unwinds_atomic_write_leaving_nothing(tmp_path, default_signa
                 f.write(b"half of the new contents")
                 signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     assert listing(tmp_path) == ["out.bin"] and (tmp_path / "out.bin").read_bytes() == b"old"
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, _atomic.Terminated])
+def test_a_signal_right_after_the_temporary_file_is_made_leaves_nothing(tmp_path, monkeypatch, exc_type):
+    """Python runs a signal's handler as soon as a call returns: the exception can come after
+    the temporary file exists and before atomic_write holds its name (seen once under load,
+    SIGTERM to ``fastpe table`` left ``.big.npy.<hex>.tmp``)."""
+    real_open = os.open
+
+    def open_then_signal(path, flags, mode=0o777):
+        real_open(path, flags, mode)
+        raise exc_type(signal.SIGTERM) if exc_type is _atomic.Terminated else exc_type()
+
+    monkeypatch.setattr(_atomic.os, "open", open_then_signal)
+    with pytest.raises(exc_type):
+        with atomic_write(tmp_path / "out.npy"):
+            pass  # pragma: no cover - never entered
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_signal_right_after_the_kept_copy_is_linked_leaves_nothing(tmp_path, monkeypatch):
+    from fastpe._io import save as _save
+
+    (tmp_path / "pe.npy.json").write_text("{}")
+    real_link = os.link
+
+    def link_then_signal(src, dst):
+        real_link(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_save.os, "link", link_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        _save._keep_copy(str(tmp_path / "pe.npy.json"))
+    assert os.listdir(tmp_path) == ["pe.npy.json"]

@@ -59,6 +59,13 @@ def _open_temp(directory: str, name: str) -> tuple[int, str]:
             return os.open(path, flags, 0o666), path
         except FileExistsError:  # pragma: no cover - 48 random bits colliding
             continue
+        except BaseException:
+            # Python runs a signal's handler as soon as a call returns, so a SIGINT or
+            # SIGTERM can raise here after the file was made, before the caller holds it:
+            # the file is ours (only FileExistsError means another's), so remove it
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
     raise FileExistsError(f"could not create a temporary file in {directory!r}")  # pragma: no cover
 
 

@@ -613,6 +613,10 @@ def _keep_copy(path: str) -> str | None:
         os.link(path, copy)
     except OSError:
         return None
+    except BaseException:  # a signal's exception right after the link was made (see atomic)
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        raise
     return copy
 
 
