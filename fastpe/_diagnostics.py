@@ -85,7 +85,7 @@ def run_check(
         for name in names:
             module = _backends.load(name)
             out = np.empty((positions.shape[0], d_model), dtype=np.float32)
-            module.sinusoid_forward(positions, d_model, base, out)
+            module.sinusoid_forward(positions=positions, d_model=d_model, base=base, out=out)
             ulps = ulp_distance(out, exact)
             results.append(
                 CheckResult(name, d_model, int(ulps.size), int(ulps.max()), int((ulps == 0).sum()))

@@ -157,7 +157,7 @@ def narrow(
         flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1)
         bits = np.empty(flat.size, dtype=np.uint16)
         ties = np.empty(flat.size, dtype=np.bool_)
-        module.narrow16(flat.view(np.uint32), fmt.name == "bfloat16", bits, ties)
+        module.narrow16(bits32=flat.view(np.uint32), bf16=fmt.name == "bfloat16", out=bits, ties=ties)
         out = bits.view(dtype).reshape(x32.shape)
         idx = np.flatnonzero(ties)
     if idx.size:

@@ -212,5 +212,5 @@ def bias(
     else:
         check_table_out(out, shape, (dt,))
         _, module = _backends.resolve(backend)
-    module.alibi_bias(n_heads, max_bias, form, out)
+    module.alibi_bias(n_heads=n_heads, max_bias=max_bias, form=form, out=out)
     return out

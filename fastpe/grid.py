@@ -65,9 +65,9 @@ def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarr
     if first:
         out[0] = 0
     u = _UINT[dt.itemsize]
-    module.grid_gather(table.view(u), np.array(sizes, dtype=np.int64),
-                       np.array(sin_off, dtype=np.int64), np.array(cos_off, dtype=np.int64),
-                       first, out.view(u))
+    module.grid_gather(table=table.view(u), sizes=np.array(sizes, dtype=np.int64),
+                       sin_off=np.array(sin_off, dtype=np.int64), cos_off=np.array(cos_off, dtype=np.int64),
+                       first_row=first, out=out.view(u))
     return out
 
 

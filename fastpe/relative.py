@@ -150,7 +150,8 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
     _, module = _backends.resolve(backend)
     out = np.empty(rel.shape, dtype=dt)
     if rel.size:
-        module.t5_bucket(rel.reshape(-1), bidirectional, num_buckets, max_distance, out.reshape(-1))
+        module.t5_bucket(relative_position=rel.reshape(-1), bidirectional=bidirectional,
+                         num_buckets=num_buckets, max_distance=max_distance, out=out.reshape(-1))
     return out
 
 
@@ -172,5 +173,6 @@ def t5_bucket_matrix(q_len, k_len=None, *, bidirectional=True, num_buckets=32, m
     dt = _check_int_dtype(dtype)
     _, module = _backends.resolve(backend)
     out = np.empty((q_len, k_len), dtype=dt)
-    module.t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out)
+    module.t5_bucket_matrix(query_offset=query_offset, bidirectional=bidirectional,
+                            num_buckets=num_buckets, max_distance=max_distance, out=out)
     return out

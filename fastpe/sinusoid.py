@@ -234,13 +234,13 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
         return
     if out.dtype == np.float32 and spec is not None:
         if positions is None:
-            module.sinusoid_range(start, spec[0], spec[1], out)
+            module.sinusoid_range(start=start, d_model=spec[0], base=spec[1], out=out)
         else:
-            module.sinusoid_forward(positions, spec[0], spec[1], out)
+            module.sinusoid_forward(positions=positions, d_model=spec[0], base=spec[1], out=out)
     elif out.dtype in (np.float32, np.float64):
         if positions is None:
             positions = np.arange(start, start + n, dtype=np.uint32)
-        module.sincos_rows(positions, freqs, layout, out)
+        module.sincos_rows(positions=positions, freqs=freqs, layout=layout, out=out)
     else:
         from ._exact import sincos as _reference_sincos
 
@@ -251,7 +251,7 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
         def fill64(rows):
             pos = (start + rows if positions is None else positions[rows]).astype(np.uint32)
             values = np.empty((rows.size, out.shape[1]), dtype=np.float64)
-            module.sincos_rows(pos, freqs, layout, values)
+            module.sincos_rows(positions=pos, freqs=freqs, layout=layout, out=values)
             return values
 
         def exact(r, j, fmt):
@@ -269,15 +269,19 @@ def _real_rows(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> No
     other row takes the real-position path.  Each row depends on its own ``x`` only."""
     whole = (x >= 0) & (x == np.floor(x))
     if whole.all():
-        module.sincos_rows(x.astype(np.uint32), freqs, layout, out)
+        module.sincos_rows(positions=x.astype(np.uint32), freqs=freqs, layout=layout, out=out)
     elif not whole.any():
-        module.sincos_real(x, freqs, layout, out)
+        module.sincos_real(x=x, freqs=freqs, layout=layout, out=out)
     else:
-        for rows, op, pos in ((np.flatnonzero(whole), module.sincos_rows, np.uint32),
-                              (np.flatnonzero(~whole), module.sincos_real, np.float64)):
-            part = np.empty((rows.size, out.shape[1]), dtype=out.dtype)
-            op(np.ascontiguousarray(x[rows], dtype=pos), freqs, layout, part)
-            out[rows] = part
+        rows = np.flatnonzero(whole)
+        part = np.empty((rows.size, out.shape[1]), dtype=out.dtype)
+        module.sincos_rows(positions=np.ascontiguousarray(x[rows], dtype=np.uint32), freqs=freqs,
+                           layout=layout, out=part)
+        out[rows] = part
+        rows = np.flatnonzero(~whole)
+        part = np.empty((rows.size, out.shape[1]), dtype=out.dtype)
+        module.sincos_real(x=np.ascontiguousarray(x[rows]), freqs=freqs, layout=layout, out=part)
+        out[rows] = part
 
 
 def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> None:
@@ -487,7 +491,7 @@ def add_(
             part = pe[:r1 - r0]
             fill_rows(module, freqs, config.layout, None if pos is None else pos[r0:r1],
                       offset + r0, part, spec)
-            module.add_rows(lead[:, r0:r1], part, factor)
+            module.add_rows(x=lead[:, r0:r1], pe=part, scale=factor)
     else:  # per-row positions: x as (rows, d_model)
         flat_x = x.reshape(1, -1, d_model)
         flat_p = pos.reshape(-1)
@@ -497,7 +501,7 @@ def add_(
             r1 = min(n, r0 + block)
             part = pe[:r1 - r0]
             fill_rows(module, freqs, config.layout, flat_p[r0:r1], 0, part, spec)
-            module.add_rows(flat_x[:, r0:r1], part, factor)
+            module.add_rows(x=flat_x[:, r0:r1], pe=part, scale=factor)
     return x
 
 

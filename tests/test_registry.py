@@ -1,33 +1,18 @@
-"""The registry drives dispatch: every backend implements every operation."""
+"""Choosing a backend: the automatic order, the environment, clear errors.  (Every
+operation on every backend: ``test_contract.py``.)"""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 
 import pytest
 
 import fastpe
 from fastpe import _backends
-from fastpe._backends.registry import BACKEND_MODULES, BACKENDS, OPERATIONS
 
 
 def test_python_backend_always_loads():
     assert "python" in fastpe.available_backends()
-
-
-@pytest.mark.parametrize("name", BACKENDS)
-def test_every_available_backend_implements_every_operation(name):
-    if _backends.unavailable_reason(name) is not None:
-        pytest.skip(f"{name} not available: {_backends.unavailable_reason(name)}")
-    module = importlib.import_module(BACKEND_MODULES[name])
-    reference = importlib.import_module(BACKEND_MODULES["python"])
-    for op in OPERATIONS:
-        assert hasattr(module, op), f"backend {name} lacks operation {op}"
-        got = list(inspect.signature(getattr(module, op)).parameters)
-        want = list(inspect.signature(getattr(reference, op)).parameters)
-        assert got == want, f"{name}.{op}{got} differs from the reference {want}"
 
 
 def test_required_extension_is_present():

@@ -1,4 +1,6 @@
-"""Loading and choosing backends.
+"""Loading and choosing backends: every backend keeps the contract of
+:class:`fastpe._backends.registry.Backend`, and callers reach its operations only through
+:func:`resolve` (or :func:`load`), calling them with keyword arguments.
 
 ``backend=None`` means: the ``FASTPE_BACKEND`` environment variable if set, else the first
 backend of :data:`fastpe._backends.registry.BACKENDS` that loads here.  An unknown or unavailable
@@ -12,7 +14,7 @@ import os
 import threading
 from types import ModuleType
 
-from .registry import BACKEND_MODULES, BACKENDS
+from .registry import BACKEND_MODULES, BACKENDS, Backend
 
 __all__ = ["load", "available_backends", "resolve", "unavailable_reason", "ENV_VAR"]
 
@@ -59,7 +61,7 @@ def _check_name(name, origin: str) -> str:
     return key
 
 
-def load(name: str, origin: str = "backend") -> ModuleType:
+def load(name: str, origin: str = "backend") -> Backend:
     key = _check_name(name, origin)
     module = _try_load(key)
     if module is None:
@@ -67,7 +69,7 @@ def load(name: str, origin: str = "backend") -> ModuleType:
     return module
 
 
-def resolve(backend: str | None) -> tuple[str, ModuleType]:
+def resolve(backend: str | None) -> tuple[str, Backend]:
     """Return ``(name, module)`` for an explicit name, the environment, or the auto choice."""
     if backend is not None:
         key = _check_name(backend, "backend")

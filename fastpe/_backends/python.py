@@ -17,22 +17,11 @@ from .._exact import (
     rope as _reference_rope,
     sincos as _reference_sincos,
 )
-from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix
+from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: F401  (operations)
+from .registry import OPERATIONS
 
-__all__ = [
-    "sinusoid_forward",
-    "sinusoid_range",
-    "rope_cos_sin",
-    "rope_table",
-    "rope_apply",
-    "sincos_rows",
-    "sincos_real",
-    "grid_gather",
-    "add_rows",
-    "alibi_bias",
-    "t5_bucket",
-    "t5_bucket_matrix",
-]
+#: every operation of the contract (fastpe._backends.registry)
+__all__ = [*OPERATIONS]
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:

@@ -1,108 +1,194 @@
-"""The one table of operations and backends.
+"""The contract every backend keeps: its operations, their signatures, how they must agree.
 
-Every backend module implements every operation listed in :data:`OPERATIONS`, under the
-same name and signature.  Dispatch, the agreement tests and the benchmarks all read this
-table; ``tests/test_registry.py`` fails when a backend lacks an operation.
+:class:`Backend` is the contract, written as a :class:`typing.Protocol`: one method per
+operation, with the signature every backend module implements (same names, same order) and,
+in its docstring, what the inputs are (already validated and converted at the public API:
+kernels assume valid input) and what the operation writes.  :data:`OPERATIONS` is derived
+from it, so a new operation is one method here; each :class:`Operation` also says which of
+its arguments it writes and how a fast backend must agree with the ``python`` one
+(bit for bit, or within an ULP where the design says so).  Test cases for every operation
+are in :mod:`fastpe._backends.cases`; ``tests/test_contract.py`` runs every operation on
+every available backend on those cases, and the benchmark workloads name the operations
+they exercise.
 
-Backend operation signatures (inputs already validated and converted):
-
-``sinusoid_forward(positions, d_model, base, out)``
-    ``positions``: C-contiguous ``uint32`` array ``(n,)``; ``out``: C-contiguous, writable
-    ``float32`` array ``(n, d_model)``, filled in place.
-``sinusoid_range(start, d_model, base, out)``
-    as above with positions ``start, start + 1, ..., start + len(out) - 1`` (all ``< 2**32``);
-    the table path, which needs no positions array.
-
-RoPE (see :mod:`fastpe.rope._core` for the definition of every value).  ``inv_freq`` is a
-tuple of Python floats (finite, ``0 <= f <= 1024``, at least one), ``attention_factor`` a
-finite float, ``layout`` ``"neox"`` or ``"gptj"``:
-
-``rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin)``
-    ``positions``: C-contiguous ``uint32`` ``(n,)``; ``out_cos``, ``out_sin``: C-contiguous,
-    writable, distinct ``float32`` ``(n, 2 * len(inv_freq))``, filled in place.
-``rope_table(positions, inv_freq, attention_factor, out)``
-    the doubles behind both other RoPE operations: ``out[r, 0, i]``, ``out[r, 1, i]`` are
-    ``C`` and ``S`` of ``positions[r]`` and frequency ``i``; ``out``: C-contiguous, writable
-    ``float64`` ``(n, 2, len(inv_freq))``.
-``rope_apply(q, k, positions, inv_freq, attention_factor, layout)``
-    rotates in place the first ``2 * len(inv_freq)`` columns of ``q`` and, unless ``k`` is
-    ``None``, of ``k``: C-contiguous, writable, non-overlapping ``float32`` arrays, both
-    ``(tokens, heads, head_dim)`` with ``positions`` ``(tokens,)``, or both
-    ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
-    (``uint32``, C-contiguous); head counts may differ, the other dimensions match.
-
-Sinusoid families (see :mod:`fastpe._plans.frequencies` and :mod:`fastpe._plans.layouts`).  ``freqs`` is a
-:class:`fastpe._plans.frequencies.Geometric` (at most 1024 rad/position), ``layout`` one of
-``fastpe._plans.layouts.LAYOUTS``; ``out`` C-contiguous, writable, ``float32`` or ``float64``
-``(n, d)`` with ``d >= 2 * freqs.count - 1``:
-
-``sincos_rows(positions, freqs, layout, out)``
-    ``positions``: C-contiguous ``uint32`` ``(n,)``; each value is the RoPE double (anchored
-    product, exact path where ``|cos|`` or ``|sin| < 2**-14``) rounded to ``out``'s dtype.
-``sincos_real(x, freqs, layout, out)``
-    ``x``: C-contiguous finite ``float64`` ``(n,)``, ``|x| < 2**32``, each taken exactly;
-    every value from the real-position exact path.
-``grid_gather(table, sizes, sin_off, cos_off, first_row, out)``
-    a pure copy on bit patterns (``table`` and ``out`` are the same unsigned-integer view of
-    the values): ``table`` ``(L, 2q)`` holds ``[sin | cos]`` of coordinates ``0 .. L-1``;
-    ``sizes``, ``sin_off``, ``cos_off`` are ``int64`` per axis (slowest first); token ``t``
-    (row ``first_row + t`` of ``out``, row-major over ``sizes``) gets, for each axis ``a``
-    with coordinate ``c``, ``table[c, :q]`` at columns ``sin_off[a] ..`` and
-    ``table[c, q:]`` at ``cos_off[a] ..``.
-``add_rows(x, pe, scale)``
-    ``x``: writable ``(B, S, d)`` float32 or float64 (any strides); ``pe``: C-contiguous
-    ``(S, d)`` of the same dtype; ``x[b, s] = x[b, s] * scale + pe[s]`` (no multiply when
-    ``scale`` is ``None``), each operation rounded in ``x``'s dtype, as NumPy does.
-
-Attention biases (see :mod:`fastpe.alibi` and :mod:`fastpe.relative` for every value):
-
-``alibi_bias(n_heads, max_bias, form, out)``
-    ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``[2**-16, 64]``, ``form``
-    one of ``fastpe.alibi.FORMS``; ``out``: C-contiguous, writable ``float32``, ``float64``,
-    ``float16`` or ``bfloat16`` ``(n_heads, q_len, k_len)``, ``1 <= q_len, k_len <= 2**32``
-    (``k_len >= q_len`` for ``symmetric`` and ``causal``); each finite value the exact
-    product rounded to ``out``'s dtype.
-``t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out)``
-    ``relative_position``: C-contiguous ``int64`` ``(n,)``, no value ``-2**63``; ``out``:
-    C-contiguous, writable ``int64`` or ``int32`` ``(n,)``; ``num_buckets`` and
-    ``max_distance`` as :func:`fastpe.relative.t5_bucket` validates them.
-``t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out)``
-    ``out``: C-contiguous, writable ``int64`` or ``int32`` ``(q_len, k_len)`` (each at most
-    ``2**32``), ``out[i, j]`` the bucket of ``j - (i + query_offset)``,
-    ``0 <= query_offset <= 2**62``.
+Callers reach an operation through :func:`fastpe._backends.resolve`, which returns a
+backend typed as :class:`Backend`, and call it with keyword arguments only (a test walks
+the code and fails on a positional call), so a reordered signature cannot silently swap
+two arguments.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Operation", "OPERATIONS", "BACKENDS", "BACKEND_MODULES"]
+__all__ = ["Backend", "Operation", "OPERATIONS", "BACKENDS", "BACKEND_MODULES"]
+
+
+class Backend(Protocol):
+    """What a backend module provides.  Every array argument is C-contiguous unless said."""
+
+    # ---------------------------------------------------------------- the spec's table
+    def sinusoid_forward(self, positions, d_model, base, out) -> None:
+        """Sinusoidal encoding of arbitrary u32 positions.
+
+        The spec (:mod:`fastpe.sinusoid`).
+        ``positions``: ``uint32`` ``(n,)``; ``d_model`` an int in ``[1, 65536]``; ``base`` a
+        finite float ``> 1``; ``out``: writable ``float32`` ``(n, d_model)``, filled in place.
+        """
+
+    def sinusoid_range(self, start, d_model, base, out) -> None:
+        """Sinusoidal encoding of a run of consecutive positions.
+
+        As :meth:`sinusoid_forward` at positions ``start .. start + len(out) - 1`` (all
+        ``< 2**32``): the table path, which needs no positions array."""
+
+    # ------------------------------------------------------------------------- RoPE
+    # (see fastpe.rope._core for the definition of every value).  ``inv_freq`` is a tuple of
+    # Python floats (finite, 0 <= f <= 1024, at least one), ``attention_factor`` a finite
+    # float, ``layout`` "neox" or "gptj".
+    def rope_cos_sin(self, positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
+        """RoPE cos/sin caches (float32) of arbitrary u32 positions.
+
+        ``positions``: ``uint32`` ``(n,)``; ``out_cos``, ``out_sin``:
+        writable, distinct ``float32`` ``(n, 2 * len(inv_freq))``, filled in place."""
+
+    def rope_table(self, positions, inv_freq, attention_factor, out) -> None:
+        """RoPE cos/sin doubles, the values every RoPE kernel uses.
+
+        The doubles behind both other RoPE operations: ``out[r, 0, i]``, ``out[r, 1, i]``
+        are ``C`` and ``S`` of ``positions[r]`` and frequency ``i``; ``out``: writable
+        ``float64`` ``(n, 2, len(inv_freq))``."""
+
+    def rope_apply(self, q, k, positions, inv_freq, attention_factor, layout) -> None:
+        """RoPE rotation of q (and k) in place.
+
+        Rotates in place the first ``2 * len(inv_freq)`` columns of ``q`` and, unless
+        ``k`` is ``None``, of ``k``: writable, non-overlapping ``float32`` arrays, both
+        ``(tokens, heads, head_dim)`` with ``positions`` ``(tokens,)``, or both
+        ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
+        (``uint32``); head counts may differ, the other dimensions match."""
+
+    # ---------------------------------------------------------------- sinusoid families
+    # (see fastpe._plans.frequencies and fastpe._plans.layouts).  ``freqs`` is a
+    # fastpe._plans.frequencies.Geometric (at most 1024 rad/position), ``layout`` one of
+    # fastpe._plans.layouts.LAYOUTS; ``out`` writable float32 or float64 ``(n, d)`` with
+    # ``d >= 2 * freqs.count - 1``.
+    def sincos_rows(self, positions, freqs, layout, out) -> None:
+        """Sinusoid families: any geometric frequencies and layout, u32 positions.
+
+        ``positions``: ``uint32`` ``(n,)``; each value is the RoPE double (anchored
+        product, exact path where ``|cos|`` or ``|sin| < 2**-14``) rounded to ``out``'s dtype."""
+
+    def sincos_real(self, x, freqs, layout, out) -> None:
+        """Sinusoid families at real (float64) positions: timesteps.
+
+        ``x``: finite ``float64`` ``(n,)``, ``|x| < 2**32``, each taken exactly; every
+        value from the real-position exact path."""
+
+    def grid_gather(self, table, sizes, sin_off, cos_off, first_row, out) -> None:
+        """2-D/3-D sin-cos grids: each axis's values copied into place.
+
+        A pure copy on bit patterns (``table`` and ``out`` are the same unsigned-integer
+        view of the values): ``table`` ``(L, 2q)`` holds ``[sin | cos]`` of coordinates
+        ``0 .. L-1``; ``sizes``, ``sin_off``, ``cos_off`` are ``int64`` per axis (slowest
+        first); token ``t`` (row ``first_row + t`` of ``out``, row-major over ``sizes``)
+        gets, for each axis ``a`` with coordinate ``c``, ``table[c, :q]`` at columns
+        ``sin_off[a] ..`` and ``table[c, q:]`` at ``cos_off[a] ..``."""
+
+    def add_rows(self, x, pe, scale) -> None:
+        """add_: x * scale + pe in place, row by row.
+
+        ``x``: writable ``(B, S, d)`` float32 or float64 (any strides); ``pe``:
+        ``(S, d)`` of the same dtype; ``x[b, s] = x[b, s] * scale + pe[s]`` (no multiply
+        when ``scale`` is ``None``), each operation rounded in ``x``'s dtype, as NumPy does."""
+
+    def narrow16(self, bits32, bf16, out, ties) -> None:
+        """float32 to float16/bfloat16 bits, flagging the exact ties.
+
+        float32 to float16 (``bf16`` false) or bfloat16 bits, round-to-nearest-even:
+        ``bits32`` ``uint32`` ``(n,)`` (float32 bit patterns, no NaN), ``out`` writable ``uint16``
+        ``(n,)``, ``ties`` writable ``bool`` ``(n,)``: true where the float32 lies exactly
+        halfway between two neighbours of the narrow format (the caller settles those from
+        the exact value)."""
+
+    # ---------------------------------------------------------------- attention biases
+    # (see fastpe.alibi and fastpe.relative for every value)
+    def alibi_bias(self, n_heads, max_bias, form, out) -> None:
+        """ALiBi bias (heads, queries, keys), exact products of the slopes.
+
+        ``n_heads`` an int in ``[1, 65536]``, ``max_bias`` a float in ``[2**-16, 64]``,
+        ``form`` one of ``fastpe._plans.alibi.FORMS``; ``out``: writable ``float32``,
+        ``float64``, ``float16`` or ``bfloat16`` ``(n_heads, q_len, k_len)``,
+        ``1 <= q_len, k_len <= 2**32`` (``k_len >= q_len`` for ``symmetric`` and
+        ``causal``); each finite value the exact product rounded to ``out``'s dtype."""
+
+    def t5_bucket(self, relative_position, bidirectional, num_buckets, max_distance, out) -> None:
+        """HF T5 relative-position buckets of arbitrary int64 positions.
+
+        ``relative_position``: ``int64`` ``(n,)``, no value ``-2**63``; ``out``: writable
+        ``int64`` or ``int32`` ``(n,)``; ``num_buckets`` and ``max_distance`` as
+        :func:`fastpe.relative.t5_bucket` validates them."""
+
+    def t5_bucket_matrix(self, query_offset, bidirectional, num_buckets, max_distance, out) -> None:
+        """HF T5 buckets of j - (i + offset), a (q_len, k_len) matrix.
+
+        ``out``: writable ``int64`` or ``int32`` ``(q_len, k_len)`` (each at most
+        ``2**32``), ``out[i, j]`` the bucket of ``j - (i + query_offset)``,
+        ``0 <= query_offset <= 2**62``."""
 
 
 @dataclass(frozen=True)
 class Operation:
+    """One operation of the contract."""
+
     name: str
+    #: the first line of its docstring in :class:`Backend`
     summary: str
+    #: its parameters, in order
+    parameters: tuple[str, ...]
+    #: the arguments it writes (in place)
+    writes: tuple[str, ...]
+    #: how every backend's written values compare with the ``python`` backend's (which are
+    #: correctly rounded): ``"bits"``, identical bit patterns; ``"ulp"``, within one unit in
+    #: the last place of a float32 or narrower output, within ``2**-45`` of a float64 one (the
+    #: kernels' anchored products carry ~2**-49 relative error), and the compiled backends
+    #: then write identical bits to each other
+    agreement: str = "bits"
 
 
-OPERATIONS: dict[str, Operation] = {
-    op.name: op
-    for op in (
-        Operation("sinusoid_forward", "sinusoidal encoding of arbitrary u32 positions"),
-        Operation("sinusoid_range", "sinusoidal encoding of a run of consecutive positions"),
-        Operation("rope_cos_sin", "RoPE cos/sin caches (float32) of arbitrary u32 positions"),
-        Operation("rope_table", "RoPE cos/sin doubles, the values every RoPE kernel uses"),
-        Operation("rope_apply", "RoPE rotation of q (and k) in place"),
-        Operation("sincos_rows", "sinusoid families: any geometric frequencies and layout, u32 positions"),
-        Operation("sincos_real", "sinusoid families at real (float64) positions: timesteps"),
-        Operation("grid_gather", "2-D/3-D sin-cos grids: each axis's values copied into place"),
-        Operation("add_rows", "add_: x * scale + pe in place, row by row"),
-        Operation("narrow16", "float32 to float16/bfloat16 bits, flagging the exact ties"),
-        Operation("alibi_bias", "ALiBi bias (heads, queries, keys), exact products of the slopes"),
-        Operation("t5_bucket", "HF T5 relative-position buckets of arbitrary int64 positions"),
-        Operation("t5_bucket_matrix", "HF T5 buckets of j - (i + offset), a (q_len, k_len) matrix"),
-    )
+#: per operation: (arguments written, agreement with the python backend)
+_WRITES: dict[str, tuple[tuple[str, ...], str]] = {
+    "sinusoid_forward": (("out",), "ulp"),
+    "sinusoid_range": (("out",), "ulp"),
+    "rope_cos_sin": (("out_cos", "out_sin"), "bits"),
+    "rope_table": (("out",), "ulp"),
+    "rope_apply": (("q", "k"), "ulp"),
+    "sincos_rows": (("out",), "ulp"),
+    "sincos_real": (("out",), "ulp"),
+    "grid_gather": (("out",), "bits"),
+    "add_rows": (("x",), "bits"),
+    "narrow16": (("out", "ties"), "bits"),
+    "alibi_bias": (("out",), "bits"),
+    "t5_bucket": (("out",), "bits"),
+    "t5_bucket_matrix": (("out",), "bits"),
 }
+
+
+def _operations() -> dict[str, Operation]:
+    ops = {}
+    for name, fn in vars(Backend).items():
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        writes, agreement = _WRITES[name]
+        params = tuple(list(inspect.signature(fn).parameters)[1:])  # without self
+        assert set(writes) <= set(params), name
+        ops[name] = Operation(name, inspect.getdoc(fn).splitlines()[0], params, writes, agreement)
+    return ops
+
+
+OPERATIONS: dict[str, Operation] = _operations()
 
 #: backend name -> module implementing the operations, in the automatic order.
 #: cython first: it writes the same bits as numba at the same speed (faster on ``forward``)

@@ -112,7 +112,7 @@ def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.
     bits32 = flat.view(np.uint32)
     bits = np.empty(flat.size, dtype=np.uint16)
     ties = np.empty(flat.size, dtype=np.bool_)
-    narrow16(bits32, bf16, bits, ties)
+    narrow16(bits32=bits32, bf16=bf16, out=bits, ties=ties)
     idx = np.flatnonzero(ties)
     if idx.size:
         words = _slope_words(n_heads, max_bias)
@@ -137,7 +137,8 @@ def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.
             if side.any():
                 near = (bits32[idx[side]] + np.uint32(1) if step > 0 else bits32[idx[side]] - np.uint32(1))
                 fixed = np.empty(near.size, dtype=np.uint16)
-                narrow16(np.ascontiguousarray(near), bf16, fixed, np.empty(near.size, dtype=np.bool_))
+                narrow16(bits32=np.ascontiguousarray(near), bf16=bf16, out=fixed,
+                         ties=np.empty(near.size, dtype=np.bool_))
                 bits[idx[side]] = fixed
         unsure = np.flatnonzero(~exact & (np.abs(gap) <= margin))
         if unsure.size:

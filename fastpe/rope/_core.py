@@ -137,10 +137,11 @@ def cos_sin_from_inv_freq(
     if pos.shape[0] == 0:
         return out_cos, out_sin
     if dtype == np.float32:
-        module.rope_cos_sin(pos, freqs, af, layout, out_cos, out_sin)
+        module.rope_cos_sin(positions=pos, inv_freq=freqs, attention_factor=af, layout=layout,
+                            out_cos=out_cos, out_sin=out_sin)
     elif dtype == np.float64:
         table = np.empty((pos.shape[0], 2, len(freqs)), dtype=np.float64)
-        module.rope_table(pos, freqs, af, table)
+        module.rope_table(positions=pos, inv_freq=freqs, attention_factor=af, out=table)
         _spread(table[:, 0], out_cos, layout)
         _spread(table[:, 1], out_sin, layout)
     else:
@@ -190,9 +191,10 @@ def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
     fmt = _dtypes.format_of(out_cos.dtype)
     c32 = np.empty(out_cos.shape, dtype=np.float32)
     s32 = np.empty(out_sin.shape, dtype=np.float32)
-    module.rope_cos_sin(pos, freqs, af, layout, c32, s32)
+    module.rope_cos_sin(positions=pos, inv_freq=freqs, attention_factor=af, layout=layout,
+                        out_cos=c32, out_sin=s32)
     table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
-    module.rope_table(pos, freqs, af, table)
+    module.rope_table(positions=pos, inv_freq=freqs, attention_factor=af, out=table)
     margin = _DECIDE * max(1.0, abs(af))
 
     def rounder(x):
@@ -314,5 +316,5 @@ def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_d
     _check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, inv_freq)
     _, module = _backends.resolve(backend)
     if q.size or (k is not None and k.size):
-        module.rope_apply(q, k, pos, freqs, af, layout)
+        module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=layout)
     return q

@@ -29,27 +29,14 @@ from ..._plans.layouts import LAYOUT_CODES
 from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from .._walk import apply_chunks
+from ..registry import OPERATIONS
 
 if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
     # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
     raise ImportError("fastpe._backends.cython._ext was built from other polynomial constants; rebuild it")
 
-__all__ = [
-    "build_info",
-    "sinusoid_forward",
-    "sinusoid_range",
-    "rope_cos_sin",
-    "rope_table",
-    "rope_apply",
-    "sincos_rows",
-    "sincos_real",
-    "grid_gather",
-    "add_rows",
-    "alibi_bias",
-    "t5_bucket",
-    "t5_bucket_matrix",
-    "threads",
-]
+#: every operation of the contract (fastpe._backends.registry), and what else this backend reports
+__all__ = [*OPERATIONS, "build_info", "threads"]
 
 #: work is counted in table values (one complex product each); a value of ``forward`` costs
 #: about FORWARD_COST of them, as its row also needs an exact anchor

@@ -22,25 +22,12 @@ THREADING = configure()
 from ..._plans import frequencies as _freq  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._walk import apply_chunks  # noqa: E402
+from ..registry import OPERATIONS  # noqa: E402
 from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
 
-__all__ = [
-    "sinusoid_forward",
-    "sinusoid_range",
-    "rope_cos_sin",
-    "rope_table",
-    "rope_apply",
-    "sincos_rows",
-    "sincos_real",
-    "grid_gather",
-    "add_rows",
-    "alibi_bias",
-    "t5_bucket",
-    "t5_bucket_matrix",
-    "threading_layer",
-    "num_threads",
-]
+#: every operation of the contract (fastpe._backends.registry), and what else this backend reports
+__all__ = [*OPERATIONS, "threading_layer", "num_threads"]
 
 #: outputs below this many elements run serially
 SERIAL_BELOW = 1 << 15

@@ -1,0 +1,279 @@
+"""Test cases of every operation of the contract (:mod:`fastpe._backends.registry`).
+
+``CASES[name]()`` returns a list of :class:`Case`: valid inputs of operation ``name`` as the
+public API hands them to a backend (converted, contiguous, within every documented bound),
+with fresh arrays on each call, so two backends can each be given their own copy and their
+written arguments compared.  The cases reach each operation's edges: positions 0, anchor
+boundaries and the top of the u32 range, odd widths, every layout, form and output dtype,
+tiny and huge frequencies, signs, strided views, infinities and NaN where they are legal.
+Nothing here runs at import; only the contract test and the benchmarks' check read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .._plans.alibi import FORMS
+from .._plans.frequencies import DEFAULT_BASE, Geometric
+from .._plans.layouts import LAYOUTS
+
+__all__ = ["Case", "CASES"]
+
+U32_TOP = 2**32 - 1
+
+
+@dataclass
+class Case:
+    label: str
+    arguments: dict
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _positions(seed: int, n: int = 24) -> np.ndarray:
+    """Edges (0, 1, anchor boundaries, the top of u32) and random positions of every size."""
+    edges = [0, 1, 2, 63, 64, 65, 127, 128, 4095, 65536, 2**31, U32_TOP - 64, U32_TOP]
+    r = _rng(seed)
+    random = (2.0 ** r.uniform(0, 32, n)).astype(np.uint64).clip(0, U32_TOP)
+    return np.array(edges + random.tolist(), dtype=np.uint32)
+
+
+def _sentinel(shape, dtype) -> np.ndarray:
+    """An output buffer full of NaN (or -1): a cell a backend forgets to write shows."""
+    out = np.empty(shape, dtype=dtype)
+    out[...] = np.nan if np.dtype(dtype).kind == "f" else -1
+    return out
+
+
+def _hf_inv_freq(head_dim: int, base: float) -> tuple[float, ...]:
+    return tuple((1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).tolist())
+
+
+#: RoPE frequency sets: HF's default rule, a scaled one with zeros, the largest and tiny ones
+_INV_FREQS = {
+    "hf8": _hf_inv_freq(8, DEFAULT_BASE),
+    "hf16-500k": _hf_inv_freq(16, 500000.0),
+    "edges": (1024.0, 1.0, 0.5, 1e-3, 1e-30, 0.0),
+}
+
+
+def sinusoid_forward() -> list[Case]:
+    cases = []
+    for d_model, base in ((1, DEFAULT_BASE), (2, DEFAULT_BASE), (7, 10.5), (16, 1e6), (33, 2.0)):
+        positions = _positions(d_model)
+        cases.append(Case(f"d{d_model}-b{base:g}", dict(
+            positions=positions, d_model=d_model, base=base,
+            out=_sentinel((len(positions), d_model), np.float32))))
+    return cases
+
+
+def sinusoid_range() -> list[Case]:
+    return [
+        Case(f"s{start}-d{d_model}", dict(start=start, d_model=d_model, base=base,
+                                           out=_sentinel((rows, d_model), np.float32)))
+        for start, rows, d_model, base in ((0, 130, 8, DEFAULT_BASE), (61, 70, 5, 500000.0),
+                                           (2**32 - 100, 100, 4, DEFAULT_BASE), (12345, 0, 8, DEFAULT_BASE))
+    ]
+
+
+def rope_cos_sin() -> list[Case]:
+    cases = []
+    for key, inv in _INV_FREQS.items():
+        for layout in ("neox", "gptj"):
+            for af in (1.0, 1.2345):
+                pos = _positions(len(inv))
+                shape = (len(pos), 2 * len(inv))
+                cases.append(Case(f"{key}-{layout}-af{af}", dict(
+                    positions=pos, inv_freq=inv, attention_factor=af, layout=layout,
+                    out_cos=_sentinel(shape, np.float32), out_sin=_sentinel(shape, np.float32))))
+    return cases
+
+
+def rope_table() -> list[Case]:
+    return [
+        Case(f"{key}-af{af}", dict(positions=_positions(3), inv_freq=inv, attention_factor=af,
+                                   out=_sentinel((len(_positions(3)), 2, len(inv)), np.float64)))
+        for key, inv in _INV_FREQS.items() for af in (1.0, 0.7, 0.0)
+    ]
+
+
+def _values(r: np.random.Generator, shape, specials: bool) -> np.ndarray:
+    x = r.standard_normal(shape).astype(np.float32) * np.float32(3)
+    if specials:
+        flat = x.reshape(-1)
+        flat[:6] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 3e38]
+    return x
+
+
+def rope_apply() -> list[Case]:
+    cases = []
+    r = _rng(7)
+    for key, inv in (("hf8", _INV_FREQS["hf8"]), ("edges", _INV_FREQS["edges"])):
+        nf = len(inv)
+        for layout in ("neox", "gptj"):
+            head_dim = 2 * nf + 2  # a partial rotary: the last two columns stay as they are
+            tokens = 40
+            pos = _positions(11, tokens - 13)
+            q = _values(r, (tokens, 3, head_dim), True)
+            k = _values(r, (tokens, 1, head_dim), False)
+            cases.append(Case(f"{key}-{layout}-tokens", dict(
+                q=q, k=k, positions=pos, inv_freq=inv, attention_factor=1.0, layout=layout)))
+            q4 = _values(r, (2, 4, 70, 2 * nf), True)
+            k4 = _values(r, (2, 2, 70, 2 * nf), False)
+            pos2 = np.stack([np.arange(70, dtype=np.uint32), np.arange(70, dtype=np.uint32) + U32_TOP - 70])
+            cases.append(Case(f"{key}-{layout}-batch-positions", dict(
+                q=q4, k=k4, positions=pos2, inv_freq=inv, attention_factor=1.3, layout=layout)))
+            q1 = _values(r, (1, 2, 65, 2 * nf), False)
+            cases.append(Case(f"{key}-{layout}-q-only", dict(
+                q=q1, k=None, positions=np.arange(1000, 1065, dtype=np.uint32), inv_freq=inv,
+                attention_factor=1.0, layout=layout)))
+    return cases
+
+
+#: frequency sets of the families: the spec's, fairseq's half-1, a grid axis, a timestep's
+_FAMILIES = {
+    "spec": Geometric.spec(9, DEFAULT_BASE),
+    "half-1": Geometric(4, 3.0, DEFAULT_BASE),
+    "grid": Geometric(4, 4.0, DEFAULT_BASE),
+    "timestep": Geometric(5, 5.0, DEFAULT_BASE, 1.0, 1000.0 / 1024),
+    "one": Geometric(1, 1.0, 2.0),
+}
+
+
+def _family_cases(make_x, tag: str) -> list[Case]:
+    cases = []
+    for key, freqs in _FAMILIES.items():
+        for layout in LAYOUTS:
+            for dtype in (np.float32, np.float64):
+                for d in sorted({2 * freqs.count - 1, 2 * freqs.count, 2 * freqs.count + 1} - {0}):
+                    x = make_x(freqs.count)
+                    cases.append(Case(f"{key}-{layout}-{np.dtype(dtype).name}-d{d}", {
+                        tag: x, "freqs": freqs, "layout": layout,
+                        "out": _sentinel((len(x), d), dtype)}))
+    return cases
+
+
+def sincos_rows() -> list[Case]:
+    return _family_cases(lambda seed: _positions(seed, 8), "positions")
+
+
+def _reals(seed: int) -> np.ndarray:
+    r = _rng(seed)
+    x = [0.0, -0.0, 5e-324, -1e-300, 0.5, -0.5, 1.5, 999.0, 1712515.142194659, -(2.0**32) + 0.5,
+         2.0**32 - 2.0**-20, math.pi / 2]
+    x += (r.uniform(-1, 1, 8) * 2.0 ** r.uniform(-30, 32, 8)).tolist()
+    return np.array(x, dtype=np.float64)
+
+
+def sincos_real() -> list[Case]:
+    return _family_cases(_reals, "x")
+
+
+def grid_gather() -> list[Case]:
+    cases = []
+    r = _rng(5)
+    for sizes, q, first_row in (((3, 4), 2, 0), ((2, 3, 4), 3, 1), ((1, 5), 1, 0)):
+        table = r.integers(0, 2**32, (max(sizes), 2 * q), dtype=np.uint32)
+        n_axes, width = len(sizes), 2 * q * len(sizes)
+        sin_off = np.arange(n_axes, dtype=np.int64) * 2 * q
+        cos_off = sin_off + q
+        out = np.full((first_row + math.prod(sizes), width), 0xFFFFFFFF, dtype=np.uint32)
+        if first_row:
+            out[:first_row] = 0
+        cases.append(Case(f"{'x'.join(map(str, sizes))}-q{q}", dict(
+            table=table, sizes=np.array(sizes, dtype=np.int64), sin_off=sin_off,
+            cos_off=cos_off[::-1].copy(), first_row=first_row, out=out)))
+    return cases
+
+
+def add_rows() -> list[Case]:
+    cases = []
+    r = _rng(9)
+    for dtype in (np.float32, np.float64):
+        for scale in (None, math.sqrt(6.0), -0.0):
+            x = r.standard_normal((2, 5, 6)).astype(dtype)
+            x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, -0.0]
+            pe = r.standard_normal((5, 6)).astype(dtype)
+            cases.append(Case(f"{np.dtype(dtype).name}-scale{scale}", dict(x=x, pe=pe, scale=scale)))
+            wide = r.standard_normal((3, 7, 10)).astype(dtype)
+            view = wide[:, 1:6, ::2]  # strided: every other column of a wider buffer
+            cases.append(Case(f"{np.dtype(dtype).name}-strided-scale{scale}", dict(
+                x=view, pe=r.standard_normal((5, 5)).astype(dtype), scale=scale)))
+    return cases
+
+
+def narrow16() -> list[Case]:
+    r = _rng(13)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, 65519.996,
+                         2.0**-24, 2.0**-25, 2.0**-25 * 3, 1.0 + 2.0**-11, 1.0 + 2.0**-8,
+                         3.4e38, 1e-45, -1e-45], dtype=np.float32)
+    # ties of both formats: the midpoints of random float16 / bfloat16 neighbours
+    halves = r.integers(0, 0x7C00, 64, dtype=np.uint32)
+    tie16 = halves.astype(np.uint16).view(np.float16).astype(np.float32)
+    tie16 = (tie16.view(np.uint32) + np.uint32(1 << 12)).view(np.float32)  # halfway up (normal float16s)
+    bfs = (r.integers(0, 0x7F80, 64, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+    rand = r.integers(0, 2**32, 256, dtype=np.uint32).view(np.float32)
+    rand = rand[~np.isnan(rand)]  # the kernels' results it narrows are never NaN
+    x = np.concatenate([specials, -specials, tie16, bfs, rand]).astype(np.float32)
+    return [Case(f"{'bf16' if bf16 else 'f16'}", dict(
+        bits32=x.view(np.uint32).copy(), bf16=bf16, out=np.full(x.size, 0xFFFF, dtype=np.uint16),
+        ties=np.ones(x.size, dtype=np.bool_))) for bf16 in (False, True)]
+
+
+def _alibi_dtypes():
+    from .. import _dtypes  # the narrow formats need ml_dtypes for bfloat16: only if present
+
+    names = ["float32", "float64", "float16"]
+    try:
+        _dtypes.resolve("bfloat16")
+        names.append("bfloat16")
+    except TypeError:
+        pass
+    return [_dtypes.resolve(n) for n in names]
+
+
+def alibi_bias() -> list[Case]:
+    cases = []
+    for n_heads, max_bias in ((1, 8.0), (3, 8.0), (12, 0.5), (5, 2.0**-16), (2, 64.0)):
+        for form in FORMS:
+            for dt in _alibi_dtypes():
+                q_len, k_len = (3, 70) if form in ("bloom", "mpt") else (66, 70)
+                out = np.zeros((n_heads, q_len, k_len), dtype=dt)
+                cases.append(Case(f"h{n_heads}-mb{max_bias:g}-{form}-{dt.name}", dict(
+                    n_heads=n_heads, max_bias=max_bias, form=form, out=out)))
+    cases.append(Case("bloom-short-keys", dict(n_heads=4, max_bias=8.0, form="bloom",
+                                               out=np.zeros((4, 9, 2), np.float32))))
+    return cases
+
+
+_T5 = ((True, 32, 128), (False, 32, 128), (True, 4, 2), (True, 4096, 2000), (False, 3, 2**32))
+
+
+def t5_bucket() -> list[Case]:
+    rel = np.array([0, 1, -1, 7, 8, -8, 15, 16, 127, 128, -128, 129, 10**6, -(10**6),
+                    2**62, -(2**62), 2**63 - 1, -(2**63) + 1] + list(range(-40, 41)), dtype=np.int64)
+    return [Case(f"bi{int(bi)}-n{n}-m{m}-{np.dtype(dt).name}", dict(
+        relative_position=rel.copy(), bidirectional=bi, num_buckets=n, max_distance=m,
+        out=np.full(rel.size, -7, dtype=dt))) for bi, n, m in _T5 for dt in (np.int64, np.int32)]
+
+
+def t5_bucket_matrix() -> list[Case]:
+    return [Case(f"bi{int(bi)}-n{n}-m{m}-o{off}", dict(
+        query_offset=off, bidirectional=bi, num_buckets=n, max_distance=m,
+        out=np.full((q, k), -7, dtype=dt)))
+        for (bi, n, m), (q, k, off), dt in zip(_T5 * 2, ((20, 300, 0), (5, 260, 100), (1, 40, 2**62),
+                                                         (150, 3, 7), (33, 33, 0)) * 2,
+                                              (np.int64,) * 5 + (np.int32,) * 5)]
+
+
+CASES: dict[str, Callable[[], list[Case]]] = {
+    fn.__name__: fn
+    for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, sincos_rows,
+               sincos_real, grid_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix)
+}
