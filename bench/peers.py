@@ -121,6 +121,16 @@ class Workload:
         return np.arange(self.rows, dtype=np.uint32)
 
     @property
+    def operations(self) -> tuple[str, ...]:
+        """The backend operations (``fastpe._backends.registry.OPERATIONS``) this workload
+        exercises: a registry operation no workload names has no benchmark, and
+        ``tests/test_contract.py`` says so."""
+        ops = KIND_OPERATIONS[self.kind]
+        if self.dtype in ("float16", "bfloat16"):
+            ops += ("narrow16",)
+        return ops
+
+    @property
     def is_rope(self) -> bool:
         return self.kind.startswith("rope")
 
@@ -143,6 +153,12 @@ class Workload:
         hands the embedding; fastpe reads them exactly, the peers as float32 tensors."""
         rng = np.random.default_rng(SEED)
         return (rng.random(self.rows) * 1000.0).astype(np.float32)
+
+    @cached_property
+    def relative_positions(self) -> np.ndarray:
+        """``rows`` int64 relative positions ``j - i`` in ``(-2**20, 2**20)`` (fixed seed): a
+        batch of decode-time lookups of both signs, every bucket of T5's rule reached."""
+        return np.random.default_rng(SEED).integers(-(1 << 20) + 1, 1 << 20, self.rows, dtype=np.int64)
 
     @cached_property
     def add_x(self) -> np.ndarray:
@@ -171,7 +187,23 @@ def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
 
 
 #: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions")
+
+#: the backend operations each kind of workload runs (a float16/bfloat16 output adds narrow16);
+#: rope_apply's kernels read rope_table's doubles, so the apply workloads time both
+KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
+    "table": ("sinusoid_range",),
+    "forward": ("sinusoid_forward",),
+    "rope_apply_qk": ("rope_apply", "rope_table"),
+    "rope_cos_sin": ("rope_cos_sin",),
+    "family_table": ("sincos_rows",),
+    "grid": ("sincos_rows", "grid_gather"),
+    "timestep": ("sincos_real",),
+    "add": ("sinusoid_range", "add_rows"),
+    "alibi": ("alibi_bias",),
+    "t5": ("t5_bucket_matrix",),
+    "t5_positions": ("t5_bucket",),
+}
 #: query rows the python reference computes of an ALiBi bias (all heads, all keys)
 ALIBI_REFERENCE_QUERIES = 1
 #: query rows the python reference computes of the T5 bucket matrix (all keys)
@@ -239,6 +271,11 @@ WORKLOADS: dict[str, Workload] = {
             "t5-buckets-2048x2048", "t5", 2048, 2048,
             "T5 relative-position buckets 2048x2048 (bidirectional, 32 buckets, max distance 128)",
             shape=(2048, 2048), dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS,
+        ),
+        Workload(
+            "t5-bucket-1M", "t5_positions", 1_000_000, 1,
+            "T5 buckets of 1,000,000 random relative positions in (-2^20, 2^20) (int64)",
+            dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS * 64,
         ),
     )
 }
@@ -349,6 +386,10 @@ def fastpe_family(w: Workload, backend: str | None, rows: int):
         heads, _, k_len = w.shape
         q_len = rows // heads
         return lambda: alibi.bias(heads, q_len, k_len, form=w.variant, backend=backend)
+    if w.kind == "t5_positions":
+        relative = _family_module(w, backend)
+        rel = w.relative_positions[:rows]
+        return lambda: relative.t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128, backend=backend)
     if w.kind == "t5":
         relative = _family_module(w, backend)
         k_len = w.shape[1]
@@ -644,6 +685,9 @@ def _make_hf_t5(w: Workload):
     _family_module(w, None)
     import torch
 
+    if w.kind == "t5_positions":  # the same rule on a tensor of relative positions
+        rel = torch.from_numpy(w.relative_positions)
+        return lambda: t5._relative_position_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128)
     q_len, k_len = w.shape
 
     def run():  # T5Attention.compute_bias's positions, then the bucket rule
@@ -891,7 +935,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             note="build_alibi_tensor(ones(1, k), heads, float32): slope * key index, (heads, 1, k)",
         ),
         Implementation(
-            "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"],
+            "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"] + FAMILY["t5_positions"],
             note="memory - context positions (int64), then the bucket rule, as compute_bias does",
         ),
         Implementation(

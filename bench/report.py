@@ -161,7 +161,7 @@ def process_table(entry: dict) -> list[str]:
 
 
 #: the families' workload kinds (``bench/peers.py``): their tables say how each row agrees
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions")
 
 
 def fmt_agreement(a: dict | None) -> str:

@@ -152,3 +152,22 @@ def test_dispatch_calls_operations_by_keyword():
             continue
         found += _positional_operation_calls(path)
     assert not found, found
+
+
+def test_every_operation_has_a_benchmark():
+    """Each registry operation is named by a benchmark workload (``bench/peers.py``), so an
+    operation added without one shows here; and every name a workload gives is an operation."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    if not (bench / "peers.py").exists():
+        pytest.skip("bench/ is not in this checkout")
+    sys.path.insert(0, str(bench))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(bench))
+    named = {op for w in peers.WORKLOADS.values() for op in w.operations}
+    assert named <= set(OPERATIONS), named - set(OPERATIONS)
+    assert set(OPERATIONS) - named == set(), f"operations without a benchmark: {set(OPERATIONS) - named}"
