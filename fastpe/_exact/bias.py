@@ -28,7 +28,7 @@ import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from .rounding import FORMATS, Format, round_fraction, round_interval
+from .rounding import FORMATS, Format, round_fraction, round_interval, ziv
 from .._plans.alibi import FORMS
 from .._plans.t5 import log_float32
 
@@ -97,17 +97,15 @@ def alibi_value(n_heads: int, max_bias: float, h: int, n: int, fmt: Format) -> f
     """``slope_h * n`` (``n`` an integer), correctly rounded to ``fmt``; ``+0.0`` for ``n = 0``."""
     if n == 0:
         return 0.0
-    digits = FIRST_DIGITS
-    while digits <= MAX_DIGITS:
+
+    def attempt(digits: int) -> float | None:
         lo, hi = _slope_bracket(n_heads, max_bias, h, digits)
         a, b = (lo * n, hi * n) if n > 0 else (hi * n, lo * n)
         if lo == hi:
             return round_fraction(a, fmt)
-        got = round_interval(a, b, fmt)
-        if got is not None:
-            return got
-        digits *= 2
-    raise AssertionError(f"alibi value h={h} n={n} undecided at {MAX_DIGITS} digits")
+        return round_interval(a, b, fmt)
+
+    return ziv(attempt, FIRST_DIGITS, MAX_DIGITS, f"alibi value h={h} n={n}", "digits")
 
 
 def alibi_distance(form: str, q_len: int, k_len: int, i: int, j: int) -> int | None:

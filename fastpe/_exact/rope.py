@@ -38,6 +38,7 @@ import math
 from fractions import Fraction
 
 from .constants import pi_fixed
+from .rounding import settled, ziv
 from .sinusoid_decimal import _round_ratio_to_float32
 
 __all__ = ["cos_sin_f32", "cos_sin_f64", "rotate_f32", "FIRST_BITS"]
@@ -168,29 +169,24 @@ def scaled(k: Fraction, lo: Fraction, hi: Fraction) -> tuple[Fraction, Fraction]
     return (k * lo, k * hi) if k >= 0 else (k * hi, k * lo)
 
 
-def settled(lo: float, hi: float) -> bool:
-    """Both ends of an interval rounded to the same number, zeros of the same sign."""
-    return lo == hi and math.copysign(1.0, lo) == math.copysign(1.0, hi)
-
-
 # ----------------------------------------------------------------------- values
 
 
 def _settle(values, rounder):
-    """Ziv's loop: ``values(bits)`` gives ``[(lo, hi), ...]`` as exact Fractions bounding each
-    wanted value; return the rounded values once every interval rounds to one number."""
-    bits = FIRST_BITS
-    while bits <= MAX_BITS:
+    """Ziv's loop (:func:`fastpe._exact.rounding.ziv`): ``values(bits)`` gives
+    ``[(lo, hi), ...]`` as exact Fractions bounding each wanted value; return the rounded
+    values once every interval rounds to one number."""
+
+    def attempt(bits: int) -> tuple[float, ...] | None:
         out = []
         for lo, hi in values(bits):
             a, b = rounder(lo), rounder(hi)
             if not settled(a, b):
-                break
+                return None
             out.append(a)
-        else:
-            return tuple(out)
-        bits *= 2
-    raise RuntimeError(f"reference RoPE: undecided at {MAX_BITS} bits")  # unreachable
+        return tuple(out)
+
+    return ziv(attempt, FIRST_BITS, MAX_BITS, "reference RoPE")
 
 
 def _f32(x: Fraction) -> float:

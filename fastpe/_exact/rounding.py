@@ -3,16 +3,21 @@
 The one rounding every reference, plan and tie decision uses: ``num / den`` (or a
 :class:`~fractions.Fraction`, or an interval of them) to the nearest number of a
 :class:`Format`, ties to even, with subnormals, overflow and signed zeros as IEEE 754 has
-them.
+them; and the one Ziv loop (:func:`ziv`) that widens an evaluation until its rounding is
+decided.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
-__all__ = ["Format", "FORMATS", "F32", "round_ratio", "round_fraction", "round_interval"]
+__all__ = ["Format", "FORMATS", "F32", "round_ratio", "round_fraction", "round_interval", "settled", "ziv"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,32 @@ def round_fraction(x: Fraction, fmt: Format) -> float:
     return round_ratio(x.numerator, x.denominator, fmt)
 
 
+def settled(lo: float, hi: float) -> bool:
+    """Both ends of an interval rounded to the same number, zeros of the same sign."""
+    return lo == hi and math.copysign(1.0, lo) == math.copysign(1.0, hi)
+
+
 def round_interval(lo: Fraction, hi: Fraction, fmt: Format) -> float | None:
     """The rounding of every point of ``[lo, hi]`` if they all round alike, else ``None``
     (Ziv's test: rounding is monotonic, so checking both ends suffices)."""
     a, b = round_fraction(lo, fmt), round_fraction(hi, fmt)
-    if a == b and math.copysign(1.0, a) == math.copysign(1.0, b):
-        return a
-    return None
+    return a if settled(a, b) else None
+
+
+def ziv(attempt: Callable[[int], _T | None], first: int, last: int, what: str, unit: str = "bits") -> _T:
+    """Ziv's loop: ``attempt(first)``, ``attempt(2 * first)``, ... while the precision is at
+    most ``last``; the first answer that is not ``None``.
+
+    ``attempt(precision)`` evaluates at that precision (bits or decimal digits, ``unit``),
+    bounds the true value and returns its rounding once every point of the bound rounds
+    alike (:func:`round_interval`), else ``None``.  The callers' values are transcendental,
+    never a rounding boundary, so some precision decides them; passing ``last`` means a bug,
+    reported as a :class:`RuntimeError` naming ``what``.
+    """
+    precision = first
+    while precision <= last:
+        got = attempt(precision)
+        if got is not None:
+            return got
+        precision *= 2
+    raise RuntimeError(f"{what}: undecided at {last} {unit}")

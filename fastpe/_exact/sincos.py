@@ -34,7 +34,7 @@ from fractions import Fraction
 from . import rounding
 from .._plans.frequencies import Geometric, log_terms
 from .._plans.layouts import columns
-from .rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, settled, tiny_cos_sin
+from .rope import FIRST_BITS, MAX_BITS, TINY_ANGLE, cos_sin_of_fixed_angle, tiny_cos_sin
 
 __all__ = ["sin_cos", "rows"]
 
@@ -73,8 +73,8 @@ def _log_angle(x: Fraction, freqs: Geometric, k: int) -> float:
 
 def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, float]:
     """The correctly rounded pair of a tiny angle ``x w_k`` (see the module docstring)."""
-    digits = 40
-    while digits <= MAX_BITS:
+
+    def attempt(digits: int) -> tuple[float, float] | None:
         with localcontext() as ctx:
             ctx.prec, ctx.Emin, ctx.Emax = digits, MIN_EMIN, MAX_EMAX
             first, step = log_terms(freqs)
@@ -87,10 +87,9 @@ def _tiny_sin_cos(x: Fraction, freqs: Geometric, k: int, fmt: rounding.Format) -
         c_lo, c_hi, s_lo, s_hi = tiny_cos_sin(ends[0], ends[1], max(1, digits // 20))
         rs = [rounding.round_fraction(v, fmt) for v in (s_lo, s_hi)]
         rc = [rounding.round_fraction(v, fmt) for v in (c_lo, c_hi)]
-        if settled(*rs) and settled(*rc):
-            return rs[0], rc[0]
-        digits *= 2
-    raise RuntimeError("reference sincos: undecided")  # unreachable, as for the fixed point
+        return (rs[0], rc[0]) if rounding.settled(*rs) and rounding.settled(*rc) else None
+
+    return rounding.ziv(attempt, 40, MAX_BITS, "reference sincos (tiny angle)", "digits")
 
 
 def sin_cos(x, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, float]:
@@ -104,16 +103,15 @@ def sin_cos(x, freqs: Geometric, k: int, fmt: rounding.Format) -> tuple[float, f
         return (-0.0 if x < 0 else 0.0), 1.0
     if log_angle < math.log(TINY_ANGLE) - 1:
         return _tiny_sin_cos(x, freqs, k, fmt)
-    bits = FIRST_BITS
-    while bits <= MAX_BITS:
+
+    def attempt(bits: int) -> tuple[float, float] | None:
         c, s, e, w = _cos_sin_fixed(x, freqs, k, bits)
         scale = Fraction(1, 1 << w)
         rs = rounding.round_interval((s - e) * scale, (s + e) * scale, fmt)
         rc = rounding.round_interval((c - e) * scale, (c + e) * scale, fmt)
-        if rs is not None and rc is not None:
-            return rs, rc
-        bits *= 2
-    raise RuntimeError("reference sincos: undecided")  # unreachable, see the module docstring
+        return None if rs is None or rc is None else (rs, rc)
+
+    return rounding.ziv(attempt, FIRST_BITS, MAX_BITS, "reference sincos")
 
 
 def rows(xs, freqs: Geometric, layout: str, d: int, fmt: rounding.Format) -> list[list[float]]:

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from decimal import Decimal, localcontext
 
 from .constants import decimal_pi
-from .rounding import F32, round_ratio
+from .rounding import F32, round_ratio, ziv
 
 __all__ = ["sinusoid", "round_to_float32"]
 
@@ -229,10 +229,10 @@ def _settle(value: Decimal, digits: int, relative: bool) -> float | None:
 
 
 def _retry(p: int, i: int, d_model: int, base: float, want_cos: bool) -> float:
-    """One value (sine, or cosine if ``want_cos``) the first pass could not decide."""
-    digits = FIRST_DIGITS
-    while digits < MAX_DIGITS:
-        digits *= 2
+    """One value (sine, or cosine if ``want_cos``) the first pass could not decide: Ziv's
+    loop (:func:`fastpe._exact.rounding.ziv`) from twice the first pass's digits."""
+
+    def attempt(digits: int) -> float | None:
         half_pi, sin_top, sin_rest = _tools(digits)
         with localcontext() as ctx:
             ctx.prec = digits + _FREQ_GUARD
@@ -240,15 +240,12 @@ def _retry(p: int, i: int, d_model: int, base: float, want_cos: bool) -> float:
             ctx.prec = digits
             s, c, unreduced = _sin_cos(p * w, half_pi, sin_top, sin_rest)
             if want_cos:
-                f = _settle(c, digits, relative=False)
-            else:
-                f = _settle(s, digits, relative=unreduced)
-        if f is not None:
-            return f
-    raise RuntimeError(  # unreachable for p > 0, see the module docstring
-        f"reference: sinusoid(p={p}, i={i}, d_model={d_model}, base={base!r}) "
-        f"undecided at {MAX_DIGITS} digits"
-    )
+                return _settle(c, digits, relative=False)
+            return _settle(s, digits, relative=unreduced)
+
+    # unreachable failure for p > 0, see the module docstring
+    what = f"reference: sinusoid(p={p}, i={i}, d_model={d_model}, base={base!r})"
+    return ziv(attempt, 2 * FIRST_DIGITS, MAX_DIGITS, what, "digits")
 
 
 def sinusoid(positions: Iterable[int], d_model: int, base: float) -> list[list[float]]:

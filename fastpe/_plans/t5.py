@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._exact.rounding import FORMATS, round_interval
+from .._exact.rounding import FORMATS, round_interval, ziv
 
 __all__ = ["log_float32"]
 
@@ -41,17 +41,15 @@ def log_float32(y: float) -> float:
     """
     if y == 1.0:
         return 0.0
-    digits = 30
-    while digits <= _MAX_DIGITS:
+
+    def attempt(digits: int) -> float | None:
         with localcontext() as ctx:
             ctx.prec = digits + 5
             value = Fraction(Decimal(y).ln())
         radius = abs(value) / 10**digits
-        got = round_interval(value - radius, value + radius, _F32)
-        if got is not None:
-            return got
-        digits *= 2
-    raise AssertionError(f"log_float32({y!r}) undecided at {_MAX_DIGITS} digits")
+        return round_interval(value - radius, value + radius, _F32)
+
+    return ziv(attempt, 30, _MAX_DIGITS, f"log_float32({y!r})", "digits")
 
 
 #: where fragile logs come from: ``None`` (the correctly rounded log), or a function giving

@@ -58,19 +58,9 @@ def split_turns(v: Decimal) -> tuple[float, float, float, float]:
     """
     if v <= 0:
         return (0.0, 0.0, 0.0, 0.0)
-    with localcontext() as ctx:
-        ctx.prec = PLAN_PREC + 20
-        # exponent guess from the double; fixed up below if rounding crossed a power of two
-        _, e2 = math.frexp(float(v))
-        two = Decimal(2)
-        while True:
-            big = int((v * two ** (_TOTAL_BITS - e2)).to_integral_value(rounding="ROUND_FLOOR"))
-            if big >= 1 << _TOTAL_BITS:
-                e2 += 1
-            elif big < 1 << (_TOTAL_BITS - 1):
-                e2 -= 1
-            else:
-                break
+    # exponent guess from the double, fixed up if rounding crossed a power of two
+    big, e = _top_bits(v, _TOTAL_BITS, PLAN_PREC + 20, math.frexp(float(v))[1])
+    e2 = e + _TOTAL_BITS
     v1 = math.ldexp(float(big >> 95), e2 - 21)
     v2 = math.ldexp(float((big >> 74) & _MASK21), e2 - 42)
     v3 = math.ldexp(float((big >> 53) & _MASK21), e2 - 63)
@@ -83,21 +73,29 @@ _SIG = 256
 _MASK64 = (1 << 64) - 1
 
 
+def _top_bits(v: Decimal, bits: int, prec: int, e2: int) -> tuple[int, int]:
+    """``(m, e)`` with ``2**(bits-1) <= m < 2**bits`` and ``m * 2**e <= v``: the truncation
+    of a positive ``v`` to ``bits`` bits, ``floor(v * 2**(bits - e2))`` in a context of
+    ``prec`` digits, the guess ``e2`` of ``log2(v)`` moved by one until ``m`` has ``bits``
+    bits."""
+    with localcontext() as ctx:
+        ctx.prec = prec
+        two = Decimal(2)
+        while True:
+            m = int((v * two ** (bits - e2)).to_integral_value(rounding="ROUND_FLOOR"))
+            if m >= 1 << bits:
+                e2 += 1
+            elif m < 1 << (bits - 1):
+                e2 -= 1
+            else:
+                return m, e2 - bits
+
+
 def _significand(v: Decimal) -> tuple[int, int]:
     """``(m, e)`` with ``2**255 <= m < 2**256`` and ``m * 2**e <= v`` the truncation of a
     positive ``v`` (known to the current context's precision) to 256 bits."""
-    with localcontext() as ctx:
-        ctx.prec = PLAN_PREC + 40
-        e2 = int(math.floor((v.adjusted() + 1) * 3.321928094887362))  # ~log2(v), fixed below
-        two = Decimal(2)
-        while True:
-            m = int((v * two ** (_SIG - e2)).to_integral_value(rounding="ROUND_FLOOR"))
-            if m >= 1 << _SIG:
-                e2 += 1
-            elif m < 1 << (_SIG - 1):
-                e2 -= 1
-            else:
-                return m, e2 - _SIG
+    e2 = int(math.floor((v.adjusted() + 1) * 3.321928094887362))  # ~log2(v)
+    return _top_bits(v, _SIG, PLAN_PREC + 40, e2)
 
 
 def _words(sigs: list[int], exps: list[int]) -> np.ndarray:
