@@ -74,18 +74,13 @@ def _clip(text: str, limit: int = 300) -> str:
 # --------------------------------------------------------------------------- worker side
 
 
-def _fill_rows(config: PosEncConfig, start: int, out: np.ndarray, backend: str | None) -> None:
-    """Fill ``out`` ``(n, d_model)`` with the table rows of positions ``start .. start+n-1``
-    (:func:`fastpe.sinusoid.table_rows`: the same kernel call as :func:`fastpe.table`)."""
-    _api.table_rows(config, start, out, backend=backend)
-
-
 def _block(slices: tuple[slice, slice], config: PosEncConfig, dtype: np.dtype, backend: str | None) -> np.ndarray:
-    """One block of the table: rows ``slices[0]``, columns ``slices[1]``."""
+    """One block of the table: rows ``slices[0]``, columns ``slices[1]`` (the rows from
+    :func:`fastpe.sinusoid.table_rows`: the same kernel call as :func:`fastpe.table`)."""
     rows, cols = slices
     out = np.empty((rows.stop - rows.start, config.d_model), dtype=dtype)
     if out.shape[0]:
-        _fill_rows(config, rows.start, out, backend)
+        _api.table_rows(config, rows.start, out, backend=backend)
     if cols.start == 0 and cols.stop == config.d_model:
         return out
     # a copy, so the block does not keep the full-width rows alive

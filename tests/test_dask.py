@@ -143,13 +143,13 @@ def test_to_zarr_round_trip(tmp_path):
 
 def test_building_a_huge_table_is_lazy(monkeypatch):
     calls = []
-    real = fd._fill_rows
+    real = fastpe.sinusoid.table_rows
 
-    def counting(config, start, out, backend):
+    def counting(config, start, out, *, backend):
         calls.append((start, out.shape))
-        real(config, start, out, backend)
+        real(config, start, out, backend=backend)
 
-    monkeypatch.setattr(fd, "_fill_rows", counting)
+    monkeypatch.setattr(fastpe.sinusoid, "table_rows", counting)
     tracemalloc.start()
     try:
         x = fd.table(1024, 2**31)  # 8 TiB of float32

@@ -32,14 +32,10 @@ class Case:
     arguments: dict
 
 
-def _rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
 def _positions(seed: int, n: int = 24) -> np.ndarray:
     """Edges (0, 1, anchor boundaries, the top of u32) and random positions of every size."""
     edges = [0, 1, 2, 63, 64, 65, 127, 128, 4095, 65536, 2**31, U32_TOP - 64, U32_TOP]
-    r = _rng(seed)
+    r = np.random.default_rng(seed)
     random = (2.0 ** r.uniform(0, 32, n)).astype(np.uint64).clip(0, U32_TOP)
     return np.array(edges + random.tolist(), dtype=np.uint32)
 
@@ -113,7 +109,7 @@ def _values(r: np.random.Generator, shape, specials: bool) -> np.ndarray:
 
 def rope_apply() -> list[Case]:
     cases = []
-    r = _rng(7)
+    r = np.random.default_rng(7)
     for key, inv in (("hf8", _INV_FREQS["hf8"]), ("edges", _INV_FREQS["edges"])):
         nf = len(inv)
         for layout in ("neox", "gptj"):
@@ -164,7 +160,7 @@ def sincos_rows() -> list[Case]:
 
 
 def _reals(seed: int) -> np.ndarray:
-    r = _rng(seed)
+    r = np.random.default_rng(seed)
     x = [0.0, -0.0, 5e-324, -1e-300, 0.5, -0.5, 1.5, 999.0, 1712515.142194659, -(2.0**32) + 0.5,
          2.0**32 - 2.0**-20, math.pi / 2]
     x += (r.uniform(-1, 1, 8) * 2.0 ** r.uniform(-30, 32, 8)).tolist()
@@ -177,7 +173,7 @@ def sincos_real() -> list[Case]:
 
 def grid_gather() -> list[Case]:
     cases = []
-    r = _rng(5)
+    r = np.random.default_rng(5)
     for sizes, q, first_row in (((3, 4), 2, 0), ((2, 3, 4), 3, 1), ((1, 5), 1, 0)):
         table = r.integers(0, 2**32, (max(sizes), 2 * q), dtype=np.uint32)
         n_axes, width = len(sizes), 2 * q * len(sizes)
@@ -194,7 +190,7 @@ def grid_gather() -> list[Case]:
 
 def add_rows() -> list[Case]:
     cases = []
-    r = _rng(9)
+    r = np.random.default_rng(9)
     for dtype in (np.float32, np.float64):
         for scale in (None, math.sqrt(6.0), -0.0):
             x = r.standard_normal((2, 5, 6)).astype(dtype)
@@ -209,7 +205,7 @@ def add_rows() -> list[Case]:
 
 
 def narrow16() -> list[Case]:
-    r = _rng(13)
+    r = np.random.default_rng(13)
     specials = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, 65519.996,
                          2.0**-24, 2.0**-25, 2.0**-25 * 3, 1.0 + 2.0**-11, 1.0 + 2.0**-8,
                          3.4e38, 1e-45, -1e-45], dtype=np.float32)
