@@ -216,7 +216,7 @@ def save_then(exc: BaseException):
 def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, existing):
     if existing:
         (in_tmp / "pe.npy").write_bytes(b"precious")
-    monkeypatch.setitem(_save._WRITERS, ".npy", save_then(OSError(errno.ENOSPC, "No space left on device")))
+    monkeypatch.setattr(_save.WRITERS[".npy"], "write_data", save_then(OSError(errno.ENOSPC, "No space left on device")))
     result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
     assert result.exit_code == 1
     line = assert_one_line_error(result)
@@ -232,7 +232,7 @@ def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, ex
 def test_table_interrupted_exits_130_leaving_no_partial_file(in_tmp, monkeypatch, existing):
     if existing:
         (in_tmp / "pe.npy").write_bytes(b"precious")
-    monkeypatch.setitem(_save._WRITERS, ".npy", save_then(KeyboardInterrupt()))
+    monkeypatch.setattr(_save.WRITERS[".npy"], "write_data", save_then(KeyboardInterrupt()))
     result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
     assert result.exit_code == 130
     assert result.stderr.strip() == "Aborted!"
@@ -551,7 +551,7 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
             for _ in range(600):
                 time.sleep(0.1)
 
-        _save._WRITERS[".npy"] = slow_write
+        _save.WRITERS[".npy"].write_data = slow_write
         main(["table", "--d-model", "8", "--max-len", "4", "--backend", {DEFAULT!r}, "-o", sys.argv[1]],
              prog_name="fastpe")
         """

@@ -319,7 +319,7 @@ def test_disk_full_while_writing_exits_1_leaving_nothing(in_tmp, monkeypatch, pr
     name = f"pe{fmt}"
     if existing:
         precious(name)
-    write = _save._WRITERS[fmt]
+    write = _save.WRITERS[fmt].write_data
 
     class Full:
         def __init__(self, f):
@@ -335,7 +335,7 @@ def test_disk_full_while_writing_exits_1_leaving_nothing(in_tmp, monkeypatch, pr
         def __getattr__(self, attr):
             return getattr(self._f, attr)
 
-    monkeypatch.setitem(_save._WRITERS, fmt, lambda f, layout, stream: write(Full(f), layout, stream))
+    monkeypatch.setattr(_save.WRITERS[fmt], "write_data", lambda f, layout, blocks: write(Full(f), layout, blocks))
     line = assert_one_line_error(run("table", "--d-model", str(D), "--max-len", str(L), "-o", name,
                                      "--chunk-mb", chunk_mb(ROWS)), 1)
     assert line == f"Error: could not write {name}: [Errno 28] No space left on device"

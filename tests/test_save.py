@@ -307,8 +307,9 @@ def test_a_failing_write_leaves_nothing(tmp_path, monkeypatch, precious, fmt, ex
     name = f"pe{fmt}"
     if existing:
         precious(name)
-    write = _save._WRITERS[fmt]
-    monkeypatch.setitem(_save._WRITERS, fmt, lambda f, layout, stream: write(FailingFile(f, 1000), layout, stream))
+    write = _save.WRITERS[fmt].write_data
+    monkeypatch.setattr(_save.WRITERS[fmt], "write_data",
+                        lambda f, layout, blocks: write(FailingFile(f, 1000), layout, blocks))
     with pytest.raises(OSError, match="No space left on device"):
         fastpe.save_table(tmp_path / name, D, L, chunk_bytes=budget(ROWS))
     assert_untouched(tmp_path, name, existing)

@@ -17,6 +17,12 @@ default (never one the program handles or ignores, and only in the main thread, 
 Python lets set handlers), puts the default back when the call returns, and after the
 cleanup ends the process by the same signal, so the program sees exactly what it would have
 seen without fastpe -- less the temporary file.
+
+A file and its sidecar.  :func:`atomic_write_with_sidecar` writes a data file and a small
+file beside it (a ``.npy`` file's spec, ``PATH.json``): the data are written and synced
+first, then the sidecar is renamed into place, then the data, so the new data never sit at
+their name without their complete sidecar.  Should the data's rename fail after the
+sidecar's, the sidecar is taken back (the previous one restored, if there was one).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import BinaryIO
 
 __all__ = [
     "atomic_write",
+    "atomic_write_with_sidecar",
     "TEMP_PREFIX",
     "TERMINATING_SIGNALS",
     "Terminated",
@@ -126,6 +133,80 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
                 os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def _identity(fileobj) -> tuple[int, int]:
+    st = os.fstat(fileobj.fileno())
+    return st.st_dev, st.st_ino
+
+
+def _is(path: str | None, identity: tuple[int, int] | None) -> bool:
+    """Whether ``path`` is (still) the file ``identity`` names."""
+    if path is None or identity is None:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == identity
+
+
+def _keep_copy(path: str) -> str | None:
+    """A hard link to an existing regular file at ``path``, to restore it should the new one
+    have to be taken back; ``None`` if there is none or linking is not supported."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    directory, name = os.path.split(path)
+    copy = os.path.join(directory, f"{TEMP_PREFIX}{name}.{secrets.token_hex(6)}.old.tmp")
+    try:
+        os.link(path, copy)
+    except OSError:
+        return None
+    except BaseException:  # a signal's exception right after the link was made (see _open_temp)
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        raise
+    return copy
+
+
+@contextlib.contextmanager
+def atomic_write_with_sidecar(path: str | os.PathLike, sidecar: str | os.PathLike | None,
+                              sidecar_bytes: bytes) -> Iterator[BinaryIO]:
+    """:func:`atomic_write` of ``path`` that also puts ``sidecar_bytes`` at ``sidecar`` (none
+    if ``sidecar`` is ``None``): the data are synced, the sidecar renamed into place, then
+    the data; on any failure both targets are left as they were."""
+    target = os.fspath(path)
+    side = None if sidecar is None else os.fspath(sidecar)
+    data_id = side_id = None
+    old_sidecar = None
+    try:
+        with atomic_write(target) as f:
+            data_id = _identity(f)
+            yield f
+            f.flush()
+            os.fsync(f.fileno())  # the slow part before the sidecar appears, not after
+            if side is not None:
+                old_sidecar = _keep_copy(side)
+                with atomic_write(side) as s:
+                    side_id = _identity(s)
+                    s.write(sidecar_bytes)
+    except BaseException:
+        if _is(side, side_id) and not _is(target, data_id):
+            # the sidecar reached its name, the data did not: take the sidecar back
+            with contextlib.suppress(OSError):
+                if old_sidecar is not None:
+                    os.replace(old_sidecar, side)
+                    old_sidecar = None
+                else:
+                    os.unlink(side)
+        raise
+    finally:
+        if old_sidecar is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(old_sidecar)
 
 
 # --------------------------------------------------------------------------- signals

@@ -13,7 +13,8 @@ the same chunks written with ``file.write`` at 89 MiB (25 MiB of it the interpre
 Plain writes go through the page cache, which the kernel can always write back and drop, and
 leave the RSS flat (``bench/stream_rss.py`` measures it).
 
-Files.  The format is chosen by the extension:
+Files.  The format is chosen by the extension, and the chunks go through that format's
+writer (:mod:`fastpe._io.writers`, which every array command of the CLI writes through too):
 
 ``.npy``          the ``numpy.lib.format`` header, then the rows; the bytes are those of
                   ``numpy.save(fastpe.table(...))``.  A sidecar ``PATH.json`` holds the spec.
@@ -40,11 +41,12 @@ backend is not recorded: every backend computes the same bits.
 Safety.  Every argument is checked, the one chunk buffer compared with the machine's
 physical memory, and the free space of the target's file system with the exact size of what
 will be written, before any file is created.  Files are written to temporary files in the
-target's directory (:mod:`fastpe._io.atomic`) and renamed into place only when complete; on any error or ``KeyboardInterrupt`` nothing is left at the target and
-no temporary file remains (a file already at the target is kept).  For ``.npy`` the data are
-written and synced first, then the sidecar is renamed into place, then the data: the new
-data never sit at their name without their complete sidecar.  Should the data's rename fail
-after the sidecar's, the sidecar is taken back (the previous one restored, if there was one).
+target's directory (:mod:`fastpe._io.atomic`) and renamed into place only when complete; on
+any error or ``KeyboardInterrupt`` nothing is left at the target and no temporary file
+remains (a file already at the target is kept).  For ``.npy`` the data are written and
+synced first, then the sidecar is renamed into place, then the data: the new data never sit
+at their name without their complete sidecar.  Should the data's rename fail after the
+sidecar's, the sidecar is taken back (the previous one restored, if there was one).
 
 Signals.  SIGTERM and SIGHUP end a Python process on the spot by default, which would leave
 the temporary file (as large as the part written so far) behind.  While :func:`save_table`
@@ -59,26 +61,22 @@ ends when the chunk being computed or written is done.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
-import io
 import json
 import os
-import secrets
 import shutil
 import stat
-import struct
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib import format as npy_format
 
 from .. import sinusoid as _api, _backends, _dtypes
-from .atomic import TEMP_PREFIX, atomic_write, end_cleanly_on_signals
+from .atomic import end_cleanly_on_signals
+from .atomic import _keep_copy  # noqa: F401 - importable from here, where it was defined before atomic.py
+from .writers import FORMATS, SIDECAR_SUFFIX, WRITERS, Entry, format_of, make_spec
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from .._validate import check_int
 
@@ -98,25 +96,13 @@ __all__ = [
     "check_space",
 ]
 
-#: the extensions save_table writes, the default first
-FORMATS: tuple[str, ...] = (".npy", ".npz", ".safetensors")
 #: the default chunk budget: large enough that per-chunk overheads vanish
 DEFAULT_CHUNK_BYTES = 256 << 20
-#: a ``.npy`` file's spec sits next to it, in ``PATH + SIDECAR_SUFFIX``
-SIDECAR_SUFFIX = ".json"
-#: the entry (``.npz`` member, safetensors tensor) holding the table, and the spec's entry
+#: the entry (``.npz`` member, safetensors tensor) holding the table
 TABLE_ENTRY = "table"
-SPEC_ENTRY = "spec"
-#: the only function a spec can name so far
+#: the function a table's spec names, the only one save_table and --from-spec re-run
 SPEC_FUNCTION = "table"
 _SPEC_KEYS = ("fastpe", "function", "params")
-
-#: ZIP timestamps are fixed so that a spec always gives the same bytes (1980-01-01, the
-#: earliest date a ZIP header can hold)
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-_ZIP_MODE = (stat.S_IFREG | 0o644) << 16
-
-_SAFETENSORS_CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16"}
 
 #: transient bytes per value while float16/bfloat16 rows are computed, measured with
 #: tracemalloc: :func:`fastpe.sinusoid.table_rows` computes them in float32 a block of at most
@@ -155,27 +141,9 @@ class SavedTable:
 # --------------------------------------------------------------------------- checks
 
 
-def format_of(path) -> str:
-    """The format (one of :data:`FORMATS`) that ``path``'s extension asks for, else a
-    :class:`ValueError` naming the accepted extensions."""
-    name = os.path.basename(os.fspath(path))
-    ext = os.path.splitext(name)[1].lower()
-    if ext not in FORMATS or len(name) <= len(ext):
-        raise ValueError(
-            f"path must end in {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, got {os.fspath(path)!r}"
-        )
-    return ext
-
-
 def require_safetensors() -> None:
     """Fail clearly when the ``safetensors`` package (needed to read the file) is missing."""
-    try:
-        import safetensors  # noqa: F401
-    except ImportError:
-        raise ImportError(
-            "writing .safetensors needs the safetensors package: pip install safetensors "
-            "(or pip install 'fastpe[safetensors]')"
-        ) from None
+    WRITERS[".safetensors"].require()
 
 
 def _check_path(path) -> str:
@@ -298,11 +266,7 @@ def _config_fields() -> tuple[str, ...]:
 def _make_spec(config: PosEncConfig, dtype: np.dtype) -> dict:
     params = {name: getattr(config, name) for name in _config_fields()}
     params["dtype"] = dtype.name
-    return {"fastpe": _version(), "function": SPEC_FUNCTION, "params": params}
-
-
-def _spec_text(spec: dict) -> str:
-    return json.dumps(spec, indent=2) + "\n"
+    return make_spec(SPEC_FUNCTION, params)
 
 
 def _major(version: str) -> str:
@@ -329,9 +293,6 @@ def parse_spec(spec, source: str = "spec") -> dict:
     missing = [k for k in _SPEC_KEYS if k not in spec]
     if missing:
         raise ValueError(f"{source} is not a fastpe spec: it lacks {', '.join(map(repr, missing))}")
-    extra = sorted(set(spec) - set(_SPEC_KEYS))
-    if extra:
-        raise ValueError(f"{source} has unknown keys {', '.join(map(repr, extra))}; a spec has {', '.join(_SPEC_KEYS)}")
     version, function, params = spec["fastpe"], spec["function"], spec["params"]
     if not isinstance(version, str) or not version.split(".", 1)[0].isdigit():
         raise ValueError(f"{source}: 'fastpe' must be a version string like '1.2.0', got {version!r}")
@@ -341,8 +302,12 @@ def parse_spec(spec, source: str = "spec") -> dict:
             f"{source} was written by fastpe {version}, whose major version differs from this "
             f"fastpe {current}: its parameters may mean something else here"
         )
+    # before the keys: the specs of other functions may hold keys of their own ("stacked")
     if function != SPEC_FUNCTION:
         raise ValueError(f"{source} names function {function!r}; fastpe can re-run {SPEC_FUNCTION!r} only")
+    extra = sorted(set(spec) - set(_SPEC_KEYS))
+    if extra:
+        raise ValueError(f"{source} has unknown keys {', '.join(map(repr, extra))}; a spec has {', '.join(_SPEC_KEYS)}")
     if not isinstance(params, dict):
         raise ValueError(f"{source}: 'params' must be an object, got {type(params).__name__}")
     known = (*_config_fields(), "dtype")
@@ -371,114 +336,22 @@ def load_spec(path) -> dict:
     :class:`FileNotFoundError`; anything malformed is a :class:`ValueError` naming the file.
     """
     source = _check_path(path)
-    ext = os.path.splitext(source)[1].lower()
-    if ext == ".npy":
-        sidecar = source + SIDECAR_SUFFIX
-        if not os.path.exists(sidecar):
-            raise FileNotFoundError(errno.ENOENT, f"{source} has no spec: its sidecar {sidecar} does not exist")
-        return load_spec(sidecar)
-    if ext == ".npz":
-        text = _npz_spec(source)
-    elif ext == ".safetensors":
-        text = _safetensors_spec(source)
+    writer = WRITERS.get(os.path.splitext(source)[1].lower())
+    if writer is not None:
+        text = writer.read_spec(source)
+        source = writer.sidecar_path(source) or source  # errors name the file the spec came from
     else:  # a spec file, whatever its name
         with open(source, "rb") as f:
             text = f.read()
     return parse_spec(text, source)
 
 
-def _npz_spec(source: str) -> str:
-    import zipfile
-
-    if not os.path.exists(source):
-        raise FileNotFoundError(errno.ENOENT, f"{source} does not exist")
-    try:
-        archive = np.load(source, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{source} is not a readable .npz file: {exc}") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(f"{source} holds a single array, not an .npz archive")
-    with archive:
-        if SPEC_ENTRY not in archive.files:
-            raise ValueError(f"{source} holds no {SPEC_ENTRY!r} entry (not written by fastpe?)")
-        try:
-            value = archive[SPEC_ENTRY]
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{source}: its {SPEC_ENTRY!r} entry cannot be read: {exc}") from None
-    if not (isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind == "U"):
-        raise ValueError(f"{source}: its {SPEC_ENTRY!r} entry is not a JSON string")
-    return str(value[()])
-
-
-def _safetensors_spec(source: str) -> str:
-    require_safetensors()
-    from safetensors import safe_open
-
-    if not os.path.exists(source):
-        raise FileNotFoundError(errno.ENOENT, f"{source} does not exist")
-    try:
-        with safe_open(source, framework="numpy") as f:
-            metadata = f.metadata() or {}
-    except Exception as exc:  # safetensors raises its own SafetensorError for a bad file
-        raise ValueError(f"{source} is not a readable .safetensors file: {exc}") from None
-    if SPEC_ENTRY not in metadata:
-        raise ValueError(f"{source} has no {SPEC_ENTRY!r} in its __metadata__ (not written by fastpe?)")
-    return metadata[SPEC_ENTRY]
-
-
 # --------------------------------------------------------------------------- layouts
 
 
-def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The header ``numpy.save`` writes for a C-ordered array of ``dtype`` and ``shape``."""
-    buf = io.BytesIO()
-    if dtype.name == "bfloat16":  # its bits as uint16: NumPy and torch read that; '<V2' they cannot use
-        dtype = np.dtype("<u2")
-    header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    try:
-        npy_format.write_array_header_1_0(buf, header)
-    except ValueError:  # a header too long for format 1.0 (not for 2-D shapes, kept for safety)
-        buf = io.BytesIO()
-        npy_format.write_array_header_2_0(buf, header)
-    return buf.getvalue()
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    npy_format.write_array(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
-def _safetensors_header(dtype: np.dtype, shape: tuple[int, int], nbytes: int, spec_json: str) -> bytes:
-    header = {
-        "__metadata__": {SPEC_ENTRY: spec_json},
-        TABLE_ENTRY: {"dtype": _SAFETENSORS_CODES[dtype.name], "shape": list(shape), "data_offsets": [0, nbytes]},
-    }
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-(8 + len(text)) % 8)  # the data start 8-byte aligned, as safetensors pads
-    return struct.pack("<Q", len(text)) + text
-
-
-def _zip_size(members: list[tuple[str, int, bool]]) -> int:
-    """The size of a stored ZIP archive holding ``members`` ``(name, size, force_zip64)`` in
-    order, as :mod:`zipfile` writes it to a seekable file (no data descriptors): local
-    headers (with a ZIP64 extra when forced or large), data, the central directory (with a
-    ZIP64 extra for sizes or offsets past ``zipfile.ZIP64_LIMIT``) and the end records."""
-    import zipfile
-    limit = zipfile.ZIP64_LIMIT
-    offset = 0
-    central = 0
-    for name, size, force in members:
-        encoded = len(name.encode("utf-8"))
-        zip64 = force or size * 1.05 > limit
-        header_offset = offset
-        offset += 30 + encoded + (20 if zip64 else 0) + size
-        extra = (2 if size > limit else 0) + (1 if header_offset > limit else 0)
-        central += 46 + encoded + (4 + 8 * extra if extra else 0)
-    end = 22
-    if len(members) > zipfile.ZIP_FILECOUNT_LIMIT or offset > limit or central > limit:
-        end += 56 + 20  # the ZIP64 end record and its locator
-    return offset + central + end
+def _table_layout(fmt: str, config: PosEncConfig, dtype: np.dtype, spec: dict):
+    """The table's file in format ``fmt``: one entry, :data:`TABLE_ENTRY`."""
+    return WRITERS[fmt].layout([Entry(TABLE_ENTRY, dtype, (config.max_len, config.d_model))], spec)
 
 
 def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="float32", **params) -> int:
@@ -487,43 +360,15 @@ def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="fl
     fmt = format_of(_check_path(path))
     config = PosEncConfig(d_model, max_len, **params)
     dt = _dtypes.resolve(dtype)
-    return _Layout(fmt, config, dt, _make_spec(config, dt)).total
-
-
-class _Layout:
-    """The bytes around the rows for one format: what comes before them, after them, and
-    the exact sizes."""
-
-    def __init__(self, fmt: str, config: PosEncConfig, dtype: np.dtype, spec: dict):
-        self.fmt = fmt
-        self.shape = (config.max_len, config.d_model)
-        self.dtype = dtype
-        self.nbytes = config.max_len * config.d_model * dtype.itemsize
-        self.spec_text = _spec_text(spec)
-        self.sidecar_bytes = b""
-        if fmt == ".npy":
-            self.header = _npy_header(dtype, self.shape)
-            self.sidecar_bytes = self.spec_text.encode("utf-8")
-            self.size = len(self.header) + self.nbytes
-        elif fmt == ".npz":
-            self.header = _npy_header(dtype, self.shape)
-            self.spec_npy = _npy_bytes(np.array(self.spec_text))
-            self.size = _zip_size([
-                (SPEC_ENTRY + ".npy", len(self.spec_npy), False),
-                (TABLE_ENTRY + ".npy", len(self.header) + self.nbytes, True),
-            ])
-        else:
-            self.header = _safetensors_header(dtype, self.shape, self.nbytes, self.spec_text)
-            self.size = len(self.header) + self.nbytes
-        self.total = self.size + len(self.sidecar_bytes)
+    return _table_layout(fmt, config, dt, _make_spec(config, dt)).total
 
 
 # --------------------------------------------------------------------------- writing
 
 
 class _Stream:
-    """Computes the table chunk by chunk into one reused buffer and hands each chunk's bytes
-    to ``write``; times both halves and reports progress."""
+    """Computes the table chunk by chunk into one reused buffer and hands each chunk to the
+    writer as a block; times both halves and reports progress."""
 
     def __init__(self, config, dtype, rows_per_chunk, backend, progress):
         self.config = config
@@ -534,122 +379,24 @@ class _Stream:
         self.compute_seconds = 0.0
         self.write_seconds = 0.0
 
-    def run(self, write: Callable[[memoryview], object], little_endian: bool = False) -> None:
+    def blocks(self) -> Iterator[tuple[str, np.ndarray]]:
+        """The table's blocks, each written (the writer asks for the next) before the buffer
+        is filled again."""
         total = self.config.max_len
         buf = np.empty((min(self.rows, total), self.config.d_model), dtype=self.dtype)
-        swap = little_endian and sys.byteorder != "little"
         done = 0
         while done < total:
             n = min(self.rows, total - done)
             chunk = buf[:n]
             t0 = time.perf_counter()
             _api.table_rows(self.config, done, chunk, backend=self.backend)
-            if swap:  # pragma: no cover - big-endian hosts only
-                chunk.byteswap(inplace=True)
             t1 = time.perf_counter()
-            write(memoryview(chunk.reshape(-1).view(np.uint8)))
+            yield TABLE_ENTRY, chunk
             self.write_seconds += time.perf_counter() - t1
             self.compute_seconds += t1 - t0
             done += n
             if self.progress is not None:
                 self.progress(done, total)
-
-
-def _write_npy(f, layout: _Layout, stream: _Stream) -> None:
-    f.write(layout.header)
-    stream.run(f.write)
-
-
-def _write_npz(f, layout: _Layout, stream: _Stream) -> None:
-    import zipfile
-
-    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        spec_info = zipfile.ZipInfo(SPEC_ENTRY + ".npy", date_time=_ZIP_EPOCH)
-        spec_info.external_attr = _ZIP_MODE
-        archive.writestr(spec_info, layout.spec_npy)
-        info = zipfile.ZipInfo(TABLE_ENTRY + ".npy", date_time=_ZIP_EPOCH)
-        info.external_attr = _ZIP_MODE
-        info.file_size = len(layout.header) + layout.nbytes
-        with archive.open(info, "w", force_zip64=True) as member:
-            member.write(layout.header)
-            stream.run(member.write)
-
-
-def _write_safetensors(f, layout: _Layout, stream: _Stream) -> None:
-    f.write(layout.header)
-    stream.run(f.write, little_endian=True)
-
-
-_WRITERS = {".npy": _write_npy, ".npz": _write_npz, ".safetensors": _write_safetensors}
-
-
-def _identity(fileobj) -> tuple[int, int]:
-    st = os.fstat(fileobj.fileno())
-    return st.st_dev, st.st_ino
-
-
-def _is(path: str, identity: tuple[int, int] | None) -> bool:
-    """Whether ``path`` is (still) the file ``identity`` names."""
-    if identity is None:
-        return False
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == identity
-
-
-def _keep_copy(path: str) -> str | None:
-    """A hard link to an existing regular file at ``path``, to restore it should the new one
-    have to be taken back; ``None`` if there is none or linking is not supported."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-    except OSError:
-        return None
-    directory, name = os.path.split(path)
-    copy = os.path.join(directory, f"{TEMP_PREFIX}{name}.{secrets.token_hex(6)}.old.tmp")
-    try:
-        os.link(path, copy)
-    except OSError:
-        return None
-    except BaseException:  # a signal's exception right after the link was made (see atomic)
-        with contextlib.suppress(OSError):
-            os.unlink(copy)
-        raise
-    return copy
-
-
-def _commit(target: str, sidecar: str | None, layout: _Layout, stream: _Stream) -> None:
-    """Write the data (and the sidecar) through temporary files; rename the sidecar, then
-    the data; on failure leave the targets as they were."""
-    data_id = side_id = None
-    old_sidecar = None
-    try:
-        with atomic_write(target) as f:
-            data_id = _identity(f)
-            _WRITERS[layout.fmt](f, layout, stream)
-            f.flush()
-            os.fsync(f.fileno())  # the slow part before the sidecar appears, not after
-            if sidecar is not None:
-                old_sidecar = _keep_copy(sidecar)
-                with atomic_write(sidecar) as s:
-                    side_id = _identity(s)
-                    s.write(layout.sidecar_bytes)
-    except BaseException:
-        if _is(sidecar, side_id) and not _is(target, data_id):
-            # the sidecar reached its name, the data did not: take the sidecar back
-            with contextlib.suppress(OSError):
-                if old_sidecar is not None:
-                    os.replace(old_sidecar, sidecar)
-                    old_sidecar = None
-                else:
-                    os.unlink(sidecar)
-        raise
-    finally:
-        if old_sidecar is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(old_sidecar)
 
 
 def save_table(
@@ -724,21 +471,21 @@ def save_table(
     )
     _check_progress(progress)
     backend_name, _ = _backends.resolve(backend)
-    if fmt == ".safetensors":
-        require_safetensors()
-    sidecar = target + SIDECAR_SUFFIX if fmt == ".npy" else None
+    writer = WRITERS[fmt]
+    writer.require()
+    sidecar = writer.sidecar_path(target)
     _check_place(target)
     if sidecar is not None:
         _check_place(sidecar)
     spec = _make_spec(config, dt)
-    layout_ = _Layout(fmt, config, dt, spec)
+    layout_ = _table_layout(fmt, config, dt, spec)
     check_space(target, layout_.total)
 
     stream = _Stream(config, dt, rows, backend_name, progress)
     with end_cleanly_on_signals():  # see "Signals" above
-        _commit(target, sidecar, layout_, stream)
+        writer.save(target, layout_, stream.blocks())
     return SavedTable(
-        path=target, sidecar=sidecar, spec=spec, shape=layout_.shape, dtype=dt.name,
+        path=target, sidecar=sidecar, spec=spec, shape=(config.max_len, config.d_model), dtype=dt.name,
         nbytes=layout_.nbytes, backend=backend_name, compute_seconds=stream.compute_seconds,
         write_seconds=stream.write_seconds,
     )

@@ -71,6 +71,7 @@ def check_size(path: str, shape: tuple[int, ...], dtype, *, transient: int = 0) 
     import numpy as np
 
     from .._io import save as _save
+    from .._io.writers import _npy_header
     from .._dtypes import resolve
 
     with options.library_errors():  # bfloat16 without ml_dtypes fails here too, before any work
@@ -78,7 +79,7 @@ def check_size(path: str, shape: tuple[int, ...], dtype, *, transient: int = 0) 
         nbytes = math.prod(shape) * dt.itemsize
         _save.check_memory(f"the {' x '.join(map(str, shape))} {dt.name} array", nbytes + transient)
     try:
-        _save.check_space(path, len(_save._npy_header(dt, tuple(shape))) + nbytes)
+        _save.check_space(path, len(_npy_header(dt, tuple(shape))) + nbytes)
     except OSError as exc:
         raise click.ClickException(f"could not write {path}: {exc}") from exc
 
