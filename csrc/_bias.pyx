@@ -11,6 +11,12 @@ disjoint ranges of one output at once.
 from libc.stdint cimport int32_t, int64_t, uint16_t
 
 cdef extern from "fastpe_bias.h" nogil:
+    enum:
+        FASTPE_SYMMETRIC
+        FASTPE_CAUSAL
+        FASTPE_BLOOM
+        FASTPE_MPT
+        FASTPE_N_FORMS
     void fastpe_alibi_line_f32(const double *words, Py_ssize_t n_heads, int64_t first,
                                float *line, Py_ssize_t length, Py_ssize_t n_begin,
                                Py_ssize_t n_end)
@@ -52,6 +58,10 @@ ctypedef fused bucket_t:
 #: distances must stay below this: the split words' products are exact only there
 cdef Py_ssize_t DISTANCE_LIMIT = (<Py_ssize_t>1) << 32
 
+#: form name -> the code the fill kernels take (fastpe._plans.alibi.FORM_CODES, checked)
+FORM_CODES = {"symmetric": FASTPE_SYMMETRIC, "causal": FASTPE_CAUSAL, "bloom": FASTPE_BLOOM,
+              "mpt": FASTPE_MPT}
+
 
 cdef int _check_range(Py_ssize_t size, Py_ssize_t begin, Py_ssize_t end, str what) except -1:
     if not 0 <= begin <= end <= size:
@@ -82,22 +92,29 @@ def alibi_line(const double[:, ::1] words, real_t[:, ::1] line, Py_ssize_t n_beg
                                   n_begin, n_end)
 
 
+cdef int _check_fill(Py_ssize_t line_heads, Py_ssize_t line_len, int form, Py_ssize_t n_heads,
+                     Py_ssize_t q_len, Py_ssize_t k_len, Py_ssize_t row_begin,
+                     Py_ssize_t row_end) except -1:
+    """The checks of both fills: 1 if there are values to write, 0 if none."""
+    if line_heads != n_heads or line_len != k_len:
+        raise ValueError(f"line has shape ({line_heads}, {line_len}), expected ({n_heads}, {k_len})")
+    if not 0 <= form < FASTPE_N_FORMS:
+        raise ValueError(f"form code {form} is not one of {sorted(FORM_CODES.values())}")
+    if (form == FASTPE_SYMMETRIC or form == FASTPE_CAUSAL) and k_len < q_len:
+        raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
+    _check_range(n_heads * q_len, row_begin, row_end, "rows")
+    return row_begin != row_end and k_len != 0
+
+
 def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ssize_t row_begin=0,
                Py_ssize_t row_end=-1):
     """Rows ``[row_begin, row_end)`` of ``out`` (``(n_heads, q_len, k_len)``, rows counted over
-    heads and queries) from the lines of :func:`alibi_line`; ``form``: 0 symmetric, 1 causal,
-    2 bloom, 3 mpt."""
+    heads and queries) from the lines of :func:`alibi_line`; ``form`` a code of
+    :data:`FORM_CODES`."""
     cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
     if row_end < 0:
         row_end = n_heads * q_len
-    if line.shape[0] != n_heads or line.shape[1] != k_len:
-        raise ValueError(f"line has shape ({line.shape[0]}, {line.shape[1]}), expected ({n_heads}, {k_len})")
-    if not 0 <= form <= 3:
-        raise ValueError(f"form code {form} is not 0..3")
-    if form <= 1 and k_len < q_len:
-        raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
-    _check_range(n_heads * q_len, row_begin, row_end, "rows")
-    if row_begin == row_end or k_len == 0:
+    if not _check_fill(line.shape[0], line.shape[1], form, n_heads, q_len, k_len, row_begin, row_end):
         return
     with nogil:
         if real_t is float:
@@ -114,14 +131,7 @@ def alibi_fill16(const uint16_t[:, ::1] line, int form, uint16_t neg_inf, uint16
     cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
     if row_end < 0:
         row_end = n_heads * q_len
-    if line.shape[0] != n_heads or line.shape[1] != k_len:
-        raise ValueError(f"line has shape ({line.shape[0]}, {line.shape[1]}), expected ({n_heads}, {k_len})")
-    if not 0 <= form <= 3:
-        raise ValueError(f"form code {form} is not 0..3")
-    if form <= 1 and k_len < q_len:
-        raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
-    _check_range(n_heads * q_len, row_begin, row_end, "rows")
-    if row_begin == row_end or k_len == 0:
+    if not _check_fill(line.shape[0], line.shape[1], form, n_heads, q_len, k_len, row_begin, row_end):
         return
     with nogil:
         fastpe_alibi_fill_u16(&line[0, 0], form, neg_inf, &out[0, 0, 0], q_len, k_len, row_begin, row_end)

@@ -14,6 +14,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 cdef extern from "fastpe_kernels.h" nogil:
     const int FASTPE_STEPS
     const float FASTPE_TINY
+    const double FASTPE_TINY64
     const double fastpe_sin_coeffs[8]
     const double fastpe_cos_coeffs[8]
     const char *fastpe_kernel_variant(int wide)
@@ -65,9 +66,11 @@ cdef extern from *:
 #: every position must be below this: the kernels' exactness depends on it
 cdef uint64_t POSITION_LIMIT = (<uint64_t>1) << 32
 
-#: anchors are the multiples of STEPS; values below TINY come from the exact path
+#: anchors are the multiples of STEPS; values below TINY (float32 row values) or TINY64
+#: (RoPE's double products) come from the exact path: fastpe._plans.words' STEPS and TINY
 STEPS = FASTPE_STEPS
 TINY = FASTPE_TINY
+TINY64 = FASTPE_TINY64
 #: sequence positions per work item of :func:`rope_apply`
 ROPE_SEQ = FASTPE_ROPE_SEQ
 
@@ -388,11 +391,21 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
 cdef enum:
     _FAMILY_ROWS = 64  # rows per block: their (cos, sin) doubles stay in cache while laid out
 
+# the layout codes: fastpe._plans.layouts.LAYOUT_CODES (the cython backend checks LAYOUT_CODES)
+cdef enum:
+    _INTERLEAVED = 0
+    _HALVES = 1
+    _HALVES_COS = 2
+    _N_LAYOUTS = 3
+
+#: layout name -> the code sincos_rows and sincos_real_rows take
+LAYOUT_CODES = {"interleaved": _INTERLEAVED, "halves": _HALVES, "halves_cos": _HALVES_COS}
+
 
 cdef void _scatter(const double *table, Py_ssize_t n_rows, Py_ssize_t n_freq, int layout,
                    floating[:, ::1] out, Py_ssize_t row0) noexcept nogil:
-    """Rows ``row0 ..`` of ``out`` from ``table`` (``n_rows x 2 x n_freq``: cos, then sin).
-    layout 0 interleaved, 1 halves, 2 halves with the cosines first."""
+    """Rows ``row0 ..`` of ``out`` from ``table`` (``n_rows x 2 x n_freq``: cos, then sin)
+    in ``layout`` (interleaved, halves, or halves with the cosines first)."""
     cdef Py_ssize_t d = out.shape[1]
     cdef Py_ssize_t t, k, j, m
     cdef const double *c
@@ -402,14 +415,14 @@ cdef void _scatter(const double *table, Py_ssize_t n_rows, Py_ssize_t n_freq, in
     for t in range(n_rows):
         c = table + 2 * t * n_freq
         s = c + n_freq
-        if layout == 0:
+        if layout == _INTERLEAVED:
             for k in range(n_freq):
                 out[row0 + t, 2 * k] = <floating>s[k]
                 if 2 * k + 1 < d:
                     out[row0 + t, 2 * k + 1] = <floating>c[k]
         else:
-            first = s if layout == 1 else c
-            second = c if layout == 1 else s
+            first = s if layout == _HALVES else c
+            second = c if layout == _HALVES else s
             for k in range(n_freq):
                 out[row0 + t, k] = <floating>first[k]
             m = d - n_freq
@@ -427,8 +440,8 @@ cdef int _check_family(Py_ssize_t n, const double[:, ::1] turns, floating[:, ::1
         raise ValueError("turns must have shape (4, n_freq), n_freq >= 1")
     if out.shape[0] != n or out.shape[1] < 2 * turns.shape[1] - 1:
         raise ValueError(f"out must have {n} rows of at least {2 * turns.shape[1] - 1} columns")
-    if not 0 <= layout <= 2:
-        raise ValueError(f"layout code {layout} is not 0, 1 or 2")
+    if not 0 <= layout < _N_LAYOUTS:
+        raise ValueError(f"layout code {layout} is not one of {sorted(LAYOUT_CODES.values())}")
     _check_rows(n, row_begin, row_end)
     return 0
 
@@ -437,7 +450,8 @@ def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
                 const double[:, :, ::1] steps, int layout, floating[:, ::1] out,
                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
     """Rows ``[row_begin, row_end)`` of ``out``: the family values of ``positions`` for the
-    frequencies ``turns`` (``steps`` from :func:`sincos_steps`) in ``layout`` (0, 1, 2)."""
+    frequencies ``turns`` (``steps`` from :func:`sincos_steps`) in ``layout`` (a code of
+    :data:`LAYOUT_CODES`)."""
     if row_end < 0:
         row_end = out.shape[0]
     _check_rope_plan(turns, steps)

@@ -20,6 +20,10 @@
 #error "fastpe kernels need FLT_EVAL_METHOD == 0 (SSE2 arithmetic on x86)"
 #endif
 
+/* the ALiBi forms' codes: fastpe/_plans/alibi.py's FORM_CODES, which the cython backend and
+ * tests/test_one_home.py compare with the extension's FORM_CODES, built from these */
+enum { FASTPE_SYMMETRIC = 0, FASTPE_CAUSAL = 1, FASTPE_BLOOM = 2, FASTPE_MPT = 3, FASTPE_N_FORMS = 4 };
+
 /* d * (w1 + w2 + w3 + w4) as a double-double (hi, lo), for an integer |d| < 2**32: the first
  * three products are exact and each fast two-sum's error term is exact (see bias.py). */
 static inline void fastpe_dd_product(double d, double w1, double w2, double w3, double w4,
@@ -94,7 +98,7 @@ static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_
 }
 
 /* rows [row_begin, row_end) of out (n_heads * q_len rows of k_len) from the lines;
- * form 0 symmetric, 1 causal, 2 bloom, 3 mpt.  0.0 - v keeps a zero distance +0.0. */
+ * form one of the codes above.  0.0 - v keeps a zero distance +0.0. */
 #define FASTPE_ALIBI_FILL(SUFFIX, T)                                                          \
     static void fastpe_alibi_fill_##SUFFIX(const T *line, int form, T *out, ptrdiff_t q_len,  \
                                            ptrdiff_t k_len, ptrdiff_t row_begin,              \
@@ -105,17 +109,17 @@ static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_
             const ptrdiff_t h = r / q_len, i = r - h * q_len;                                 \
             const T *src = line + h * k_len;                                                  \
             T *row = out + r * k_len;                                                         \
-            if (form == 2) {                                                                  \
+            if (form == FASTPE_BLOOM) {                                                       \
                 for (ptrdiff_t j = 0; j < k_len; j++)                                         \
                     row[j] = src[j];                                                          \
-            } else if (form == 3) {                                                           \
+            } else if (form == FASTPE_MPT) {                                                  \
                 for (ptrdiff_t j = 0; j < k_len; j++)                                         \
                     row[j] = (T)(0.0 - (double)src[k_len - 1 - j]);                           \
             } else {                                                                          \
                 const ptrdiff_t p = i + offset;                                               \
                 for (ptrdiff_t j = 0; j <= p; j++)                                            \
                     row[j] = (T)(0.0 - (double)src[p - j]);                                   \
-                if (form == 1) {                                                              \
+                if (form == FASTPE_CAUSAL) {                                                  \
                     for (ptrdiff_t j = p + 1; j < k_len; j++)                                 \
                         row[j] = (T)(-INFINITY);                                              \
                 } else {                                                                      \
@@ -142,10 +146,10 @@ static void fastpe_alibi_fill_u16(const uint16_t *line, int form, uint16_t neg_i
         const ptrdiff_t h = r / q_len, i = r - h * q_len;
         const uint16_t *src = line + h * k_len;
         uint16_t *row = out + r * k_len;
-        if (form == 2) {
+        if (form == FASTPE_BLOOM) {
             for (ptrdiff_t j = 0; j < k_len; j++)
                 row[j] = src[j];
-        } else if (form == 3) {
+        } else if (form == FASTPE_MPT) {
             const ptrdiff_t last = k_len - 1;
             for (ptrdiff_t j = 0; j < last; j++)
                 row[j] = (uint16_t)(src[last - j] ^ sign);
@@ -155,7 +159,7 @@ static void fastpe_alibi_fill_u16(const uint16_t *line, int form, uint16_t neg_i
             for (ptrdiff_t j = 0; j < p; j++)
                 row[j] = (uint16_t)(src[p - j] ^ sign);
             row[p] = src[0];
-            if (form == 1) {
+            if (form == FASTPE_CAUSAL) {
                 for (ptrdiff_t j = p + 1; j < k_len; j++)
                     row[j] = neg_inf;
             } else {

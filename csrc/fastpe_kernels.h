@@ -179,9 +179,13 @@ static inline void fastpe_sincos_turns(double p, double v1, double v2, double v3
  * unless that float32 is below 2**-14 in magnitude, where the product's absolute error
  * (< 2**-46) would be too large a relative error: then the pair comes from the exact path at
  * p directly.  One definition for forward and for tables, as in the numba kernels.
+ * FASTPE_STEPS and the threshold 2**-14 are fastpe/_plans/words.py's STEPS and TINY: the
+ * cython backend refuses a build whose values differ, and tests/test_one_home.py checks them.
  */
 #define FASTPE_STEPS 64
-#define FASTPE_TINY (0x1p-14f)
+/* the threshold as a double (RoPE's unscaled products) and as a float (float32 row values) */
+#define FASTPE_TINY64 (0x1p-14)
+#define FASTPE_TINY ((float)FASTPE_TINY64)
 
 /* sa[i], ca[i] = exact-path sin, cos at position a, for every frequency */
 static FASTPE_ALWAYS_INLINE void fastpe_anchor_(double a, const double *FASTPE_RESTRICT turns,
@@ -301,9 +305,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
  * (float)(x1*C - x2*S), (float)(x2*C + x1*S) from the float32 inputs widened to double.
  * Same operations in the same order as numba, so the same bits.
  */
-#define FASTPE_TINY64 (0x1p-14)
-/* rows per block of the table and cos_sin kernels; positions per work item of apply */
-#define FASTPE_ROPE_ROWS 64
+/* positions per work item of apply */
 #define FASTPE_ROPE_SEQ 16
 
 /* c_out[i], s_out[i] = C, S of position p from anchor (sa, ca) and step (cm, sm) */

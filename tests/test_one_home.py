@@ -29,3 +29,86 @@ def test_ziv_reports_what_it_could_not_decide():
 def test_ziv_keeps_a_falsy_answer():
     # 0.0 and -0.0 are answers, not "undecided"
     assert rounding.ziv(lambda p: -0.0, 1, 1, "zero") == 0.0
+
+
+# ------------------------------------------------------------------ kernel constants
+# fastpe._plans holds each rule the kernels share; the numba kernels read it, the C kernels
+# have it compiled in, so these tests tie the compiled values to the Python home.
+
+import numpy as np  # noqa: E402
+
+from fastpe._plans import alibi as _alibi  # noqa: E402
+from fastpe._plans import layouts as _layouts  # noqa: E402
+from fastpe._plans import words as _words  # noqa: E402
+from fastpe._plans.frequencies import Geometric  # noqa: E402
+
+
+def _ext_modules():
+    ext = pytest.importorskip("fastpe._backends.cython._ext")
+    ext_bias = pytest.importorskip("fastpe._backends.cython._ext_bias")
+    return ext, ext_bias
+
+
+def test_the_c_kernels_were_built_from_the_plans_constants():
+    ext, ext_bias = _ext_modules()
+    assert ext.STEPS == _words.STEPS
+    assert ext.TINY == _words.TINY  # the float FASTPE_TINY
+    assert ext.TINY64 == _words.TINY  # the double FASTPE_TINY64
+    assert ext.LAYOUT_CODES == _layouts.LAYOUT_CODES
+    assert ext_bias.FORM_CODES == _alibi.FORM_CODES
+
+
+def test_the_cython_backend_checks_what_was_compiled_in():
+    _ext_modules()
+    from fastpe._backends import cython as backend
+
+    assert set(backend._COMPILED) >= {"polynomials", "STEPS", "TINY", "TINY64", "layout codes", "form codes"}
+    assert backend._STALE == []
+
+
+def test_the_numba_kernels_read_the_plans_constants():
+    pytest.importorskip("numba")
+    from fastpe._backends.numba import bias, kernels
+
+    assert kernels.STEPS == _words.STEPS
+    assert kernels.TINY == np.float32(_words.TINY) and kernels.TINY.dtype == np.float32
+    assert kernels._TINY_BITS == np.float32(_words.TINY).view(np.int32)
+    assert kernels.TINY64 == _words.TINY and isinstance(kernels.TINY64, float)
+    assert (kernels._INTERLEAVED, kernels._HALVES) == (_layouts.LAYOUT_CODES["interleaved"], _layouts.LAYOUT_CODES["halves"])
+    assert (bias._CAUSAL, bias._BLOOM, bias._MPT) == tuple(_alibi.FORM_CODES[f] for f in ("causal", "bloom", "mpt"))
+
+
+def _compiled_backends():
+    import fastpe
+
+    return [name for name in ("numba", "cython") if name in fastpe.available_backends()]
+
+
+@pytest.mark.parametrize("d", [9, 10, 12])
+@pytest.mark.parametrize("name", _compiled_backends())
+def test_every_layout_code_scatters_as_columns_says(name, d):
+    """Each layout's code puts the values where fastpe._plans.layouts.columns says: every
+    layout is the full interleaved row (sine of frequency k in 2k, cosine in 2k + 1)
+    rearranged, clipped to ``d`` columns, zeros past ``2 * count``."""
+    import importlib
+
+    backend = importlib.import_module({"numba": "fastpe._backends.numba.backend",
+                                       "cython": "fastpe._backends.cython"}[name])
+    freqs = Geometric(5, 5.0, 10000.0)
+    positions = np.array([0, 1, 63, 64, 1000, 2**32 - 1], dtype=np.uint32)
+
+    def rows(layout, width):
+        out = np.full((len(positions), width), np.nan, dtype=np.float32)
+        backend.sincos_rows(positions=positions, freqs=freqs, layout=layout, out=out)
+        return out
+
+    full = rows("interleaved", 2 * freqs.count)
+    assert np.array_equal(full[0], np.tile(np.float32([0.0, 1.0]), freqs.count))  # sin 0, cos 0
+    for layout in _layouts.LAYOUTS:
+        want = np.zeros((len(positions), d), dtype=np.float32)
+        for k, (js, jc) in enumerate(_layouts.columns(freqs.count, d, layout)):
+            if js is not None:
+                want[:, js] = full[:, 2 * k]
+            if jc is not None:
+                want[:, jc] = full[:, 2 * k + 1]
+        assert np.array_equal(rows(layout, d), want), layout

@@ -12,10 +12,10 @@ exact product is exact too, so the kernels lose nothing before the final, error-
 How kernels use them: the *exact path* (``sincos_turns`` in the kernels) turns one ``(p, v)``
 into double-precision ``sin``/``cos`` of ``2*pi*p*v`` with ~2**-49 absolute accuracy.  Every
 value fastpe writes is then defined by *anchored products*: with ``a = p - p % 64`` and
-``m = p % 64``, ``sin(pw) = sin(aw)cos(mw) + cos(aw)sin(mw)`` (cosine likewise) from exact-path
+``m = p % 64`` (64 is :data:`STEPS`), ``sin(pw) = sin(aw)cos(mw) + cos(aw)sin(mw)`` (cosine likewise) from exact-path
 doubles for the anchor ``a`` and the cached step ``m``, rounded once to float32; where that
-float32 is below ``2**-14`` in magnitude the product's absolute error (< 2**-46) could be a
-whole ULP, so such values come from the exact path at ``p`` directly.  That keeps every value
+float32 is below ``2**-14`` (:data:`TINY`) in magnitude the product's absolute error
+(< 2**-46) could be a whole ULP, so such values come from the exact path at ``p`` directly.  That keeps every value
 within 1 ULP of the correctly rounded result (in practice correctly rounded, but for about
 two in a million), makes tables cost one complex product per value, and makes a table row
 bit-identical to ``forward`` of the same position whatever its neighbours.
@@ -39,10 +39,20 @@ import numpy as np
 
 from .._exact.constants import decimal_pi
 
-__all__ = ["sinusoid_turns", "frequency_turns", "PLAN_PREC", "split_turns", "chain_turns"]
+__all__ = ["sinusoid_turns", "frequency_turns", "PLAN_PREC", "split_turns", "chain_turns", "STEPS", "TINY"]
 
 #: decimal digits used to build plans; 60 digits is ~199 bits, far beyond the 116 kept.
 PLAN_PREC = 60
+
+#: the anchors' spacing: ``a = p - p % STEPS``, and the step table of a frequency set holds
+#: the exact-path ``cos(m w), sin(m w)`` for ``m < STEPS``.  The numba kernels freeze it when
+#: they compile (their disk cache does not see a change here: clear it); the C kernels have it
+#: as ``FASTPE_STEPS``, which the cython backend and ``tests/test_one_home.py`` check.
+STEPS = 64
+#: below this magnitude an anchored product (a float32 table value, or RoPE's double before
+#: the attention factor) is replaced by the exact path at ``p``; ``FASTPE_TINY`` and
+#: ``FASTPE_TINY64`` in C, checked likewise.
+TINY = 2.0**-14
 
 _TOTAL_BITS = 116
 _MASK21 = (1 << 21) - 1

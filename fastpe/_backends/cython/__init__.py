@@ -25,15 +25,27 @@ import numpy as np
 
 from . import _ext, _ext_bias
 from ..._plans import frequencies as _freq
+from ..._plans import words as _words
+from ..._plans.alibi import FORM_CODES
 from ..._plans.layouts import LAYOUT_CODES
 from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from .._walk import apply_chunks
 from ..registry import OPERATIONS
 
-if _ext.coefficients() != (SIN_COEFFS, COS_COEFFS):
+#: what the C kernels were compiled with, beside the home of each rule in fastpe._plans
+_COMPILED = {
+    "polynomials": (_ext.coefficients(), (SIN_COEFFS, COS_COEFFS)),
+    "STEPS": (_ext.STEPS, _words.STEPS),
+    "TINY": (_ext.TINY, _words.TINY),
+    "TINY64": (getattr(_ext, "TINY64", None), _words.TINY),
+    "layout codes": (getattr(_ext, "LAYOUT_CODES", None), LAYOUT_CODES),
+    "form codes": (getattr(_ext_bias, "FORM_CODES", None), FORM_CODES),
+}
+_STALE = [name for name, (built, home) in _COMPILED.items() if built != home]
+if _STALE:
     # a stale build left in the tree would give wrong bits; refuse it, fastpe falls back
-    raise ImportError("fastpe._backends.cython._ext was built from other polynomial constants; rebuild it")
+    raise ImportError(f"fastpe._backends.cython was built from other kernel constants ({', '.join(_STALE)}); rebuild it")
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
 __all__ = [*OPERATIONS, "build_info", "threads"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from ..._plans.alibi import FORM_CODES
 from ._jit import inline, kernel
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
 LINE_BLOCK = 4096
 #: the line pass costs about this many fill values per value (a dozen flops, no stores)
 LINE_COST = 8
+
+_CAUSAL = FORM_CODES["causal"]
+_BLOOM = FORM_CODES["bloom"]
+_MPT = FORM_CODES["mpt"]
 
 
 @inline
@@ -95,7 +100,7 @@ def _alibi_line(words, single, first, n_blocks, line):
 
 
 def _alibi_fill(line, form, out):
-    """Rows of ``out`` from the lines; ``form``: 0 symmetric, 1 causal, 2 bloom, 3 mpt."""
+    """Rows of ``out`` from the lines; ``form`` a code of :data:`fastpe._plans.alibi.FORM_CODES`."""
     n_heads, q_len, k_len = out.shape
     offset = k_len - q_len
     for r in prange(n_heads * q_len):
@@ -103,10 +108,10 @@ def _alibi_fill(line, form, out):
         i = r - h * q_len
         src = line[h]
         row = out[h, i]
-        if form == 2:
+        if form == _BLOOM:
             for j in range(k_len):
                 row[j] = src[j]
-        elif form == 3:
+        elif form == _MPT:
             last = k_len - 1
             for j in range(k_len):
                 row[j] = 0.0 - src[last - j]
@@ -114,7 +119,7 @@ def _alibi_fill(line, form, out):
             p = i + offset  # the query's key position, 0 <= p < k_len
             for j in range(p + 1):
                 row[j] = 0.0 - src[p - j]
-            if form == 1:
+            if form == _CAUSAL:
                 for j in range(p + 1, k_len):
                     row[j] = -np.inf
             else:
@@ -135,10 +140,10 @@ def _alibi_fill16(line, form, neg_inf, out):
         i = r - h * q_len
         src = line[h]
         row = out[h, i]
-        if form == 2:
+        if form == _BLOOM:
             for j in range(k_len):
                 row[j] = src[j]
-        elif form == 3:
+        elif form == _MPT:
             last = k_len - 1
             for j in range(last):
                 row[j] = src[last - j] ^ sign
@@ -148,7 +153,7 @@ def _alibi_fill16(line, form, neg_inf, out):
             for j in range(p):
                 row[j] = src[p - j] ^ sign
             row[p] = src[0]
-            if form == 1:
+            if form == _CAUSAL:
                 for j in range(p + 1, k_len):
                     row[j] = neg_inf
             else:

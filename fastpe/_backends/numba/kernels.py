@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from ..._plans import words as _words
+from ..._plans.layouts import LAYOUT_CODES
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from ._jit import inline, kernel, prefetch
 
@@ -68,8 +70,9 @@ def _sincos_of_turn(t, tail):
 
 
 # ---------------------------------------------------------------------------------------
-# Rows.  Every value is defined the same way whichever kernel writes it (see _plan.py,
-# "anchored products"): with a = p - p % STEPS and m = p % STEPS,
+# Rows.  Every value is defined the same way whichever kernel writes it (see
+# fastpe._plans.words, "anchored products", the home of STEPS and TINY): with
+# a = p - p % STEPS and m = p % STEPS,
 #     sin(p w) = sin(a w) cos(m w) + cos(a w) sin(m w),  cos likewise,
 # from the exact-path doubles of the anchor and of the cached step, rounded to float32 --
 # unless that float32 is below TINY in magnitude, where the product's absolute error
@@ -77,9 +80,9 @@ def _sincos_of_turn(t, tail):
 # One definition for `forward` and for tables: a table row is bit-identical to `forward`
 # of its position, and a table streams at memory speed because one anchor serves STEPS rows.
 
-STEPS = 64
-TINY = np.float32(2.0**-14)
-_TINY_BITS = np.int32(0x38800000)  # bit pattern of float32 2**-14
+STEPS = _words.STEPS
+TINY = np.float32(_words.TINY)
+_TINY_BITS = TINY.view(np.int32)  # its bit pattern (0x38800000 for 2**-14)
 
 
 def _sincos_steps(turns, steps):
@@ -183,7 +186,7 @@ sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
 # float32(x2*C + x1*S) from the float32 inputs widened to double -- no FMA, same order of
 # operations as csrc/fastpe_kernels.h, so both backends write the same bits.
 
-TINY64 = 2.0**-14
+TINY64 = float(_words.TINY)
 #: positions per parallel block of the table and cos_sin kernels (one anchor per STEPS)
 ROPE_ROWS = 64
 #: sequence positions per work item of the apply kernel: the item's table rows (ROPE_SEQ x
@@ -377,23 +380,24 @@ rope_apply_parallel, rope_apply_serial = kernel(_rope_apply)
 # `sincos_real_turns` for every value.  Columns: sin of frequency k goes to `2k` (layout 0,
 # interleaved), `k` (1, halves) or `count + k` (2, halves with cosines first); its cosine to
 # `2k + 1`, `count + k` or `k`; a column past the row's end is dropped and columns from
-# 2 * count on are zero.
+# 2 * count on are zero.  The codes are fastpe._plans.layouts.LAYOUT_CODES.
 
-from ..._plans.layouts import LAYOUT_CODES  # noqa: E402  (0 interleaved, 1 halves, 2 halves_cos)
+_INTERLEAVED = LAYOUT_CODES["interleaved"]
+_HALVES = LAYOUT_CODES["halves"]
 
 
 @inline
 def _scatter(c, s, layout, o):
     n = c.shape[0]
     d = o.shape[0]
-    if layout == 0:
+    if layout == _INTERLEAVED:
         for k in range(n):
             o[2 * k] = s[k]
             if 2 * k + 1 < d:
                 o[2 * k + 1] = c[k]
-    else:
-        first = s if layout == 1 else c
-        second = c if layout == 1 else s
+    else:  # halves, or halves_cos (the cosines first)
+        first = s if layout == _HALVES else c
+        second = c if layout == _HALVES else s
         for k in range(n):
             o[k] = first[k]
         for k in range(min(n, d - n)):
