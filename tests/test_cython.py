@@ -88,10 +88,10 @@ def test_definition_constants_match_numba():
 
 @pytest.mark.parametrize("d_model, base", [(1, 10000.0), (63, 2.0), (512, 10000.0)])
 def test_steps_match_numba(numba_backend, d_model, base):
-    from fastpe._backends.numba.backend import _steps
+    from fastpe._backends.numba.backend import _planned
 
-    want = _steps(d_model, base)
-    got = _cython._steps(d_model, base)
+    want = _planned(sinusoid_turns, d_model, base)[1]
+    got = _cython._planned(sinusoid_turns, d_model, base)[1]
     assert got.shape == want.shape and not got.flags.writeable
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
 
@@ -104,7 +104,7 @@ def test_forward_matches_numba(numba_backend, d_model, base):
     assert_same_bits(forward(_cython, positions, d_model, base), want)
     # the baseline copy of the kernels too, where the CPU would pick a wider one
     baseline = np.empty_like(want)
-    turns, steps = sinusoid_turns(d_model, base), _cython._steps(d_model, base)
+    turns, steps = _cython._planned(sinusoid_turns, d_model, base)
     _ext.sinusoid_forward(positions, turns, steps, baseline, wide=False)
     assert_same_bits(baseline, want)
 
@@ -144,10 +144,10 @@ def test_read_only_positions_are_accepted():
 
 
 def test_extension_refuses_what_would_be_unsafe():
-    turns, steps = sinusoid_turns(8, 10000.0), _cython._steps(8, 10000.0)
+    turns, steps = _cython._planned(sinusoid_turns, 8, 10000.0)
     out = np.empty((4, 8), dtype=np.float32)
     with pytest.raises(ValueError, match="steps"):
-        _ext.sinusoid_range(0, turns, _cython._steps(10, 10000.0), out)
+        _ext.sinusoid_range(0, turns, _cython._planned(sinusoid_turns, 10, 10000.0)[1], out)
     with pytest.raises(ValueError, match="turns"):
         _ext.sinusoid_range(0, sinusoid_turns(10, 10000.0), steps, out)
     with pytest.raises(ValueError, match="positions for"):
@@ -182,7 +182,7 @@ def split_small(monkeypatch):
 def test_split_rows_equal_single_thread(split_small, n_threads):
     d_model, base, n_rows = 257, 10000.0, 3001
     assert len(_cython._blocks(n_rows, d_model, n_threads)) == n_threads
-    turns, steps = sinusoid_turns(d_model, base), _cython._steps(d_model, base)
+    turns, steps = _cython._planned(sinusoid_turns, d_model, base)
     rng = np.random.default_rng(7)
     positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
     cases = ((_ext.sinusoid_forward, positions), (_ext.sinusoid_range, POSITION_LIMIT - n_rows))
@@ -203,7 +203,7 @@ def test_sixteen_threads_at_once(split_small):
         n_rows = 2000 if k % 2 else 50
         positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
         want = np.empty((n_rows, d_model), dtype=np.float32)
-        turns, steps = sinusoid_turns(d_model, 10000.0), _cython._steps(d_model, 10000.0)
+        turns, steps = _cython._planned(sinusoid_turns, d_model, 10000.0)
         _cython._fill(_ext.sinusoid_forward, positions, turns, steps, want, 1)
         jobs.append((positions, d_model, want))
     barrier = threading.Barrier(len(jobs))

@@ -111,12 +111,11 @@ def test_without_tbb_concurrent_callers_are_safe(tmp_path):
 
 
 def test_serial_and_parallel_twins_agree_bit_for_bit():
-    from fastpe._backends.numba.backend import _steps
+    from fastpe._backends.numba.backend import _planned
     from fastpe._backends.numba import kernels
     from fastpe._plans.words import sinusoid_turns
 
-    turns = sinusoid_turns(131, 10000.0)
-    steps = _steps(131, 10000.0)
+    turns, steps = _planned(sinusoid_turns, 131, 10000.0)
     pos = np.random.default_rng(1).integers(0, 2**32, size=999, dtype=np.uint64).astype(np.uint32)
     a = np.empty((999, 131), np.float32)
     b = np.empty_like(a)

@@ -112,3 +112,31 @@ def test_every_layout_code_scatters_as_columns_says(name, d):
             if jc is not None:
                 want[:, jc] = full[:, 2 * k + 1]
         assert np.array_equal(rows(layout, d), want), layout
+
+
+# ------------------------------------------------------------------ the step tables
+
+
+def test_one_step_table_cache_serves_every_compiled_backend():
+    import importlib
+
+    from fastpe._backends._steps import step_plan
+    from fastpe._plans.words import frequency_turns, sinusoid_turns
+
+    names = _compiled_backends()
+    if not names:
+        pytest.skip("no compiled backend")
+    tables = []
+    for name in names:
+        backend = importlib.import_module({"numba": "fastpe._backends.numba.backend",
+                                           "cython": "fastpe._backends.cython"}[name])
+        for words, key in ((sinusoid_turns, (12, 10000.0)), (frequency_turns, ((1.0, 0.01, 1e-5),))):
+            turns, steps = backend._planned(words, *key)
+            assert turns is words(*key)
+            assert steps.shape == (_words.STEPS, 2, turns.shape[1]) and not steps.flags.writeable
+            assert np.array_equal(steps[0], [[1.0] * turns.shape[1], [0.0] * turns.shape[1]])  # m = 0
+            assert backend._planned(words, *key)[1] is steps  # cached
+            assert step_plan(backend._planned.args[0], words, *key)[1] is steps  # in the one cache
+            tables.append(steps)
+    for a, b in zip(tables, tables[2:]):  # numba's and the C kernels' tables: the same bits
+        assert np.array_equal(a.view(np.uint64), b.view(np.uint64))

@@ -435,7 +435,7 @@ def test_numba_and_cython_write_the_same_bits(q_shape, k_shape, pos_kind, n_freq
     s = np.empty_like(c)
     from fastpe._backends import cython as _cython
 
-    _ext.rope_cos_sin(positions.reshape(-1), _cython.frequency_turns(inv), _cython._rope_steps(inv), af,
+    _ext.rope_cos_sin(positions.reshape(-1), *_cython._planned(_cython.frequency_turns, inv), af,
                       layout == "neox", c, s, wide=False)
     assert same_bits(c, results[0][2]) and same_bits(s, results[0][3])
 

@@ -30,6 +30,7 @@ from ..._plans.alibi import FORM_CODES
 from ..._plans.layouts import LAYOUT_CODES
 from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
+from .._steps import step_plan
 from .._walk import apply_chunks
 from ..registry import OPERATIONS
 
@@ -73,14 +74,8 @@ def build_info() -> dict:
     return _ext.build_info()
 
 
-@functools.lru_cache(maxsize=16)
-def _steps(d_model: int, base: float) -> np.ndarray:
-    """The cached exact steps ``cos(m w_i), sin(m w_i)`` for ``m < STEPS``; read-only."""
-    turns = sinusoid_turns(d_model, base)
-    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
-    _ext.sincos_steps(turns, steps)
-    steps.setflags(write=False)
-    return steps
+#: ``(turns, steps)`` of a frequency set, ``_planned(words, *key)``: fastpe._backends._steps
+_planned = functools.partial(step_plan, _ext.sincos_steps)
 
 
 def _blocks(n_rows: int, d_model: int, n_threads: int, cost: int = 1) -> list[tuple[int, int]]:
@@ -152,13 +147,11 @@ def _run_blocks(run, blocks: list[tuple[int, int]]) -> None:
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
-    turns = sinusoid_turns(d_model, base)
-    _fill(_ext.sinusoid_forward, positions, turns, _steps(d_model, base), out, cost=FORWARD_COST)
+    _fill(_ext.sinusoid_forward, positions, *_planned(sinusoid_turns, d_model, base), out, cost=FORWARD_COST)
 
 
 def sinusoid_range(start, d_model, base, out) -> None:
-    turns = sinusoid_turns(d_model, base)
-    _fill(_ext.sinusoid_range, int(start), turns, _steps(d_model, base), out)
+    _fill(_ext.sinusoid_range, int(start), *_planned(sinusoid_turns, d_model, base), out)
 
 
 # ------------------------------------------------------------------------------------ RoPE
@@ -166,25 +159,15 @@ def sinusoid_range(start, d_model, base, out) -> None:
 # C, S per (position, frequency), computed once per call into a table that every head reads.
 
 
-@functools.lru_cache(maxsize=16)
-def _rope_steps(inv_freq: tuple[float, ...]) -> np.ndarray:
-    """The cached exact steps ``cos(m f_i), sin(m f_i)`` of RoPE frequencies; read-only."""
-    turns = frequency_turns(inv_freq)
-    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
-    _ext.sincos_steps(turns, steps)
-    steps.setflags(write=False)
-    return steps
-
-
 def _table(positions, inv_freq, attention_factor, table) -> None:
-    turns, steps = frequency_turns(inv_freq), _rope_steps(inv_freq)
+    turns, steps = _planned(frequency_turns, inv_freq)
     af = float(attention_factor)
     _split(lambda lo, hi: _ext.rope_table(positions, turns, steps, af, table, lo, hi),
            table.shape[0], table.shape[0] * turns.shape[1] * 2 * FORWARD_COST)
 
 
 def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
-    turns, steps = frequency_turns(inv_freq), _rope_steps(inv_freq)
+    turns, steps = _planned(frequency_turns, inv_freq)
     af, neox = float(attention_factor), layout == "neox"
 
     def run(lo, hi):
@@ -216,18 +199,8 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 # block of rows at a time into a small table, then laid out and rounded, in C (csrc/_ext.pyx).
 
 
-@functools.lru_cache(maxsize=32)
-def _freq_steps(freqs) -> np.ndarray:
-    """The cached exact steps ``cos(m w_k), sin(m w_k)`` of a frequency set; read-only."""
-    turns = _freq.turns(freqs)
-    steps = np.empty((_ext.STEPS, 2, turns.shape[1]), dtype=np.float64)
-    _ext.sincos_steps(turns, steps)
-    steps.setflags(write=False)
-    return steps
-
-
 def sincos_rows(positions, freqs, layout, out) -> None:
-    turns, steps = _freq.turns(freqs), _freq_steps(freqs)
+    turns, steps = _planned(_freq.turns, freqs)
     code = LAYOUT_CODES[layout]
     _split(lambda lo, hi: _ext.sincos_rows(positions, turns, steps, code, out, lo, hi),
            out.shape[0], out.shape[0] * turns.shape[1] * 2 * FORWARD_COST)

@@ -21,6 +21,7 @@ THREADING = configure()
 
 from ..._plans import frequencies as _freq  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
+from .._steps import step_plan  # noqa: E402
 from .._walk import apply_chunks  # noqa: E402
 from ..registry import OPERATIONS  # noqa: E402
 from . import bias as _kb  # noqa: E402
@@ -58,50 +59,34 @@ def _run(parallel, serial, work: int, *args) -> None:
         serial(*args)
 
 
-@functools.lru_cache(maxsize=16)
-def _steps(d_model: int, base: float) -> np.ndarray:
-    """The cached exact steps ``cos(m w_i), sin(m w_i)`` for ``m < STEPS``."""
-    turns = sinusoid_turns(d_model, base)
-    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
+def _fill_steps(turns, steps) -> None:
     _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
-    steps.setflags(write=False)
-    return steps
+
+
+#: ``(turns, steps)`` of a frequency set, ``_planned(words, *key)``: fastpe._backends._steps
+_planned = functools.partial(step_plan, _fill_steps)
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
-    turns = sinusoid_turns(d_model, base)
-    steps = _steps(d_model, base)
+    turns, steps = _planned(sinusoid_turns, d_model, base)
     _run(_k.sinusoid_forward_parallel, _k.sinusoid_forward_serial, out.size * 4,
          positions, turns, steps, out)
 
 
 def sinusoid_range(start, d_model, base, out) -> None:
-    turns = sinusoid_turns(d_model, base)
-    steps = _steps(d_model, base)
+    turns, steps = _planned(sinusoid_turns, d_model, base)
     _run(_k.sinusoid_range_parallel, _k.sinusoid_range_serial, out.size,
          int(start), turns, steps, out)
 
 
-@functools.lru_cache(maxsize=16)
-def _rope_steps(inv_freq: tuple[float, ...]) -> np.ndarray:
-    """The cached exact steps ``cos(m f_i), sin(m f_i)`` of RoPE frequencies, ``m < STEPS``."""
-    turns = frequency_turns(inv_freq)
-    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
-    _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
-    steps.setflags(write=False)
-    return steps
-
-
 def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
-    turns = frequency_turns(inv_freq)
-    steps = _rope_steps(inv_freq)
+    turns, steps = _planned(frequency_turns, inv_freq)
     _run(_k.rope_cos_sin_parallel, _k.rope_cos_sin_serial, out_cos.size * 2,
          positions, turns, steps, float(attention_factor), layout == "neox", out_cos, out_sin)
 
 
 def rope_table(positions, inv_freq, attention_factor, out) -> None:
-    turns = frequency_turns(inv_freq)
-    steps = _rope_steps(inv_freq)
+    turns, steps = _planned(frequency_turns, inv_freq)
     _run(_k.rope_table_parallel, _k.rope_table_serial, out.size * 2,
          positions, turns, steps, float(attention_factor), out)
 
@@ -115,18 +100,8 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 # --------------------------------------------------------------------- sinusoid families
 
 
-@functools.lru_cache(maxsize=32)
-def _freq_steps(freqs: _freq.Geometric) -> np.ndarray:
-    """The cached exact steps ``cos(m w_k), sin(m w_k)`` of a frequency set, ``m < STEPS``."""
-    turns = _freq.turns(freqs)
-    steps = np.empty((_k.STEPS, 2, turns.shape[1]), dtype=np.float64)
-    _run(_k.sincos_steps_parallel, _k.sincos_steps_serial, steps.size * 4, turns, steps)
-    steps.setflags(write=False)
-    return steps
-
-
 def sincos_rows(positions, freqs, layout, out) -> None:
-    turns, steps = _freq.turns(freqs), _freq_steps(freqs)
+    turns, steps = _planned(_freq.turns, freqs)
     _run(_k.sincos_rows_parallel, _k.sincos_rows_serial, out.size * 2,
          positions, turns, steps, _k.LAYOUT_CODES[layout], out)
 
