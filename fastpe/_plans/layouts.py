@@ -17,11 +17,20 @@ A column past the row's end is dropped (an odd ``d`` loses the last cosine); col
 
 from __future__ import annotations
 
-__all__ = ["LAYOUTS", "LAYOUT_CODES", "columns", "column_owner"]
+__all__ = ["LAYOUTS", "LAYOUT_CODES", "TABLE_LAYOUTS", "TABLE_LAYOUT_HELP", "columns", "column_owner"]
 
 LAYOUTS: tuple[str, ...] = ("interleaved", "halves", "halves_cos")
 #: layout name -> the code the compiled kernels take
 LAYOUT_CODES: dict[str, int] = {name: code for code, name in enumerate(LAYOUTS)}
+
+#: the layouts a sinusoidal table offers (``fastpe.table``, ``PosEncConfig``, ``fastpe table
+#: --layout``), the default first, each with the line its help text gives (``halves_cos`` is
+#: the timesteps' ``flip_sin_to_cos``)
+TABLE_LAYOUT_HELP: dict[str, str] = {
+    "interleaved": "sin, cos, sin, cos, ... (the spec)",
+    "halves": "[sin | cos]",
+}
+TABLE_LAYOUTS: tuple[str, ...] = tuple(TABLE_LAYOUT_HELP)
 
 
 def columns(count: int, d: int, layout: str) -> list[tuple[int | None, int | None]]:
