@@ -29,6 +29,7 @@ import click
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, DENOMINATORS, TABLE_LAYOUTS
 from .._dtypes import DTYPES
 from .._backends.registry import BACKENDS
+from .._plans.layouts import TABLE_LAYOUT_HELP
 
 __all__ = [
     "InputError",
@@ -320,7 +321,7 @@ layout_opt = click.option(
     type=click.Choice(TABLE_LAYOUTS, case_sensitive=False),
     default=TABLE_LAYOUTS[0],
     show_default=True,
-    help="Column layout: interleaved sin, cos, sin, cos, ... (the spec) or halves [sin | cos].",
+    help="Column layout: " + " or ".join(f"{name} {line}" for name, line in TABLE_LAYOUT_HELP.items()) + ".",
 )
 
 denominator_opt = click.option(
