@@ -1,8 +1,8 @@
 """Sin-cos position grids for vision transformers: 2-D (images) and 3-D (video).
 
-Tokens are in row-major order (``t``, then ``y``, then ``x``); every axis gets ``q`` channels
-of sines and ``q`` of cosines of ``coord * w_k``, ``w_k = base ** (-k / q)``, ``q = dim / 4``
-(2-D) or ``dim / 6`` (3-D).  ``order`` picks the channel order:
+Tokens are in row-major order (frame ``t``, then row ``y``, then column ``x``); every axis
+gets ``q`` channels of sines and ``q`` of cosines of ``coord * w_k``, ``w_k = base ** (-k / q)``,
+``q = d_model / 4`` (2-D) or ``d_model / 6`` (3-D).  ``order`` picks the channel order:
 
 ``"mae"`` (MAE's ``get_2d_sincos_pos_embed``)
     ``[sin(x w) | cos(x w) | sin(y w) | cos(y w)]``; 3-D appends ``[sin(t w) | cos(t w)]``
@@ -12,6 +12,7 @@ of sines and ``q`` of cosines of ``coord * w_k``, ``w_k = base ** (-k / q)``, ``
 
 ``cls_token=True`` prepends an all-zero row, as MAE does.  Each axis's values are computed
 once (exact, like every fastpe value), then copied into place by a parallel gather.
+``dtype`` and ``out`` as in :func:`fastpe.table`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import math
 
 import numpy as np
 
-from . import _backends, _dtypes
-from .sinusoid import fill_rows
+from . import _backends
+from .sinusoid import fill_rows, output_array
 from ._plans.frequencies import DEFAULT_BASE, Geometric
 from ._validate import MAX_D_MODEL, POSITION_LIMIT, check_base, check_choice, check_int
 
@@ -35,12 +36,12 @@ MAX_TOKENS = 1 << 31
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarray:
+def _grid(sizes, names, d_model, base, order, cls_token, dtype, out, backend) -> np.ndarray:
     n_axes = len(sizes)
     sizes = tuple(check_int(n, s, low=1, high=POSITION_LIMIT) for n, s in zip(names, sizes))
-    dim = check_int("dim", dim, low=1, high=MAX_D_MODEL)  # as d_model is
-    if dim % (2 * n_axes):
-        raise ValueError(f"dim must be divisible by {2 * n_axes} for a {n_axes}-D grid, got {dim}")
+    d_model = check_int("d_model", d_model, low=1, high=MAX_D_MODEL)
+    if d_model % (2 * n_axes):
+        raise ValueError(f"d_model must be divisible by {2 * n_axes} for a {n_axes}-D grid, got {d_model}")
     base = check_base(base)
     order = check_choice("order", order, ORDERS)
     if not isinstance(cls_token, (bool, np.bool_)):
@@ -48,10 +49,12 @@ def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarr
     n_tok = math.prod(sizes)
     if n_tok > MAX_TOKENS:
         raise ValueError(f"the grid has {n_tok} tokens, more than {MAX_TOKENS}")
-    dt = _dtypes.resolve(dtype)
+    first = int(bool(cls_token))
+    out = output_array(out, (first + n_tok, d_model), dtype)
+    dt = out.dtype
     _, module = _backends.resolve(backend)
 
-    q = dim // (2 * n_axes)
+    q = d_model // (2 * n_axes)
     table = np.empty((max(sizes), 2 * q), dtype=dt)  # [sin | cos] of each coordinate
     fill_rows(module, Geometric(q, float(q), base), "halves", None, 0, table)
     if order == "mae":  # blocks of the fastest axis first
@@ -60,8 +63,6 @@ def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarr
     else:
         sin_off = [a * q for a in range(n_axes)]
         cos_off = [(n_axes + a) * q for a in range(n_axes)]
-    first = int(bool(cls_token))
-    out = np.empty((first + n_tok, dim), dtype=dt)
     if first:
         out[0] = 0
     u = _UINT[dt.itemsize]
@@ -71,13 +72,18 @@ def _grid(sizes, names, dim, base, order, cls_token, dtype, backend) -> np.ndarr
     return out
 
 
-def sincos_2d(height: int, width: int, dim: int, *, base: float = DEFAULT_BASE, order: str = "mae",
-              cls_token: bool = False, dtype="float32", backend: str | None = None) -> np.ndarray:
-    """The ``(height * width [+ 1], dim)`` 2-D sin-cos embedding; any ``height x width``."""
-    return _grid((height, width), ("height", "width"), dim, base, order, cls_token, dtype, backend)
+def sincos_2d(height: int, width: int, d_model: int, *, base: float = DEFAULT_BASE, order: str = "mae",
+              cls_token: bool = False, dtype=None, out: np.ndarray | None = None,
+              backend: str | None = None) -> np.ndarray:
+    """The ``(height * width [+ 1], d_model)`` 2-D sin-cos embedding (``d_model`` divisible
+    by 4); any ``height x width``.  ``out``, if given, is filled and returned."""
+    return _grid((height, width), ("height", "width"), d_model, base, order, cls_token, dtype, out, backend)
 
 
-def sincos_3d(t: int, h: int, w: int, dim: int, *, base: float = DEFAULT_BASE, order: str = "mae",
-              cls_token: bool = False, dtype="float32", backend: str | None = None) -> np.ndarray:
-    """The ``(t * h * w [+ 1], dim)`` 3-D sin-cos embedding (``dim`` divisible by 6)."""
-    return _grid((t, h, w), ("t", "h", "w"), dim, base, order, cls_token, dtype, backend)
+def sincos_3d(frames: int, height: int, width: int, d_model: int, *, base: float = DEFAULT_BASE,
+              order: str = "mae", cls_token: bool = False, dtype=None, out: np.ndarray | None = None,
+              backend: str | None = None) -> np.ndarray:
+    """The ``(frames * height * width [+ 1], d_model)`` 3-D sin-cos embedding (``d_model``
+    divisible by 6).  ``out``, if given, is filled and returned."""
+    return _grid((frames, height, width), ("frames", "height", "width"), d_model, base, order, cls_token, dtype,
+                 out, backend)

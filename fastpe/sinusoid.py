@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _backends, _dtypes
 from ._plans.frequencies import DEFAULT_BASE, MAX_FREQUENCY, Geometric
-from ._plans.layouts import column_owner
+from ._plans.layouts import TABLE_LAYOUTS, column_owner
 from ._validate import (
     MAX_D_MODEL,
     POSITION_LIMIT,
@@ -53,9 +53,6 @@ __all__ = [
 #: the spec's default table length
 DEFAULT_MAX_LEN = 2048
 
-
-#: column layouts of a table
-TABLE_LAYOUTS = ("interleaved", "halves")
 
 #: ``"d"``: ``w_i = base**(-2i/d)`` (the spec); ``"half-1"``: ``w_k = base**(-k/(d//2 - 1))``
 DENOMINATORS = ("d", "half-1")
@@ -176,19 +173,21 @@ def out_dtypes() -> tuple[np.dtype, ...]:
     return tuple(_dtypes.resolve(n) for n in names)
 
 
-def output_array(out, shape: tuple[int, ...], dtype, inputs=()) -> np.ndarray:
-    """The array a function writes: ``out`` checked (shape, a table dtype, writable, not
-    sharing memory with any of ``inputs``, ``(name, array)`` pairs), else a new array of
-    ``dtype``.  ``dtype`` is validated either way; ``None`` means float32, or ``out``'s
-    dtype, and a ``dtype`` given beside an ``out`` of another dtype is refused."""
-    dt = None if dtype is None else _dtypes.resolve(dtype)
+def output_array(out, shape: tuple[int, ...], dtype, inputs=(), *, dtypes=None, default=np.float32,
+                 resolve=_dtypes.resolve, name: str = "out") -> np.ndarray:
+    """The array a function writes: ``out`` checked (shape, one of ``dtypes`` -- default the
+    table dtypes --, C-contiguous, writable, not sharing memory with any of ``inputs``,
+    ``(name, array)`` pairs), else a new array of ``dtype``.  ``dtype`` is validated either
+    way (by ``resolve``); ``None`` means ``out``'s dtype, or ``default`` without ``out``, and a
+    ``dtype`` given beside an ``out`` of another dtype is refused.  Nothing is written."""
+    dt = None if dtype is None else resolve(dtype)
     if out is None:
-        return np.empty(shape, dtype=np.float32 if dt is None else dt)
-    check_table_out(out, shape, out_dtypes())
+        return np.empty(shape, dtype=np.dtype(default) if dt is None else dt)
+    check_table_out(out, shape, out_dtypes() if dtypes is None else tuple(np.dtype(d) for d in dtypes), name)
     if dt is not None and out.dtype != dt:
-        raise ValueError(f"dtype is {dt.name} but out has dtype {out.dtype.name}: give one of them")
-    for name, arr in inputs:
-        check_no_overlap(out, arr, other_name=name)
+        raise ValueError(f"dtype is {dt.name} but {name} has dtype {out.dtype.name}: give one of them")
+    for other_name, arr in inputs:
+        check_no_overlap(out, arr, name, other_name)
     return out
 
 
@@ -364,8 +363,8 @@ def table(
     min_timescale: float = 1.0,
     max_timescale: float | None = None,
     dtype=None,
-    backend: str | None = None,
     out: np.ndarray | None = None,
+    backend: str | None = None,
 ) -> np.ndarray:
     """The ``(max_len, d_model)`` sinusoidal table for positions ``0 .. max_len-1``.
 
@@ -507,53 +506,57 @@ def add_(
 
 def timestep(
     t,
-    dim: int,
+    d_model: int,
     *,
-    max_period: float = DEFAULT_BASE,
+    base: float = DEFAULT_BASE,
     flip_sin_to_cos: bool = False,
     shift: float = 1.0,
     scale: float = 1.0,
     dtype=None,
-    backend: str | None = None,
     out: np.ndarray | None = None,
+    backend: str | None = None,
 ) -> np.ndarray:
-    """Sinusoidal embedding of real timesteps (diffusion models, time series): ``(N, dim)``.
+    """Sinusoidal embedding of real timesteps (diffusion models, time series): ``(N, d_model)``.
 
-    With ``h = dim // 2`` and ``w_k = max_period ** (-k / (h - shift))``, row ``r`` is
+    With ``h = d_model // 2`` and ``w_k = base ** (-k / (h - shift))``, row ``r`` is
     ``[sin(scale t_r w_k) | cos(scale t_r w_k)]`` (``[cos | sin]`` with
-    ``flip_sin_to_cos``), and an odd ``dim`` ends with a zero column -- diffusers'
-    ``get_timestep_embedding`` (``shift`` is its ``downscale_freq_shift``: 1 is the fairseq
-    form, 0 the halves form).  ``t`` (float64, or anything converting to it; a scalar is one
-    row) is taken at its exact value, ``|t| < 2**32``; the angle is never rounded, so large or
-    fractional timesteps are as exact as small ones.  Whole-number timesteps (the usual
+    ``flip_sin_to_cos``), and an odd ``d_model`` ends with a zero column -- diffusers'
+    ``get_timestep_embedding`` (``base`` is its ``max_period``, ``shift`` its
+    ``downscale_freq_shift``: 1 is the fairseq form, 0 the halves form); ``base >= 1``.
+    ``t`` (float64, or anything converting to it; a scalar is one row) is taken at its exact
+    value, ``|t| < 2**32``; the angle is never rounded, so large or fractional timesteps are
+    as exact as small ones.  Whole-number timesteps (the usual
     0..999) take the table kernels and give the rows of the same frequencies' table.
-    ``dim`` is at most 65536, as ``d_model`` is.  ``dtype`` as in :func:`fastpe.table`
-    (``None``: float32, or ``out``'s dtype); ``out`` must not share memory with ``t``.
+    ``d_model`` is 2 .. 65536.  ``dtype`` as in :func:`fastpe.table` (``None``: float32, or
+    ``out``'s dtype); ``out``, if given, is filled and returned, and must not share memory
+    with ``t``.
     """
     x = check_real_positions(t, "t")
-    dim = check_int("dim", dim, low=2, high=MAX_D_MODEL)
-    half = dim // 2
-    max_period = check_finite_real("max_period", max_period)
-    if max_period < 1.0:
-        raise ValueError(f"max_period must be >= 1, got {max_period!r}")
+    d_model = check_int("d_model", d_model, low=2, high=MAX_D_MODEL)
+    half = d_model // 2
+    base = check_finite_real("base", base)
+    if base < 1.0:
+        raise ValueError(f"base must be >= 1, got {base!r}")
     shift = check_finite_real("shift", shift)
     if half - shift <= 0:
-        raise ValueError(f"dim // 2 - shift must be > 0, got {half} - {shift!r}")
+        raise ValueError(f"d_model // 2 - shift must be > 0, got {half} - {shift!r}")
     scale = check_positive("scale", scale, high=MAX_FREQUENCY)
     if not isinstance(flip_sin_to_cos, (bool, np.bool_)):
         raise TypeError(f"flip_sin_to_cos must be a bool, got {type(flip_sin_to_cos).__name__}")
-    freqs = Geometric(half, half - shift, max(max_period, 1.0), 1.0, scale)
+    freqs = Geometric(half, half - shift, max(base, 1.0), 1.0, scale)
     _, module = _backends.resolve(backend)
-    out = output_array(out, (x.shape[0], dim), dtype, [("t", t)])
+    out = output_array(out, (x.shape[0], d_model), dtype, [("t", t)])
     fill_real(module, freqs, "halves_cos" if flip_sin_to_cos else "halves", x, out)
     return out
 
 
-def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0) -> np.ndarray:
+def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0, out: np.ndarray | None = None) -> np.ndarray:
     """fairseq's / M2M100's positions of a token array: ``padding_idx + 1, + 2, ...`` along
     the last axis, counting only non-pad tokens, and ``padding_idx`` at pad tokens
     (``(cumsum(tokens != pad) + offset) * mask + padding_idx``; ``offset`` is HF's
-    ``past_key_values_length``).  int64, the shape of ``tokens``."""
+    ``past_key_values_length``).  int64, the shape of ``tokens``; ``out``, if given (int64,
+    that shape, C-contiguous, writable, not sharing memory with ``tokens``), is filled and
+    returned."""
     padding_idx = check_int("padding_idx", padding_idx, low=0, high=_INT64_MAX)
     offset = check_int("offset", offset, low=0, high=_INT64_MAX)
     try:
@@ -566,21 +569,27 @@ def fairseq_positions(tokens, padding_idx: int, *, offset: int = 0) -> np.ndarra
         raise ValueError(
             f"padding_idx + offset + seq must fit in int64, got {padding_idx} + {offset} + {tok.shape[-1]}"
         )
+    out = output_array(out, tok.shape, None, [("tokens", tokens), ("tokens", tok)], dtypes=(np.int64,),
+                       default=np.int64)
     mask = tok != padding_idx
-    return (np.cumsum(mask, axis=-1, dtype=np.int64) + offset) * mask + padding_idx
+    np.cumsum(mask, axis=-1, dtype=np.int64, out=out)
+    out += offset
+    out *= mask
+    out += padding_idx
+    return out
 
 
-def fairseq_embedding(tokens, d_model: int, padding_idx: int, *, dtype="float32",
+def fairseq_embedding(tokens, d_model: int, padding_idx: int, *, dtype=None, out: np.ndarray | None = None,
                       backend: str | None = None) -> np.ndarray:
     """fairseq's ``SinusoidalPositionalEmbedding`` of a token array: ``(..., seq, d_model)``
     rows of the ``halves`` / ``half-1`` table at :func:`fairseq_positions`, pad tokens all
-    zero."""
+    zero.  ``dtype`` and ``out`` as in :func:`table` (``out`` must not share memory with
+    ``tokens``)."""
     pos = fairseq_positions(tokens, padding_idx)
     if pos.size and int(pos.max()) >= 1 << 32:
         raise ValueError("tokens: positions would reach 2**32")
     config = PosEncConfig(d_model, 1, layout="halves", denominator="half-1")
-    dt = _dtypes.resolve(dtype)
-    out = np.empty(pos.shape + (d_model,), dtype=dt)
+    out = output_array(out, pos.shape + (d_model,), dtype, [("tokens", tokens)])
     _, module = _backends.resolve(backend)
     flat = out.reshape(-1, d_model)
     fill_rows(module, config.frequencies, "halves", pos.reshape(-1).astype(np.uint32), 0, flat)

@@ -35,6 +35,7 @@ __all__ = [
     "exact_values",
     "f32_ulp_diff",
     "hard_positions_for_frequency",
+    "check_out_contract",
 ]
 
 #: positions are unsigned 32-bit integers
@@ -345,3 +346,73 @@ def hard_positions_for_frequency(f: float, limit: int = POSITION_LIMIT, max_angl
     with mpmath.workdps(EXACT_DPS):
         w = mpmath.mpf(f)
     return tuple(sorted({p for p, _ in _quarter_turn_candidates(w, int(limit), float(max_angle))}))
+
+
+def _scribbled(shape, dtype) -> np.ndarray:
+    """A new C-contiguous array whose every byte is 0xA5 (no value a function writes by chance)."""
+    out = np.empty(shape, dtype=dtype)
+    out.reshape(-1).view(np.uint8)[:] = 0xA5
+    return out
+
+
+def check_out_contract(call, *, other_dtype=None, bad_dtype=np.int8, alias=None, bad_input=None) -> np.ndarray:
+    """The contract of every ``out=``, for ``call(**kw)`` (a function with every other argument
+    bound) -- returns the array ``call()`` gives.
+
+    * ``call(out=out)`` fills ``out``, returns it, and is bit for bit ``call()``;
+    * an ``out`` of the wrong shape or of ``bad_dtype``, a non-contiguous or read-only one, or
+      not an array at all is refused (ValueError or TypeError naming ``out``);
+    * ``other_dtype`` (another dtype the function takes; ``None``: it has no ``dtype``) given
+      beside ``out`` is a ValueError naming both, and beside an ``out`` of its own dtype works;
+    * ``alias(out)`` (a call passing an input that shares memory with ``out``) and
+      ``bad_input(out)`` (a call with a bad argument besides ``out``) are refused;
+    * whatever is refused, ``out`` keeps every byte.
+    """
+    import pytest
+
+    want = call()
+    shape, dtype = want.shape, want.dtype
+    out = _scribbled(shape, dtype)
+    assert call(out=out) is out
+    assert out.dtype == dtype and out.tobytes() == want.tobytes()
+
+    def refused(exc, match, **kw):
+        target = kw["out"]
+        before = target.tobytes() if isinstance(target, np.ndarray) else None
+        with pytest.raises(exc, match=match):
+            call(**kw)
+        if before is not None:
+            assert target.tobytes() == before, "a refused call wrote to out"
+
+    wrong = shape[:-1] + (shape[-1] + 1,) if shape else (1,)
+    refused(ValueError, r"^out must have shape", out=_scribbled(wrong, dtype))
+    refused(TypeError, r"^out must have dtype", out=_scribbled(shape, bad_dtype))
+    refused(TypeError, r"^out must be a numpy.ndarray", out=want.tolist())
+    if want.size and shape and shape[-1] > 1:  # a view of one element, or none, is contiguous
+        strided = _scribbled(shape[:-1] + (2 * shape[-1],), dtype)[..., ::2]
+        refused(ValueError, r"^out must be C-contiguous", out=strided)
+    read_only = _scribbled(shape, dtype)
+    read_only.setflags(write=False)
+    refused(ValueError, r"^out is read-only", out=read_only)
+    if other_dtype is not None:
+        other = np.dtype(other_dtype)
+        assert other != dtype
+        refused(ValueError, rf"^dtype is {other.name} but out has dtype {dtype.name}", out=_scribbled(shape, dtype),
+                dtype=other)
+        mine = _scribbled(shape, dtype)
+        assert call(out=mine, dtype=dtype.name) is mine and mine.tobytes() == want.tobytes()
+        theirs = _scribbled(shape, other)
+        assert call(out=theirs) is theirs and theirs.tobytes() == call(dtype=other).tobytes()
+    if alias is not None and want.size:  # (no array of no elements shares memory)
+        target = _scribbled(shape, dtype)
+        before = target.tobytes()
+        with pytest.raises(ValueError, match=r"^out must not share memory with "):
+            alias(target)
+        assert target.tobytes() == before, "a refused call wrote to out"
+    if bad_input is not None:
+        target = _scribbled(shape, dtype)
+        before = target.tobytes()
+        with pytest.raises((TypeError, ValueError)):
+            bad_input(target)
+        assert target.tobytes() == before, "a refused call wrote to out"
+    return want

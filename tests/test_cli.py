@@ -594,8 +594,8 @@ WRITERS = {
     "rope": ["rope", "--head-dim", "8", "--max-len", "16", "-o", "out.npz"],
     "alibi": ["alibi", "--heads", "2", "--q-len", "8", "-o", "out.npy"],
     "t5-buckets": ["t5-buckets", "--q-len", "8", "-o", "out.npy"],
-    "grid": ["grid", "--height", "2", "--width", "2", "--dim", "8", "-o", "out.npy"],
-    "timestep": ["timestep", "--dim", "8", "--steps", "4", "-o", "out.npy"],
+    "grid": ["grid", "--height", "2", "--width", "2", "--d-model", "8", "-o", "out.npy"],
+    "timestep": ["timestep", "--d-model", "8", "--steps", "4", "-o", "out.npy"],
     "plot": ["plot", "--d-model", "8", "--max-len", "8", "-o", "out.png"],
 }
 
@@ -664,7 +664,7 @@ def test_process_signal_while_writing_leaves_nothing(tmp_path):
 @pytest.mark.parametrize(("signame", "args"), [
     # the finding: `timeout` sending SIGTERM to a table being written
     ("SIGTERM", ["table", "--d-model", "64", "--max-len", "100000", "-o", "big.npy"]),
-    ("SIGHUP", ["timestep", "--dim", "64", "--steps", "20000", "-o", "big.npy"]),
+    ("SIGHUP", ["timestep", "--d-model", "64", "--steps", "20000", "-o", "big.npy"]),
 ])
 def test_process_signal_during_a_long_request_leaves_nothing(tmp_path, signame, args):
     """No help from the test: a request that the reference backend takes tens of seconds
@@ -705,7 +705,7 @@ def test_commands_hold_sigterm_for_their_run_and_leave_an_ignored_sighup_alone(i
         return real(*args, **kwargs)
 
     monkeypatch.setattr(fastpe.grid, "sincos_2d", spy)
-    result = run("grid", "--height", "2", "--width", "2", "--dim", "4", "-o", "g.npy")
+    result = run("grid", "--height", "2", "--width", "2", "--d-model", "4", "-o", "g.npy")
     assert result.exit_code == 0, result.output
     assert callable(seen[signal.SIGTERM]) and seen[signal.SIGHUP] == signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
@@ -719,6 +719,6 @@ def test_a_sigterm_mid_command_exits_143_keeping_the_old_file(in_tmp, monkeypatc
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # what Python does when it arrives
 
     monkeypatch.setattr(fastpe, "timestep", terminated)
-    result = run("timestep", "--dim", "4", "--steps", "3", "-o", "old.npy")
+    result = run("timestep", "--d-model", "4", "--steps", "3", "-o", "old.npy")
     assert (result.exit_code, result.stderr, result.stdout) == (143, "Aborted! (SIGTERM)\n", "")
     assert listing() == ["old.npy"] and (in_tmp / "old.npy").read_bytes() == b"previous"

@@ -38,7 +38,7 @@ def ok(result) -> re.Match:
 
 
 def test_grid_2d_default_name_values_and_summary(in_tmp):
-    m = ok(run("grid", "--height", 3, "--width", 5, "--dim", 8))
+    m = ok(run("grid", "--height", 3, "--width", 5, "--d-model", 8))
     assert m["path"] == "grid_3x5x8.npy" and os.listdir(in_tmp) == ["grid_3x5x8.npy"]
     assert (m["dtype"], m["rows"], m["cols"], m["bits"]) == ("float32", "15", "8", None)
     assert m["what"] == "2-D grid 3x5, order mae" and m["backend"] == DEFAULT
@@ -46,7 +46,7 @@ def test_grid_2d_default_name_values_and_summary(in_tmp):
 
 
 def test_grid_3d_default_name(in_tmp):
-    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 4, "--dim", 12))
+    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 4, "--d-model", 12))
     assert m["path"] == "grid_2x3x4x12.npy" and m["what"] == "3-D grid 2x3x4, order mae"
     assert (m["rows"], m["cols"]) == ("24", "12")
     assert same_bits(np.load(m["path"]), fg.sincos_3d(2, 3, 4, 12, backend=DEFAULT))
@@ -68,24 +68,24 @@ GRID_OPTIONS = [
 @pytest.mark.parametrize("frames", [None, 3])
 @pytest.mark.parametrize(("cli", "kwargs"), GRID_OPTIONS)
 def test_grid_options_reach_the_library(in_tmp, frames, cli, kwargs):
-    sizes, dim = ((4, 6), 8) if frames is None else ((frames, 4, 6), 12)
+    sizes, d_model = ((4, 6), 8) if frames is None else ((frames, 4, 6), 12)
     front = [] if frames is None else ["--frames", frames]
-    ok(run("grid", *front, "--height", 4, "--width", 6, "--dim", dim, *cli, "-o", "g.npy"))
+    ok(run("grid", *front, "--height", 4, "--width", 6, "--d-model", d_model, *cli, "-o", "g.npy"))
     build = fg.sincos_2d if frames is None else fg.sincos_3d
-    expected = build(*sizes, dim, backend=DEFAULT, **kwargs)
+    expected = build(*sizes, d_model, backend=DEFAULT, **kwargs)
     got = np.load("g.npy")
     assert same_bits(got, expected)
-    plain = build(*sizes, dim, backend=DEFAULT)
+    plain = build(*sizes, d_model, backend=DEFAULT)
     assert not same_bits(got, plain)
 
 
 def test_grid_summary_names_order_and_cls_token(in_tmp):
-    m = ok(run("grid", "--height", 2, "--width", 2, "--dim", 4, "--order", "timm", "--cls-token"))
+    m = ok(run("grid", "--height", 2, "--width", 2, "--d-model", 4, "--order", "timm", "--cls-token"))
     assert m["what"] == "2-D grid 2x2, order timm, cls token" and m["rows"] == "5"
 
 
 def test_grid_bfloat16_is_stored_as_uint16_bits(in_tmp):
-    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 2, "--dim", 6, "--dtype", "bfloat16", "-o", "b.npy"))
+    m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 2, "--d-model", 6, "--dtype", "bfloat16", "-o", "b.npy"))
     assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
     raw = np.load("b.npy")
     assert raw.dtype == np.uint16
@@ -95,40 +95,40 @@ def test_grid_bfloat16_is_stored_as_uint16_bits(in_tmp):
 
 
 def test_grid_backend_option(in_tmp):
-    m = ok(run("grid", "--height", 2, "--width", 3, "--dim", 4, "--backend", "python", "-o", "p.npy"))
+    m = ok(run("grid", "--height", 2, "--width", 3, "--d-model", 4, "--backend", "python", "-o", "p.npy"))
     assert m["backend"] == "python"
     assert same_bits(np.load("p.npy"), fg.sincos_2d(2, 3, 4, backend=DEFAULT))
 
 
 def test_grid_quiet_prints_nothing_and_writes(in_tmp):
-    result = run("-q", "grid", "--height", 2, "--width", 2, "--dim", 4)
+    result = run("-q", "grid", "--height", 2, "--width", 2, "--d-model", 4)
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
     assert same_bits(np.load("grid_2x2x4.npy"), fg.sincos_2d(2, 2, 4, backend=DEFAULT))
 
 
 def test_grid_replaces_an_existing_file(in_tmp):
     (in_tmp / "g.npy").write_bytes(b"old")
-    ok(run("grid", "--height", 2, "--width", 2, "--dim", 4, "-o", "g.npy"))
+    ok(run("grid", "--height", 2, "--width", 2, "--d-model", 4, "-o", "g.npy"))
     assert same_bits(np.load("g.npy"), fg.sincos_2d(2, 2, 4, backend=DEFAULT))
     assert os.listdir(in_tmp) == ["g.npy"]
 
 
 GRID_ERRORS = [
-    (["--height", 2, "--width", 2, "--dim", 10], "divisible by 4"),
-    (["--frames", 2, "--height", 2, "--width", 2, "--dim", 8], "divisible by 6"),
-    (["--height", -1, "--width", 2, "--dim", 8], "'--height'"),
-    (["--height", 2, "--width", 0, "--dim", 8], "'--width'"),
-    (["--frames", -3, "--height", 2, "--width", 2, "--dim", 12], "'--frames'"),
-    (["--height", 2, "--width", 2, "--dim", -4], "'--dim': must be >= 1"),
-    (["--height", 2, "--width", 2, "--dim", 0], "'--dim': must be >= 1"),
-    (["--height", 2, "--width", 2, "--dim", 8, "--base", 1], "'--base'"),
-    (["--height", 2, "--width", 2, "--dim", 8, "--order", "vit"], "'--order'"),
-    (["--height", 2, "--width", 2, "--dim", 8, "--dtype", "int8"], "'--dtype'"),
-    (["--height", 2, "--width", 2, "--dim", 8, "-o", "g.txt"], "does not end in .npy"),
-    (["--height", 2, "--width", 2, "--dim", 8, "-o", "missing/g.npy"], "does not exist"),
-    (["--height", 1 << 16, "--width", 1 << 16, "--dim", 4], "tokens"),
-    (["--height", "two", "--width", 2, "--dim", 8], "'--height'"),
-    (["--width", 2, "--dim", 8], "'--height'"),
+    (["--height", 2, "--width", 2, "--d-model", 10], "divisible by 4"),
+    (["--frames", 2, "--height", 2, "--width", 2, "--d-model", 8], "divisible by 6"),
+    (["--height", -1, "--width", 2, "--d-model", 8], "'--height'"),
+    (["--height", 2, "--width", 0, "--d-model", 8], "'--width'"),
+    (["--frames", -3, "--height", 2, "--width", 2, "--d-model", 12], "'--frames'"),
+    (["--height", 2, "--width", 2, "--d-model", -4], "'--d-model': must be >= 1"),
+    (["--height", 2, "--width", 2, "--d-model", 0], "'--d-model': must be >= 1"),
+    (["--height", 2, "--width", 2, "--d-model", 8, "--base", 1], "'--base'"),
+    (["--height", 2, "--width", 2, "--d-model", 8, "--order", "vit"], "'--order'"),
+    (["--height", 2, "--width", 2, "--d-model", 8, "--dtype", "int8"], "'--dtype'"),
+    (["--height", 2, "--width", 2, "--d-model", 8, "-o", "g.txt"], "does not end in .npy"),
+    (["--height", 2, "--width", 2, "--d-model", 8, "-o", "missing/g.npy"], "does not exist"),
+    (["--height", 1 << 16, "--width", 1 << 16, "--d-model", 4], "tokens"),
+    (["--height", "two", "--width", 2, "--d-model", 8], "'--height'"),
+    (["--width", 2, "--d-model", 8], "'--height'"),
 ]
 
 
@@ -143,7 +143,7 @@ def test_grid_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
 
 
 def test_timestep_steps_default_name_values_and_summary(in_tmp):
-    m = ok(run("timestep", "--dim", 16, "--steps", 10))
+    m = ok(run("timestep", "--d-model", 16, "--steps", 10))
     assert m["path"] == "timestep_10x16.npy" and os.listdir(in_tmp) == ["timestep_10x16.npy"]
     assert (m["dtype"], m["rows"], m["cols"]) == ("float32", "10", "16")
     assert m["what"] == "t 0 .. 9, sin|cos" and m["backend"] == DEFAULT
@@ -152,7 +152,7 @@ def test_timestep_steps_default_name_values_and_summary(in_tmp):
 
 
 def test_timestep_value_list(in_tmp):
-    m = ok(run("timestep", "--dim", 9, "--t=-2.5, 0,0.1,999.75,1e3"))
+    m = ok(run("timestep", "--d-model", 9, "--t=-2.5, 0,0.1,999.75,1e3"))
     assert m["path"] == "timestep_5x9.npy" and m["what"] == "t -2.5 .. 1000, sin|cos"
     expected = fastpe.timestep([-2.5, 0.0, 0.1, 999.75, 1000.0], 9, backend=DEFAULT)
     assert same_bits(np.load(m["path"]), expected)
@@ -164,7 +164,7 @@ def test_timestep_from_file(in_tmp, dtype):
     if dtype in (np.float64, np.float32):
         t = t + dtype(0.25)
     np.save("t.npy", t)
-    m = ok(run("timestep", "--dim", 12, "--from", "t.npy", "-o", "e.npy"))
+    m = ok(run("timestep", "--d-model", 12, "--from", "t.npy", "-o", "e.npy"))
     assert m["rows"] == "5"
     assert same_bits(np.load("e.npy"), fastpe.timestep(t, 12, backend=DEFAULT))
     assert sorted(os.listdir(in_tmp)) == ["e.npy", "t.npy"]
@@ -175,30 +175,30 @@ TIMESTEP_OPTIONS = [
     (["--shift", 0], {"shift": 0.0}),
     (["--shift", 0.5], {"shift": 0.5}),
     (["--scale", 1000], {"scale": 1000.0}),
-    (["--max-period", 50], {"max_period": 50.0}),
+    (["--base", 50], {"base": 50.0}),
     (["--dtype", "float64"], {"dtype": "float64"}),
     (["--dtype", "float16"], {"dtype": "float16"}),
-    (["--flip-sin-to-cos", "--shift", 0, "--scale", 2.5, "--max-period", 1000, "--dtype", "FLOAT64"],
-     {"flip_sin_to_cos": True, "shift": 0.0, "scale": 2.5, "max_period": 1000.0, "dtype": "float64"}),
+    (["--flip-sin-to-cos", "--shift", 0, "--scale", 2.5, "--base", 1000, "--dtype", "FLOAT64"],
+     {"flip_sin_to_cos": True, "shift": 0.0, "scale": 2.5, "base": 1000.0, "dtype": "float64"}),
 ]
 
 
 @pytest.mark.parametrize(("cli", "kwargs"), TIMESTEP_OPTIONS)
 def test_timestep_options_reach_the_library(in_tmp, cli, kwargs):
     t = np.array([0.0, 1.0, 7.5, 400.0, 999.0])
-    ok(run("timestep", "--dim", 10, "--t", "0,1,7.5,400,999", *cli, "-o", "e.npy"))
+    ok(run("timestep", "--d-model", 10, "--t", "0,1,7.5,400,999", *cli, "-o", "e.npy"))
     got = np.load("e.npy")
     assert same_bits(got, fastpe.timestep(t, 10, backend=DEFAULT, **kwargs))
     assert not same_bits(got, fastpe.timestep(t, 10, backend=DEFAULT))
 
 
 def test_timestep_summary_names_the_column_order(in_tmp):
-    m = ok(run("timestep", "--dim", 4, "--steps", 3, "--flip-sin-to-cos"))
+    m = ok(run("timestep", "--d-model", 4, "--steps", 3, "--flip-sin-to-cos"))
     assert m["what"] == "t 0 .. 2, cos|sin"
 
 
 def test_timestep_bfloat16_is_stored_as_uint16_bits(in_tmp):
-    m = ok(run("timestep", "--dim", 8, "--steps", 20, "--dtype", "bfloat16", "-o", "b.npy"))
+    m = ok(run("timestep", "--d-model", 8, "--steps", 20, "--dtype", "bfloat16", "-o", "b.npy"))
     assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
     raw = np.load("b.npy")
     assert raw.dtype == np.uint16
@@ -207,7 +207,7 @@ def test_timestep_bfloat16_is_stored_as_uint16_bits(in_tmp):
 
 
 def test_timestep_quiet_prints_nothing_and_writes(in_tmp):
-    result = run("--quiet", "timestep", "--dim", 4, "--steps", 2)
+    result = run("--quiet", "timestep", "--d-model", 4, "--steps", 2)
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
     assert same_bits(np.load("timestep_2x4.npy"), fastpe.timestep([0.0, 1.0], 4, backend=DEFAULT))
 
@@ -247,12 +247,12 @@ TIMESTEP_ERRORS = [
     (["--from", "archive.npy"], ".npz archive"),
     (["--from", "junk.npy"], "does not start with NumPy's magic string"),
     (["--from", "."], "'--from'"),
-    (["--steps", 4, "--dim", 1], "'--dim': must be >= 2"),
-    (["--steps", 4, "--shift", 4], "dim // 2 - shift must be > 0"),
+    (["--steps", 4, "--d-model", 1], "'--d-model': must be >= 2"),
+    (["--steps", 4, "--shift", 4], "d_model // 2 - shift must be > 0"),
     (["--steps", 4, "--scale", 0], "scale must be > 0"),
     (["--steps", 4, "--scale", -1], "scale must be > 0"),
-    (["--steps", 4, "--max-period", 0.5], "max_period must be >= 1"),
-    (["--steps", 4, "--max-period", "nan"], "max_period"),
+    (["--steps", 4, "--base", 0.5], "base must be >= 1"),
+    (["--steps", 4, "--base", "nan"], "base must be finite"),
     (["--steps", 4, "--dtype", "float8"], "'--dtype'"),
     (["--steps", 4, "-o", "e.npz"], "does not end in .npy"),
 ]
@@ -260,8 +260,8 @@ TIMESTEP_ERRORS = [
 
 @pytest.mark.parametrize(("args", "says"), TIMESTEP_ERRORS)
 def test_timestep_bad_input_is_one_line_exit_2_and_no_file(inputs, args, says):
-    if "--dim" not in args:
-        args = ["--dim", 8, *args]
+    if "--d-model" not in args:
+        args = ["--d-model", 8, *args]
     line = assert_one_line_error(run("timestep", *args))
     assert says in line
     assert sorted(os.listdir()) == inputs
@@ -271,8 +271,8 @@ def test_timestep_bad_input_is_one_line_exit_2_and_no_file(inputs, args, says):
 
 
 @pytest.mark.parametrize(("command", "function"), [
-    (["grid", "--height", 2, "--width", 2, "--dim", 4], "fastpe.grid.sincos_2d"),
-    (["timestep", "--dim", 4, "--steps", 3], "fastpe.timestep"),
+    (["grid", "--height", 2, "--width", 2, "--d-model", 4], "fastpe.grid.sincos_2d"),
+    (["timestep", "--d-model", 4, "--steps", 3], "fastpe.timestep"),
 ])
 def test_interrupt_or_failure_leaves_no_file_and_keeps_the_old_one(in_tmp, monkeypatch, command, function):
     (in_tmp / "old.npy").write_bytes(b"previous")
@@ -311,11 +311,11 @@ def test_help_lists_both_commands_and_the_bfloat16_storage():
 #: requests whose array, with the machine's memory set to 1 MiB, cannot be held: refused
 #: before anything is allocated (the library is never called) -- (args, shape, dtype name)
 TOO_BIG = [
-    (["grid", "--height", 256, "--width", 256, "--dim", 8], "65536 x 8 float32"),
-    (["grid", "--height", 256, "--width", 256, "--dim", 16, "--cls-token", "--dtype", "float16"], "65537 x 16 float16"),
-    (["grid", "--frames", 64, "--height", 64, "--width", 64, "--dim", 6], "262144 x 6 float32"),
-    (["timestep", "--dim", 64, "--steps", 4096], "4096 x 64 float32"),
-    (["timestep", "--dim", 2, "--steps", 2**32, "--dtype", "float64"], "4294967296 x 2 float64"),
+    (["grid", "--height", 256, "--width", 256, "--d-model", 8], "65536 x 8 float32"),
+    (["grid", "--height", 256, "--width", 256, "--d-model", 16, "--cls-token", "--dtype", "float16"], "65537 x 16 float16"),
+    (["grid", "--frames", 64, "--height", 64, "--width", 64, "--d-model", 6], "262144 x 6 float32"),
+    (["timestep", "--d-model", 64, "--steps", 4096], "4096 x 64 float32"),
+    (["timestep", "--d-model", 2, "--steps", 2**32, "--dtype", "float64"], "4294967296 x 2 float64"),
 ]
 
 
@@ -337,8 +337,8 @@ def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypa
     assert os.listdir(in_tmp) == []
 
 
-@pytest.mark.parametrize("args", [["grid", "--height", 4, "--width", 4, "--dim", 8],
-                                  ["timestep", "--dim", 8, "--steps", 16]])
+@pytest.mark.parametrize("args", [["grid", "--height", 4, "--width", 4, "--d-model", 8],
+                                  ["timestep", "--d-model", 8, "--steps", 16]])
 def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, monkeypatch, args):
     import shutil
 
@@ -358,7 +358,7 @@ def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, mon
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 def test_timestep_from_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
     os.mkfifo("t.npy")
-    line = assert_one_line_error(run("timestep", "--dim", 4, "--from", "t.npy"))
+    line = assert_one_line_error(run("timestep", "--d-model", 4, "--from", "t.npy"))
     assert line == "Error: Invalid value for '--from': 't.npy' is not a regular file"
     assert os.listdir(in_tmp) == ["t.npy"]
 
@@ -368,13 +368,13 @@ def test_running_out_of_memory_anyway_is_one_line_exit_1(in_tmp, monkeypatch):
         raise MemoryError("Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)")
 
     monkeypatch.setattr(fg, "sincos_2d", no_memory)
-    line = assert_one_line_error(run("grid", "--height", 2, "--width", 2, "--dim", 4), code=1)
+    line = assert_one_line_error(run("grid", "--height", 2, "--width", 2, "--d-model", 4), code=1)
     assert line == "Error: not enough memory: Unable to allocate 16.0 GiB for an array with shape (1048576, 4096)"
     assert os.listdir(in_tmp) == []
 
 
 def test_timestep_from_a_file_of_nan_names_the_option_and_the_file(in_tmp):
     np.save("t.npy", np.array([1.0, np.nan]))
-    line = assert_one_line_error(run("timestep", "--dim", 4, "--from", "t.npy"))
+    line = assert_one_line_error(run("timestep", "--d-model", 4, "--from", "t.npy"))
     assert "'--from'" in line and "'t.npy'" in line and "t must be finite" in line
     assert sorted(os.listdir(in_tmp)) == ["t.npy"]

@@ -19,7 +19,7 @@ from fastpe import _dtypes
 from fastpe._plans.frequencies import Geometric
 
 from conftest import FAST
-from inputs import POSITION_LIMIT, f32_ulp_diff, octave_positions
+from inputs import POSITION_LIMIT, check_out_contract, f32_ulp_diff, octave_positions
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -428,3 +428,64 @@ def test_add_gives_ieee_results_without_warnings_on_every_backend(backend):
 def test_fairseq_positions_of_ragged_tokens_names_tokens():
     with pytest.raises(ValueError, match=r"tokens must be an integer array of shape \(\.\.\., seq\)"):
         fastpe.fairseq_positions([[1], [1, 2]], 1)
+
+
+# ------------------------------------------------------------------ out= and the shared keywords
+
+
+TOKENS = np.array([[1, 1, 5, 6, 7, 9], [5, 6, 1, 7, 8, 1], [2, 2, 2, 2, 2, 2]])
+
+
+def test_fairseq_embedding_out(backend):
+    for tokens, d_model in ((TOKENS, 8), (TOKENS[0], 7), (TOKENS[:, :0], 4)):
+        want = check_out_contract(
+            lambda **kw: fastpe.fairseq_embedding(tokens, d_model, 1, backend=backend, **kw),
+            other_dtype="float64",
+            bad_input=lambda out: fastpe.fairseq_embedding(tokens, d_model, -1, out=out),
+        )
+        assert want.shape == tokens.shape + (d_model,) and want.dtype == np.float32
+    for dt in ("float16", "bfloat16"):
+        out = np.empty(TOKENS.shape + (8,), _dtypes.resolve(dt))
+        assert fastpe.fairseq_embedding(TOKENS, 8, 1, out=out, backend=backend) is out
+        assert out.tobytes() == fastpe.fairseq_embedding(TOKENS, 8, 1, dtype=dt, backend=backend).tobytes()
+
+
+def test_fairseq_embedding_out_must_not_hold_the_tokens():
+    buf = np.zeros((2, 3, 4), np.int64)
+    tokens = buf.reshape(-1)[:6].reshape(2, 3)
+    tokens[...] = [[1, 5, 6], [5, 6, 1]]
+    before = buf.copy()
+    with pytest.raises(ValueError, match="^out must not share memory with tokens"):
+        fastpe.fairseq_embedding(tokens, 4, 1, out=buf.view(np.float64))
+    assert np.array_equal(buf, before)
+
+
+def test_fairseq_positions_out():
+    for tokens, offset in ((TOKENS, 0), (TOKENS, 5), (TOKENS[1], 2**40), (np.ones((2, 0), np.int32), 0)):
+        want = check_out_contract(
+            lambda **kw: fastpe.fairseq_positions(tokens, 1, offset=offset, **kw),
+            bad_dtype=np.int32,
+            alias=lambda out: fastpe.fairseq_positions(out, 1, out=out),
+            bad_input=lambda out: fastpe.fairseq_positions(tokens, 1, offset=-1, out=out),
+        )
+        assert want.dtype == np.int64
+        np.testing.assert_array_equal(want, (np.cumsum(tokens != 1, axis=-1) + offset) * (tokens != 1) + 1)
+
+
+def test_one_vocabulary():
+    """The shared keywords of the sinusoid functions: dtype=None, out=None, backend last;
+    fairseq_positions runs no kernel and takes no backend; the old names are gone."""
+    import inspect
+
+    for fn in (fastpe.table, fastpe.timestep, fastpe.fairseq_embedding):
+        params = inspect.signature(fn).parameters
+        assert list(params)[-3:] == ["dtype", "out", "backend"], fn.__name__
+        assert params["dtype"].default is None and params["out"].default is None
+    params = inspect.signature(fastpe.fairseq_positions).parameters
+    assert list(params) == ["tokens", "padding_idx", "offset", "out"] and params["offset"].default == 0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'backend'"):
+        fastpe.fairseq_positions(TOKENS, 1, backend="python")
+    for call, name in ((lambda: fastpe.timestep([1.0], 8, max_period=100.0), "max_period"),
+                       (lambda: fastpe.timestep([1.0], dim=8), "dim")):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            call()

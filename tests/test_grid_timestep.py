@@ -10,7 +10,7 @@ import pytest
 
 import fastpe
 from fastpe import _dtypes, grid
-from inputs import f32_ulp_diff
+from inputs import check_out_contract, f32_ulp_diff
 
 # ------------------------------------------------------------------ peers' formulas
 
@@ -119,8 +119,9 @@ def test_grid_dtypes(backend, dt):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: grid.sincos_2d(4, 4, 10), ValueError, "dim must be divisible by 4 for a 2-D grid, got 10"),
-        (lambda: grid.sincos_3d(2, 4, 4, 16), ValueError, "dim must be divisible by 6 for a 3-D grid, got 16"),
+        (lambda: grid.sincos_2d(4, 4, 10), ValueError, "d_model must be divisible by 4 for a 2-D grid, got 10"),
+        (lambda: grid.sincos_3d(2, 4, 4, 16), ValueError, "d_model must be divisible by 6 for a 3-D grid, got 16"),
+        (lambda: grid.sincos_3d(0, 4, 4, 12), ValueError, "frames must be >= 1"),
         (lambda: grid.sincos_2d(0, 4, 8), ValueError, "height must be >= 1"),
         (lambda: grid.sincos_2d(4, 2.5, 8), TypeError, "width must be an integer"),
         (lambda: grid.sincos_2d(4, 4, 8, order="vit"), ValueError, "order must be one of 'mae', 'timm'"),
@@ -157,10 +158,10 @@ def test_timestep_matches_diffusers_itself():
     np.testing.assert_allclose(fastpe.timestep(t.numpy(), 64, flip_sin_to_cos=True, shift=0), want, atol=2e-4)
 
 
-def _mp_sin_cos(t, dim, k, shift=1.0, scale=1.0, max_period=10000.0):
+def _mp_sin_cos(t, d_model, k, shift=1.0, scale=1.0, base=10000.0):
     with mpmath.workdps(60):
-        half = dim // 2
-        w = mpmath.mpf(scale) * mpmath.mpf(max_period) ** (-mpmath.mpf(k) / (half - mpmath.mpf(shift)))
+        half = d_model // 2
+        w = mpmath.mpf(scale) * mpmath.mpf(base) ** (-mpmath.mpf(k) / (half - mpmath.mpf(shift)))
         theta = mpmath.mpf(t) * w
         return mpmath.sin(theta), mpmath.cos(theta)
 
@@ -205,12 +206,12 @@ def test_timestep_tiny_negative_t_keeps_its_sign(backend, dt):
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
 def test_timestep_underflowing_sines_keep_their_sign(backend, dt):
     """The sine of a negative angle that underflows is -0.0 (the compiled backends once gave
-    +0.0), and frequencies of 1e-600 (max_period=1e300, shift 7.5) are settled by the
+    +0.0), and frequencies of 1e-600 (base=1e300, shift 7.5) are settled by the
     reference (it once raised 'undecided') as 0 and 1."""
     got = fastpe.timestep([-5e-324, 5e-324], 2, shift=0.0, dtype=dt, backend=backend)
     assert [math.copysign(1.0, v) for v in got[:, 0]] == [-1.0, 1.0]
     assert (np.abs(got[:, 0]) <= 5e-324).all()  # float64: within the documented 2**-45
-    big = fastpe.timestep([1.0, -1.0], 16, shift=7.5, max_period=1e300, dtype=dt, backend=backend)
+    big = fastpe.timestep([1.0, -1.0], 16, shift=7.5, base=1e300, dtype=dt, backend=backend)
     assert big[0, 0] == np.array(math.sin(1.0)).astype(dt) and big[1, 0] == -big[0, 0]
     assert (big[:, 1:8] == 0).all() and (big[:, 9:] == 1).all()
     assert [math.copysign(1.0, v) for v in big[:, 1]] == [1.0, -1.0]
@@ -258,26 +259,26 @@ def test_timestep_scalar_and_out(backend):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: fastpe.timestep([1.0], 1), ValueError, "dim must be >= 2"),
-        (lambda: fastpe.timestep([1.0], 2, shift=1.0), ValueError, r"dim // 2 - shift must be > 0"),
+        (lambda: fastpe.timestep([1.0], 1), ValueError, "d_model must be >= 2"),
+        (lambda: fastpe.timestep([1.0], 2, shift=1.0), ValueError, r"d_model // 2 - shift must be > 0"),
         (lambda: fastpe.timestep([math.nan], 8), ValueError, "t must be finite"),
         (lambda: fastpe.timestep([2.0**32], 8), ValueError, r"t must be in \(-2\*\*32, 2\*\*32\)"),
         (lambda: fastpe.timestep([[1.0]], 8), ValueError, "t must be 1-D"),
         (lambda: fastpe.timestep(["a"], 8), TypeError, "t must hold real numbers"),
-        (lambda: fastpe.timestep([1.0], 8, max_period=0.5), ValueError, "max_period must be >= 1"),
+        (lambda: fastpe.timestep([1.0], 8, base=0.5), ValueError, "base must be >= 1"),
         (lambda: fastpe.timestep([1.0], 8, scale=0), ValueError, "scale must be > 0"),
         (lambda: fastpe.timestep([1.0], 8, scale=5000.0), ValueError, "scale must be <= 1024"),
         (lambda: fastpe.timestep([1.0], 8, flip_sin_to_cos="yes"), TypeError, "flip_sin_to_cos must be a bool"),
         (lambda: fastpe.timestep([1.0], 8, out=np.empty((2, 8), np.float32)), ValueError, "out must have shape"),
-        (lambda: fastpe.timestep([1.0], 2**20), ValueError, "dim must be <= 65536"),
+        (lambda: fastpe.timestep([1.0], 2**20), ValueError, "d_model must be <= 65536"),
         (lambda: fastpe.timestep([1.0], 8, dtype="int8", out=np.empty((1, 8), np.float32)), TypeError,
          "dtype must be one of"),
         (lambda: fastpe.timestep([1.0], 8, dtype="float64", out=np.empty((1, 8), np.float32)), ValueError,
          "dtype is float64 but out has dtype float32"),
         (lambda: fastpe.timestep([1.0, True], 8), TypeError, "t must hold numbers, got a bool"),
-        (lambda: fastpe.timestep([1.0], 8, max_period=10**400), ValueError, "max_period must be finite"),
-        (lambda: grid.sincos_2d(1, 1, 4 * 10**8), ValueError, "dim must be <= 65536"),
-        (lambda: grid.sincos_3d(1, 1, 1, 6 * 10**8), ValueError, "dim must be <= 65536"),
+        (lambda: fastpe.timestep([1.0], 8, base=10**400), ValueError, "base must be finite"),
+        (lambda: grid.sincos_2d(1, 1, 4 * 10**8), ValueError, "d_model must be <= 65536"),
+        (lambda: grid.sincos_3d(1, 1, 1, 6 * 10**8), ValueError, "d_model must be <= 65536"),
     ],
 )
 def test_timestep_bad_input(call, exc, match):
@@ -298,6 +299,73 @@ def test_timestep_dtype_follows_out(backend):
     out = np.empty((2, 8), np.float64)
     assert fastpe.timestep([0.5, 2.0], 8, out=out, backend=backend).dtype == np.float64
     assert np.array_equal(out, fastpe.timestep([0.5, 2.0], 8, dtype="float64", backend=backend))
+
+
+def test_timestep_base_is_diffusers_max_period(backend):
+    t = np.array([0.0, 3.0, 17.25, 999.0])
+    got = fastpe.timestep(t, 10, base=50.0, flip_sin_to_cos=True, shift=0.0, backend=backend)
+    np.testing.assert_allclose(got, diffusers_timestep(t, 10, True, 0.0, max_period=50.0), atol=1e-6)
+
+
+# ------------------------------------------------------------------ out= and the shared keywords
+
+
+@pytest.mark.parametrize("cls_token", [False, True])
+@pytest.mark.parametrize("order", grid.ORDERS)
+def test_grid_out(backend, order, cls_token):
+    for build, sizes, d in ((grid.sincos_2d, (3, 5), 16), (grid.sincos_3d, (2, 3, 4), 12)):
+        want = check_out_contract(
+            lambda **kw: build(*sizes, d, order=order, cls_token=cls_token, backend=backend, **kw),
+            other_dtype="float64",
+            bad_input=lambda out: build(*sizes, d + 1, order=order, cls_token=cls_token, out=out),
+        )
+        assert want.shape == (math.prod(sizes) + cls_token, d) and want.dtype == np.float32
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float64"])
+def test_grid_out_of_every_dtype(backend, dt):
+    pytest.importorskip("ml_dtypes")
+    want = grid.sincos_2d(4, 6, 8, dtype=dt, backend=backend)
+    out = np.empty(want.shape, _dtypes.resolve(dt))
+    assert grid.sincos_2d(4, 6, 8, out=out, backend=backend) is out
+    assert out.tobytes() == want.tobytes()
+
+
+def test_timestep_out(backend):
+    t = np.array([0.0, 0.5, 17.25, -3.0, 999.0])
+    check_out_contract(
+        lambda **kw: fastpe.timestep(t, 9, flip_sin_to_cos=True, shift=0.0, backend=backend, **kw),
+        other_dtype="float64",
+        alias=lambda out: fastpe.timestep(out.reshape(-1)[: t.size], 9, out=out),
+        bad_input=lambda out: fastpe.timestep(t, 9, shift=4.5, out=out),
+    )
+
+
+def test_grid_and_timestep_signatures():
+    """The shared keywords, in one order: width d_model, then base, ..., dtype, out, backend."""
+    import inspect
+
+    for fn, first in ((grid.sincos_2d, ["height", "width", "d_model"]),
+                      (grid.sincos_3d, ["frames", "height", "width", "d_model"]),
+                      (fastpe.timestep, ["t", "d_model"])):
+        params = inspect.signature(fn).parameters
+        assert [p for p in params if params[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == first
+        assert list(params)[-3:] == ["dtype", "out", "backend"]
+        assert params["dtype"].default is None and params["out"].default is None and params["base"].default == 10000.0
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: fastpe.timestep([1.0], 8, max_period=100.0), "max_period"),
+        (lambda: fastpe.timestep([1.0], dim=8), "dim"),
+        (lambda: grid.sincos_2d(4, 4, dim=8), "dim"),
+        (lambda: grid.sincos_3d(t=2, h=2, w=2, d_model=12), "t"),
+    ],
+)
+def test_old_keywords_are_gone(call, name):
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        call()
 
 
 # ------------------------------------------------------------------ fairseq positions

@@ -24,14 +24,14 @@ def _size(ctx, param, value):
     return value
 
 
-def _dim(ctx, param, value):
-    """``--dim``: the library's range for it (the divisibility is checked with the grid)."""
+def _d_model(ctx, param, value):
+    """``--d-model``: the library's range for it (the divisibility is checked with the grid)."""
     from .._validate import MAX_D_MODEL, check_int
 
     try:
-        return check_int("dim", value, low=1, high=MAX_D_MODEL)
+        return check_int("d_model", value, low=1, high=MAX_D_MODEL)
     except (TypeError, ValueError) as exc:
-        raise click.BadParameter(str(exc).removeprefix("dim ")) from None
+        raise click.BadParameter(str(exc).removeprefix("d_model ")) from None
 
 
 def _output(ctx, param, value):
@@ -41,7 +41,7 @@ def _output(ctx, param, value):
 @click.command(short_help="Write a 2-D/3-D sin-cos grid (ViT, MAE, video) to .npy.")
 @click.option("--height", type=int, required=True, callback=_size, metavar="H", help="Rows of the grid.")
 @click.option("--width", type=int, required=True, callback=_size, metavar="W", help="Columns of the grid.")
-@click.option("--dim", type=int, required=True, callback=_dim, metavar="D",
+@click.option("--d-model", "d_model", type=int, required=True, callback=_d_model, metavar="D",
               help="Channels per token; divisible by 4 (2-D) or 6 (3-D).")
 @click.option("--frames", type=int, default=None, callback=_size, metavar="T",
               help="Frames: makes a 3-D (video) grid of T x H x W tokens.")
@@ -56,7 +56,7 @@ def _output(ctx, param, value):
               help="Output .npy file; its directory must exist. An existing file is replaced "
               "atomically. Default: grid_<H>x<W>x<D>.npy (3-D: grid_<T>x<H>x<W>x<D>.npy).")
 @click.pass_context
-def grid(ctx: click.Context, height: int, width: int, dim: int, frames, order: str, cls_token: bool,
+def grid(ctx: click.Context, height: int, width: int, d_model: int, frames, order: str, cls_token: bool,
          base: float, dtype: str, backend, output) -> None:
     """Write the sin-cos position embedding of an H x W grid (or T x H x W with --frames).
 
@@ -71,23 +71,23 @@ def grid(ctx: click.Context, height: int, width: int, dim: int, frames, order: s
 
     \b
     Examples:
-      fastpe grid --height 14 --width 14 --dim 768 --cls-token -o vit_b16.npy
-      fastpe grid --frames 8 --height 16 --width 16 --dim 384 --order timm
+      fastpe grid --height 14 --width 14 --d-model 768 --cls-token -o vit_b16.npy
+      fastpe grid --frames 8 --height 16 --width 16 --d-model 384 --order timm
     """
     from .. import _backends
     from .. import grid as fg
 
     order, dtype = order.lower(), dtype.lower()
     sizes = (height, width) if frames is None else (frames, height, width)
-    path = output or default_path(f"grid_{'x'.join(map(str, sizes))}x{dim}.npy")
+    path = output or default_path(f"grid_{'x'.join(map(str, sizes))}x{d_model}.npy")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
     build = fg.sincos_2d if frames is None else fg.sincos_3d
     tokens = math.prod(sizes)
     # past MAX_TOKENS the library refuses the grid itself, before allocating anything
-    shape = (tokens + cls_token, dim) if tokens <= fg.MAX_TOKENS else None
+    shape = (tokens + cls_token, d_model) if tokens <= fg.MAX_TOKENS else None
     array, compute_s, write_s = write_npy(
-        path, lambda: build(*sizes, dim, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name),
+        path, lambda: build(*sizes, d_model, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name),
         shape=shape, dtype=dtype,
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:

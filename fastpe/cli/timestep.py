@@ -62,14 +62,14 @@ def _steps(ctx, param, value):
     return value
 
 
-def _dim(ctx, param, value):
-    """``--dim``: the library's range for it."""
+def _d_model(ctx, param, value):
+    """``--d-model``: the library's range for it."""
     from .._validate import MAX_D_MODEL, check_int
 
     try:
-        return check_int("dim", value, low=2, high=MAX_D_MODEL)
+        return check_int("d_model", value, low=2, high=MAX_D_MODEL)
     except (TypeError, ValueError) as exc:
-        raise click.BadParameter(str(exc).removeprefix("dim ")) from None
+        raise click.BadParameter(str(exc).removeprefix("d_model ")) from None
 
 
 def _values(ctx, param, value):
@@ -88,14 +88,15 @@ def _output(ctx, param, value):
 
 
 @click.command(short_help="Write a timestep embedding (diffusion) to .npy.")
-@click.option("--dim", type=int, required=True, callback=_dim, metavar="D", help="Columns, >= 2; an odd D ends with a zero column.")
+@click.option("--d-model", "d_model", type=int, required=True, callback=_d_model, metavar="D",
+              help="Columns, >= 2; an odd D ends with a zero column.")
 @click.option("--steps", type=int, default=None, callback=_steps, metavar="N", help="Timesteps 0, 1, ..., N-1.")
 @click.option("--t", "values", default=None, callback=_values, metavar="VALUES",
               help="Comma-separated real timesteps, e.g. 0,0.5,999 (--t=-1,1 for a negative first one).")
 @click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False), default=None, callback=_from,
               metavar="FILE.npy", help="A .npy file holding a 1-D array of real timesteps.")
-@click.option("--max-period", type=float, default=DEFAULT_BASE, show_default=True, metavar="P",
-              help="Longest period: w_k = P ** (-k / (D/2 - shift)); finite, >= 1.")
+@click.option("--base", type=float, default=DEFAULT_BASE, show_default=True, metavar="B",
+              help="Frequency base (diffusers' max_period): w_k = B ** (-k / (D/2 - shift)); finite, >= 1.")
 @click.option("--flip-sin-to-cos", is_flag=True, help="Columns [cos | sin] instead of [sin | cos].")
 @click.option("--shift", type=float, default=1.0, show_default=True, metavar="S",
               help="diffusers' downscale_freq_shift: 1 the fairseq form, 0 the halves form.")
@@ -107,12 +108,12 @@ def _output(ctx, param, value):
               help="Output .npy file; its directory must exist. An existing file is replaced "
               "atomically. Default: timestep_<N>x<D>.npy, N the number of timesteps.")
 @click.pass_context
-def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period: float, flip_sin_to_cos: bool,
+def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: float, flip_sin_to_cos: bool,
              shift: float, scale: float, dtype: str, backend, output) -> None:
     """Write the sinusoidal embedding of timesteps (diffusers' get_timestep_embedding).
 
     Give the timesteps with exactly one of --steps, --t or --from.  The array is (N, D):
-    exactly fastpe.timestep(t, D, max_period=P, flip_sin_to_cos=..., shift=S, scale=C),
+    exactly fastpe.timestep(t, D, base=B, flip_sin_to_cos=..., shift=S, scale=C),
     every timestep taken at its exact float64 value (|t| < 2**32).  Prints one summary
     line (-q: nothing).
 
@@ -122,9 +123,9 @@ def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period:
 
     \b
     Examples:
-      fastpe timestep --dim 320 --steps 1000 --flip-sin-to-cos --shift 0 -o sd_time.npy
-      fastpe timestep --dim 256 --t 0,0.5,999.25 --dtype float64
-      fastpe timestep --dim 128 --from sigmas.npy --scale 1000
+      fastpe timestep --d-model 320 --steps 1000 --flip-sin-to-cos --shift 0 -o sd_time.npy
+      fastpe timestep --d-model 256 --t 0,0.5,999.25 --dtype float64
+      fastpe timestep --d-model 128 --from sigmas.npy --scale 1000
     """
     import numpy as np
 
@@ -138,11 +139,11 @@ def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period:
         raise click.UsageError(f"give exactly one of --steps, --t or --from{got}")
     n = steps if steps is not None else len(values) if values is not None else from_file.shape[0]
     dtype = dtype.lower()
-    path = output or default_path(f"timestep_{n}x{dim}.npy")
+    path = output or default_path(f"timestep_{n}x{d_model}.npy")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
     # the sizes before anything is allocated, --steps' own float64 timesteps included
-    check_size(path, (n, dim), dtype, transient=8 * n if steps is not None else 0)
+    check_size(path, (n, d_model), dtype, transient=8 * n if steps is not None else 0)
     if steps is not None:
         t = np.arange(steps, dtype=np.float64)
     else:
@@ -156,7 +157,7 @@ def timestep(ctx: click.Context, dim: int, steps, values, from_file, max_period:
             where = ctx.meta["fastpe.timestep.from"]
             raise click.BadParameter(f"{where!r}: {exc}", param_hint="'--from'") from None
     array, compute_s, write_s = write_npy(
-        path, lambda: fastpe.timestep(t, dim, max_period=max_period, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
+        path, lambda: fastpe.timestep(t, d_model, base=base, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
                                       scale=scale, dtype=dtype, backend=name)
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
