@@ -54,7 +54,8 @@ import numpy as np
 
 from . import _backends, _dtypes
 from ._plans.alibi import _SIG, FORMS, _slope_chain
-from ._validate import _short, check_choice, check_int, check_table_out
+from ._validate import _short, check_choice, check_int
+from .sinusoid import output_array
 
 __all__ = ["slopes", "bias", "FORMS", "MAX_HEADS", "MIN_BIAS", "MAX_BIAS", "MAX_LEN", "MAX_ELEMENTS"]
 
@@ -161,15 +162,17 @@ def _check_lengths(q_len, k_len, form: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------- public
 
 
-def slopes(n_heads, max_bias=8.0, *, dtype="float32") -> np.ndarray:
+def slopes(n_heads, max_bias=8.0, *, dtype=None, out=None) -> np.ndarray:
     """The ``n_heads`` ALiBi slopes, each the correctly rounded ``dtype`` of the exact real
     slope (see the module docstring for the rule): ``slopes(4)`` is
-    ``[0.25, 0.0625, 0.015625, 0.00390625]``.
+    ``[0.25, 0.0625, 0.015625, 0.00390625]``.  ``dtype`` and ``out`` (shape ``(n_heads,)``)
+    as in :func:`bias`; no ``backend``, as no kernel runs.
     """
     n_heads = _check_heads(n_heads)
     max_bias = _check_max_bias(max_bias)
-    dt = _dtypes.resolve(dtype)
-    return _round_slopes(n_heads, max_bias, _dtypes.format_of(dt)).astype(dt)
+    out = output_array(out, (n_heads,), dtype)
+    out[...] = _round_slopes(n_heads, max_bias, _dtypes.format_of(out.dtype)).astype(out.dtype)
+    return out
 
 
 def bias(
@@ -179,17 +182,18 @@ def bias(
     *,
     form="symmetric",
     max_bias=8.0,
-    dtype="float32",
+    dtype=None,
     out=None,
     backend=None,
 ) -> np.ndarray:
     """The ALiBi bias, an array ``(n_heads, q_len, k_len)`` to add to attention logits.
 
     ``k_len`` defaults to ``q_len``.  ``form``: ``"symmetric"`` (default), ``"causal"``,
-    ``"bloom"`` or ``"mpt"`` (see the module docstring).  ``dtype``: float32 (default),
-    float64, float16 or bfloat16, every value correctly rounded from the exact one.
-    ``out``, if given, must be a writable C-contiguous array of that dtype and shape; it is
-    filled in place and returned.  ``backend``: ``"numba"``, ``"cython"``, ``"python"`` or
+    ``"bloom"`` or ``"mpt"`` (see the module docstring).  ``dtype``: float32 (the default
+    without ``out``), float64, float16 or bfloat16, every value correctly rounded from the
+    exact one.  ``out``, if given, must be a writable C-contiguous array of that shape and a
+    dtype of those (``dtype=None`` means ``out``'s; another ``dtype`` beside it is refused);
+    it is filled in place and returned.  ``backend``: ``"numba"``, ``"cython"``, ``"python"`` or
     ``None`` (``$FASTPE_BACKEND``, else the fastest available); large outputs are filled in
     parallel.
 
@@ -200,17 +204,17 @@ def bias(
     form = check_choice("form", form, FORMS)
     q_len, k_len = _check_lengths(q_len, k_len, form)
     max_bias = _check_max_bias(max_bias)
-    dt = _dtypes.resolve(dtype)
     shape = (n_heads, q_len, k_len)
     if n_heads * q_len * k_len > MAX_ELEMENTS:
         raise ValueError(
             f"n_heads * q_len * k_len must be <= 2**40, got {n_heads} * {q_len} * {k_len}"
         )
     if out is None:
+        _dtypes.resolve(dtype)  # a bad dtype first, before a bad backend and the allocation
         _, module = _backends.resolve(backend)
-        out = np.empty(shape, dtype=dt)
+        out = output_array(None, shape, dtype)
     else:
-        check_table_out(out, shape, (dt,))
+        out = output_array(out, shape, dtype)
         _, module = _backends.resolve(backend)
     module.alibi_bias(n_heads=n_heads, max_bias=max_bias, form=form, out=out)
     return out

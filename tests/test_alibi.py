@@ -20,6 +20,7 @@ from fastpe import _backends, _dtypes, alibi
 from fastpe._plans import alibi as aplan
 from fastpe._exact.bias import alibi_distance, alibi_value
 from conftest import AVAILABLE, FAST
+from inputs import check_out_contract
 
 mpmath.mp.prec = 300
 
@@ -538,7 +539,7 @@ def test_out_is_filled_in_place(backend):
     "out, error, match",
     [
         (np.empty((3, 4, 5), np.float32), ValueError, r"out must have shape \(3, 4, 6\)"),
-        (np.empty((3, 4, 6), np.float64), TypeError, "out must have dtype float32"),
+        (np.empty((3, 4, 6), np.int8), TypeError, "out must have dtype float32, float64, float16"),
         (np.empty((3, 6, 4), np.float32).transpose(0, 2, 1), ValueError, "C-contiguous"),
         ([[[0.0]]], TypeError, "out must be a numpy.ndarray"),
     ],
@@ -546,6 +547,41 @@ def test_out_is_filled_in_place(backend):
 def test_bad_out(out, error, match):
     with pytest.raises(error, match=match):
         alibi.bias(3, 4, 6, out=out)
+
+
+def test_bias_out_contract(backend):
+    """out= as every fastpe out=: filled, returned, the no-out array's bits; dtype=None means
+    out's dtype, another dtype beside it is refused; nothing written when refused."""
+    for form in ("causal", "mpt"):
+        check_out_contract(lambda **kw: alibi.bias(3, 4, 6, form=form, backend=backend, **kw), other_dtype="float64",
+                           bad_input=lambda out: alibi.bias(3, 4, 6, form=form, max_bias=0.0, out=out))
+    out = np.empty((3, 4, 6), np.float16)
+    assert alibi.bias(3, 4, 6, out=out, backend=backend) is out
+    assert same_bits(out, alibi.bias(3, 4, 6, dtype="float16", backend=backend))
+
+
+def test_slopes_out_contract():
+    for n_heads, max_bias in ((1, 8.0), (12, 8.0), (7, 0.5)):
+        want = check_out_contract(lambda **kw: alibi.slopes(n_heads, max_bias, **kw), other_dtype="float64",
+                                  bad_input=lambda out: alibi.slopes(n_heads, -1.0, out=out))
+        assert want.dtype == np.float32 and want.shape == (n_heads,)
+    out = np.empty(4, _dtypes.resolve("bfloat16"))
+    assert alibi.slopes(4, out=out) is out
+    assert same_bits(out, alibi.slopes(4, dtype="bfloat16"))
+
+
+def test_one_vocabulary():
+    """bias and slopes take dtype=None and out=None; slopes runs no kernel and takes no backend."""
+    import inspect
+
+    bias = inspect.signature(alibi.bias).parameters
+    assert list(bias)[-3:] == ["dtype", "out", "backend"]
+    slopes = inspect.signature(alibi.slopes).parameters
+    assert list(slopes) == ["n_heads", "max_bias", "dtype", "out"]
+    for params in (bias, slopes):
+        assert params["dtype"].default is None and params["out"].default is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'backend'"):
+        alibi.slopes(4, backend="python")
 
 
 def test_read_only_out():
