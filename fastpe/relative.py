@@ -6,7 +6,7 @@
 
     relative.t5_bucket([-200, -1, 0, 1, 1000])         # [15, 1, 0, 17, 31]
     b = relative.t5_bucket_matrix(512)                  # (512, 512) int64, as T5's compute_bias
-    b = relative.t5_bucket_matrix(1, 513, bidirectional=False, query_offset=512)  # decoding step
+    b = relative.t5_bucket_matrix(1, 513, bidirectional=False, offset=512)  # decoding step
 
 What HF computes.  Half of the buckets (per direction) hold the small distances one each;
 the other half cover ``[max_exact, max_distance)`` logarithmically:
@@ -47,6 +47,7 @@ import numpy as np
 
 from . import _backends
 from ._validate import _short, check_int
+from .sinusoid import output_array
 
 __all__ = ["t5_bucket", "t5_bucket_matrix", "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
 
@@ -54,7 +55,7 @@ MAX_BUCKETS = 4096
 MAX_DISTANCE = 1 << 32
 #: query and key lengths of a bucket matrix
 MAX_LEN = 1 << 32
-#: query_offset bound: relative positions stay far inside int64
+#: offset bound: relative positions stay far inside int64
 MAX_OFFSET = 1 << 62
 MAX_ELEMENTS = 1 << 40
 
@@ -83,12 +84,20 @@ def _check_config(bidirectional, num_buckets, max_distance) -> tuple[bool, int, 
     return bidirectional, num_buckets, max_distance, n
 
 
+#: the bucket dtypes, the default first
+_INT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+
 def _check_int_dtype(dtype) -> np.dtype:
+    """``dtype`` as spelled for every fastpe ``dtype`` (a name in any case, a NumPy dtype or
+    scalar type): int64 or int32, in native byte order."""
+    if isinstance(dtype, str) and dtype.strip().lower() in ("int64", "int32"):
+        dtype = dtype.strip().lower()
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):  # ValueError: a malformed structured description
         raise TypeError(f"dtype must be int64 or int32, got {dtype!r}") from None
-    if dt not in (np.dtype(np.int64), np.dtype(np.int32)):
+    if dt not in _INT_DTYPES:
         # a byte-swapped int64 is named int64 too: show its code ('>i8') then
         shown = dt.name if dt.isnative else f"{dt.str!r} (not in native byte order)"
         raise TypeError(f"dtype must be int64 or int32, got {shown}")
@@ -130,25 +139,33 @@ def _check_relative(relative_position) -> np.ndarray:
     return arr.astype(np.int64, order="C", copy=False)  # keeps the shape, 0-d included
 
 
+def _output(out, shape, dtype, inputs=()) -> np.ndarray:
+    """The bucket array: ``out`` checked, else a new one (``dtype=None``: int64)."""
+    return output_array(out, shape, dtype, inputs, dtypes=_INT_DTYPES, default=np.int64, resolve=_check_int_dtype)
+
+
 # ---------------------------------------------------------------------------------- public
 
 
 def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_distance=128,
-              dtype=np.int64, backend=None) -> np.ndarray:
+              dtype=None, out=None, backend=None) -> np.ndarray:
     """HF T5's bucket of each relative position (memory position minus query position).
 
     ``relative_position``: integers of any shape (a list, a NumPy array, a CPU tensor).
-    Returns an array of the same shape, ``int64`` as HF's (``dtype=np.int32`` on request),
-    equal to ``T5Attention._relative_position_bucket`` of the same arguments.
+    Returns an array of the same shape, ``int64`` as HF's (``dtype="int32"`` on request),
+    equal to ``T5Attention._relative_position_bucket`` of the same arguments.  ``out``, if
+    given (int64 or int32, that shape, C-contiguous, writable, not sharing memory with
+    ``relative_position``), is filled and returned; ``dtype=None`` means its dtype.
     ``bidirectional=False`` is T5's decoder: positive positions (the future) share bucket 0.
     ``num_buckets >= 4`` (``>= 2`` unidirectional) and ``max_distance`` greater than
     ``max_exact`` (a quarter of ``num_buckets`` bidirectional, half unidirectional).
     """
     bidirectional, num_buckets, max_distance, _ = _check_config(bidirectional, num_buckets, max_distance)
-    dt = _check_int_dtype(dtype)
+    if dtype is not None:
+        _check_int_dtype(dtype)  # a bad dtype is named before a bad relative_position
     rel = _check_relative(relative_position)
+    out = _output(out, rel.shape, dtype, [("relative_position", relative_position), ("relative_position", rel)])
     _, module = _backends.resolve(backend)
-    out = np.empty(rel.shape, dtype=dt)
     if rel.size:
         module.t5_bucket(relative_position=rel.reshape(-1), bidirectional=bidirectional,
                          num_buckets=num_buckets, max_distance=max_distance, out=out.reshape(-1))
@@ -156,23 +173,23 @@ def t5_bucket(relative_position, *, bidirectional=True, num_buckets=32, max_dist
 
 
 def t5_bucket_matrix(q_len, k_len=None, *, bidirectional=True, num_buckets=32, max_distance=128,
-                     query_offset=0, dtype=np.int64, backend=None) -> np.ndarray:
-    """The ``(q_len, k_len)`` buckets of ``j - (i + query_offset)``, as T5's ``compute_bias``.
+                     offset=0, dtype=None, out=None, backend=None) -> np.ndarray:
+    """The ``(q_len, k_len)`` buckets of ``j - (i + offset)``, as T5's ``compute_bias``.
 
-    ``k_len`` defaults to ``q_len``; ``query_offset`` is the position of the first query (the
+    ``k_len`` defaults to ``q_len``; ``offset`` is the position of the first query (the
     tokens already in the cache when decoding).  Equal to
-    ``t5_bucket(np.arange(k_len)[None, :] - np.arange(q_len)[:, None] - query_offset, ...)``,
-    filled by a kernel (in parallel when large) without building the positions.
+    ``t5_bucket(np.arange(k_len)[None, :] - np.arange(q_len)[:, None] - offset, ...)``,
+    filled by a kernel (in parallel when large) without building the positions.  ``dtype``
+    and ``out`` as in :func:`t5_bucket`.
     """
     bidirectional, num_buckets, max_distance, _ = _check_config(bidirectional, num_buckets, max_distance)
     q_len = check_int("q_len", q_len, low=1, high=MAX_LEN)
     k_len = q_len if k_len is None else check_int("k_len", k_len, low=1, high=MAX_LEN)
-    query_offset = check_int("query_offset", query_offset, low=0, high=MAX_OFFSET)
+    offset = check_int("offset", offset, low=0, high=MAX_OFFSET)
     if q_len * k_len > MAX_ELEMENTS:
         raise ValueError(f"q_len * k_len must be <= 2**40, got {q_len} * {k_len}")
-    dt = _check_int_dtype(dtype)
+    out = _output(out, (q_len, k_len), dtype)
     _, module = _backends.resolve(backend)
-    out = np.empty((q_len, k_len), dtype=dt)
-    module.t5_bucket_matrix(query_offset=query_offset, bidirectional=bidirectional,
+    module.t5_bucket_matrix(query_offset=offset, bidirectional=bidirectional,
                             num_buckets=num_buckets, max_distance=max_distance, out=out)
     return out

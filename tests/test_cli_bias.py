@@ -130,7 +130,7 @@ def test_t5_default_name_values_and_summary(in_tmp):
     m = ok(run("t5-buckets", "--q-len", 6))
     assert m["path"] == "t5_buckets_6x6.npy" and os.listdir(in_tmp) == [m["path"]]
     assert (m["dtype"], m["shape"]) == ("int64", "6, 6")
-    assert m["what"] == "T5 buckets bidirectional, num_buckets 32, max_distance 128, query_offset 0"
+    assert m["what"] == "T5 buckets bidirectional, num_buckets 32, max_distance 128, offset 0"
     assert same_bits(np.load(m["path"]), relative.t5_bucket_matrix(6, backend=DEFAULT))
 
 
@@ -139,9 +139,9 @@ T5_OPTIONS = [
     (["--unidirectional"], {"bidirectional": False}),
     (["--num-buckets", 16], {"num_buckets": 16}),
     (["--max-distance", 9], {"max_distance": 9}),
-    (["--query-offset", 20, "--k-len", 30, "--unidirectional"], {"query_offset": 20, "k_len": 30, "bidirectional": False}),
-    (["--num-buckets", 36, "--max-distance", 50, "--unidirectional", "--k-len", 40, "--query-offset", 35],
-     {"num_buckets": 36, "max_distance": 50, "bidirectional": False, "k_len": 40, "query_offset": 35}),
+    (["--offset", 20, "--k-len", 30, "--unidirectional"], {"offset": 20, "k_len": 30, "bidirectional": False}),
+    (["--num-buckets", 36, "--max-distance", 50, "--unidirectional", "--k-len", 40, "--offset", 35],
+     {"num_buckets": 36, "max_distance": 50, "bidirectional": False, "k_len": 40, "offset": 35}),
 ]
 
 
@@ -156,9 +156,9 @@ def test_t5_options_reach_the_library(in_tmp, cli, kwargs):
 
 
 def test_t5_summary_and_backend(in_tmp):
-    m = ok(run("t5-buckets", "--q-len", 1, "--k-len", 7, "--unidirectional", "--query-offset", 6,
+    m = ok(run("t5-buckets", "--q-len", 1, "--k-len", 7, "--unidirectional", "--offset", 6,
                "--backend", "python", "-o", "d.npy"))
-    assert m["what"] == "T5 buckets unidirectional, num_buckets 32, max_distance 128, query_offset 6"
+    assert m["what"] == "T5 buckets unidirectional, num_buckets 32, max_distance 128, offset 6"
     assert m["backend"] == "python" and m["shape"] == "1, 7"
     assert np.load("d.npy").tolist() == [[6, 5, 4, 3, 2, 1, 0]]
 
@@ -170,7 +170,7 @@ T5_ERRORS = [
     (["--q-len", 4, "--num-buckets", 3], "num_buckets must be >= 4"),
     (["--q-len", 4, "--num-buckets", 1, "--unidirectional"], "'--num-buckets'"),
     (["--q-len", 4, "--max-distance", 8], "max_distance must be greater than max_exact = 8"),
-    (["--q-len", 4, "--query-offset", -1], "'--query-offset'"),
+    (["--q-len", 4, "--offset", -1], "'--offset'"),
     (["--q-len", 4, "--num-buckets", 5000], "'--num-buckets'"),
     (["--q-len", 4, "-o", "t.npz"], "does not end in .npy"),
     (["--q-len", 1 << 21, "--k-len", 1 << 20], "must be <= 2**40"),

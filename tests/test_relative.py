@@ -15,6 +15,7 @@ import pytest
 from fastpe import relative
 from fastpe._plans import t5 as t5plan
 from conftest import AVAILABLE, FAST
+from inputs import check_out_contract
 
 torch = pytest.importorskip("torch")
 t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
@@ -241,16 +242,16 @@ def _hf_compute_bias(q_len, k_len, bidirectional, num_buckets, max_distance, pas
     (7, 7, True, 0), (5, 9, True, 0), (9, 5, True, 0), (1, 300, False, 299), (4, 200, False, 196), (3, 3, False, 0),
 ])
 def test_matrix_equals_hf_compute_bias(q_len, k_len, bidirectional, offset, backend):
-    got = relative.t5_bucket_matrix(q_len, k_len, bidirectional=bidirectional, query_offset=offset, backend=backend)
+    got = relative.t5_bucket_matrix(q_len, k_len, bidirectional=bidirectional, offset=offset, backend=backend)
     assert got.shape == (q_len, k_len) and got.dtype == np.int64
     np.testing.assert_array_equal(got, _hf_compute_bias(q_len, k_len, bidirectional, 32, 128, offset))
 
 
 def test_matrix_equals_buckets_of_the_positions(backend):
-    for kwargs in (dict(), dict(bidirectional=False, query_offset=40), dict(num_buckets=36, max_distance=50),
-                   dict(query_offset=2**62, bidirectional=False)):
+    for kwargs in (dict(), dict(bidirectional=False, offset=40), dict(num_buckets=36, max_distance=50),
+                   dict(offset=2**62, bidirectional=False)):
         got = relative.t5_bucket_matrix(6, 11, backend=backend, **kwargs)
-        offset = kwargs.pop("query_offset", 0)
+        offset = kwargs.pop("offset", 0)
         rel = np.arange(11)[None, :] - (np.arange(6)[:, None] + offset)
         np.testing.assert_array_equal(got, relative.t5_bucket(rel, backend="python", **kwargs))
     small = relative.t5_bucket_matrix(6, dtype=np.int32, backend=backend)
@@ -277,7 +278,7 @@ def test_large_matrix_takes_the_parallel_path(monkeypatch):
         monkeypatch.setattr(_cython, "_run_blocks", lambda run, blocks: (calls.append("cython"), run_blocks(run, blocks)))
     want = hf(np.arange(1600)[None, :] - np.arange(1500)[:, None] - 100, True, 32, 128)
     for backend in FAST:
-        got = relative.t5_bucket_matrix(1500, 1600, query_offset=100, backend=backend)
+        got = relative.t5_bucket_matrix(1500, 1600, offset=100, backend=backend)
         np.testing.assert_array_equal(got, want)
         flat = relative.t5_bucket(np.arange(1600)[None, :] - np.arange(1500)[:, None] - 100, backend=backend)
         np.testing.assert_array_equal(flat, want)
@@ -334,8 +335,9 @@ def test_bad_bucket_arguments(rel, kwargs, error, match):
         ((0,), {}, ValueError, "q_len must be >= 1"),
         ((4, 0), {}, ValueError, "k_len must be >= 1"),
         ((4.0,), {}, TypeError, "q_len must be an integer"),
-        ((4,), dict(query_offset=-1), ValueError, "query_offset must be >= 0"),
-        ((4,), dict(query_offset=2**62 + 1), ValueError, "query_offset must be <="),
+        ((4,), dict(offset=-1), ValueError, "offset must be >= 0"),
+        ((4,), dict(offset=2**62 + 1), ValueError, "offset must be <="),
+        ((4,), dict(offset=True), TypeError, "offset must be an integer"),
         ((2**21, 2**20), {}, ValueError, r"q_len \* k_len must be <= 2\*\*40"),
         ((4,), dict(num_buckets=2), ValueError, "num_buckets must be >= 4"),
         ((4,), dict(dtype=bool), TypeError, "dtype must be int64 or int32"),
@@ -344,6 +346,59 @@ def test_bad_bucket_arguments(rel, kwargs, error, match):
 def test_bad_matrix_arguments(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         relative.t5_bucket_matrix(*args, **kwargs)
+
+
+# ------------------------------------------------------------------------------ out= and the keywords
+
+
+def test_bucket_out_contract(backend):
+    rel = np.arange(-300, 300, 6).reshape(4, -1)
+    for kwargs in (dict(), dict(bidirectional=False, num_buckets=36, max_distance=50)):
+        want = check_out_contract(
+            lambda **kw: relative.t5_bucket(rel, backend=backend, **kwargs, **kw),
+            other_dtype=np.int32, bad_dtype=np.float32,
+            alias=lambda out: relative.t5_bucket(out, out=out),
+            bad_input=lambda out: relative.t5_bucket(rel.astype(np.float64), out=out),
+        )
+        assert want.dtype == np.int64
+    # any shape, 0-d included; the input is never modified
+    zero_d = np.empty((), np.int32)
+    assert relative.t5_bucket(np.int64(-5), out=zero_d, backend=backend) is zero_d
+    assert zero_d == relative.t5_bucket(-5, backend=backend)
+    flat = np.arange(20, dtype=np.int64)
+    with pytest.raises(ValueError, match="out must not share memory with relative_position"):
+        relative.t5_bucket(flat[:10], out=flat[5:15])
+    assert np.array_equal(flat, np.arange(20))
+
+
+def test_matrix_out_contract(backend):
+    for kwargs in (dict(), dict(bidirectional=False, offset=40), dict(offset=2**62, bidirectional=False)):
+        check_out_contract(
+            lambda **kw: relative.t5_bucket_matrix(5, 9, backend=backend, **kwargs, **kw),
+            other_dtype="int32", bad_dtype=np.float64,
+            bad_input=lambda out: relative.t5_bucket_matrix(5, 9, offset=-1, out=out),
+        )
+
+
+def test_dtype_spellings():
+    """dtype is spelled as every fastpe dtype: a name in any case, a NumPy dtype or scalar type."""
+    want = relative.t5_bucket_matrix(4, 6, dtype=np.int32)
+    for spelling in ("int32", " INT32 ", np.dtype(np.int32), np.int32, "i4"):
+        got = relative.t5_bucket_matrix(4, 6, dtype=spelling)
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert relative.t5_bucket([1], dtype="Int64").dtype == np.int64
+
+
+def test_one_vocabulary():
+    import inspect
+
+    for fn in (relative.t5_bucket, relative.t5_bucket_matrix):
+        params = inspect.signature(fn).parameters
+        assert list(params)[-3:] == ["dtype", "out", "backend"]
+        assert params["dtype"].default is None and params["out"].default is None
+    assert inspect.signature(relative.t5_bucket_matrix).parameters["offset"].default == 0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'query_offset'"):
+        relative.t5_bucket_matrix(4, query_offset=2)
 
 
 def test_lazy_attribute():

@@ -40,7 +40,7 @@ def _offset(value):
     from .._validate import check_int
     from ..relative import MAX_OFFSET
 
-    return check_int("query_offset", value, low=0, high=MAX_OFFSET)
+    return check_int("offset", value, low=0, high=MAX_OFFSET)
 
 
 def _output(ctx, param, value):
@@ -60,8 +60,8 @@ def _output(ctx, param, value):
               help="Distances from D on share the last bucket.")
 @click.option("--unidirectional", is_flag=True,
               help="T5's decoder (causal) buckets: future positions share bucket 0.")
-@click.option("--query-offset", "query_offset", type=int, default=0, show_default=True,
-              callback=_checked("query_offset", _offset), metavar="P",
+@click.option("--offset", "offset", type=int, default=0, show_default=True,
+              callback=_checked("offset", _offset), metavar="P",
               help="Position of the first query (tokens already in the cache when decoding).")
 @options.backend_opt
 @click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
@@ -69,11 +69,11 @@ def _output(ctx, param, value):
               "atomically. Default: t5_buckets_<L>x<K>.npy in the current directory.")
 @click.pass_context
 def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_distance: int, unidirectional: bool,
-               query_offset: int, backend, output) -> None:
+               offset: int, backend, output) -> None:
     """Write the T5 bucket of every (query i, key j): an (L, K) int64 array.
 
     Exactly fastpe.relative.t5_bucket_matrix(L, K, bidirectional=not --unidirectional,
-    num_buckets=N, max_distance=D, query_offset=P), i.e. HF's
+    num_buckets=N, max_distance=D, offset=P), i.e. HF's
     T5Attention._relative_position_bucket of j - (i + P).  Prints one summary line
     (-q: nothing).  The file is written atomically; on any error (or Ctrl-C) no file is
     left and an existing one is kept.
@@ -81,7 +81,7 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
     \b
     Examples:
       fastpe t5-buckets --q-len 512 -o t5_buckets.npy
-      fastpe t5-buckets --q-len 1 --k-len 513 --query-offset 512 --unidirectional
+      fastpe t5-buckets --q-len 1 --k-len 513 --offset 512 --unidirectional
     """
     from .. import _backends
     from .. import relative
@@ -92,11 +92,11 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
         name, _ = _backends.resolve(backend)  # to report which backend ran
     array, compute_s, write_s = write_npy(
         path, lambda: relative.t5_bucket_matrix(q_len, k, bidirectional=not unidirectional, num_buckets=num_buckets,
-                                                max_distance=max_distance, query_offset=query_offset, backend=name),
+                                                max_distance=max_distance, offset=offset, backend=name),
         # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything
         shape=(q_len, k) if q_len * k <= relative.MAX_ELEMENTS else None, dtype="int64",
     )
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = (f"T5 buckets {'unidirectional' if unidirectional else 'bidirectional'}, num_buckets {num_buckets}, "
-                f"max_distance {max_distance}, query_offset {query_offset}")
+                f"max_distance {max_distance}, offset {offset}")
         click.echo(summary(path, array, what, name, compute_s, write_s))
