@@ -284,14 +284,15 @@ class RotaryEmbedding(nn.Module):
         sin_t = torch.from_numpy(sin).to(device=device, dtype=dtype)
         return cos_t, sin_t
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions=None, *, offset=None, seq_len=None):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions=None, *, offset=0, seq_len=None):
         """Rotate ``q`` and ``k`` by RoPE at ``positions``; return ``(q_rotated, k_rotated)``.
 
         Shapes, as :func:`fastpe.rope.apply_qk_`: ``(batch, heads, seq, head_dim)`` with
         ``positions`` ``(seq,)`` or ``(batch, seq)``, or ``(tokens, heads, head_dim)`` with
         ``(tokens,)``; ``q`` and ``k`` may differ in their head counts only.  ``positions``:
         integers in ``[0, 2**32)`` -- a tensor on any device, an array or a list; or
-        ``None`` with ``offset`` for ``offset, offset + 1, ...`` (both ``None``: from 0).
+        ``None`` for ``offset, offset + 1, ...`` (``offset`` 0 by default; a non-zero
+        ``offset`` beside ``positions`` is a ValueError, as in :func:`fastpe.rope.apply_`).
         ``seq_len``: the length dynamic NTK and LongRoPE see (default: the largest position
         plus one, as HF's forward pass).  See the class notes for which path runs and
         whether the inputs are modified.
@@ -299,10 +300,11 @@ class RotaryEmbedding(nn.Module):
         _check_tensor("q", q)
         _check_tensor("k", k)
         n_seq = _check_qk(q, k, self.head_dim)
-        if positions is not None and offset is not None:
-            raise TypeError("pass positions or offset, not both")
+        offset = _as_index("offset", offset)
+        if positions is not None and offset:
+            raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
         if positions is None:
-            start = check_offset(_as_index("offset", 0 if offset is None else offset), n_seq)
+            start = check_offset(offset, n_seq)
             pos = np.arange(start, start + n_seq, dtype=np.int64)
         else:
             shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))

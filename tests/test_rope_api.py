@@ -22,6 +22,7 @@ import pytest
 
 from fastpe import rope
 from conftest import fastpe_env
+from inputs import check_out_contract
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
@@ -312,6 +313,12 @@ BAD_APPLY = [
     pytest.param({"positions": None, "offset": np.array([1])}, TypeError, "^offset must be an integer", id="offset-array"),
     pytest.param({"positions": None, "offset": 10**400}, ValueError, r"^offset \+ seq must be <= 2\*\*32",
                  id="offset-huge"),
+    pytest.param({"positions": None, "offset": None}, TypeError, "^offset must be an integer, got NoneType",
+                 id="offset-none"),
+    pytest.param({"offset": 3}, ValueError, r"^give positions or offset, not both \(got positions and offset=3\)",
+                 id="offset-and-positions"),
+    pytest.param({"offset": -1}, ValueError, "^offset must be >= 0", id="offset-negative-beside-positions"),
+    pytest.param({"offset": 1.0}, TypeError, "^offset must be an integer", id="offset-float-beside-positions"),
     pytest.param({"seq_len": np.array([5])}, TypeError, "^seq_len must be an integer", id="seq-len-array"),
     pytest.param({"seq_len": 10**400}, ValueError, "^seq_len must be <=", id="seq-len-huge"),
     pytest.param({"scaling": {**longrope(8), "long_factor": [1e-5] + [1.0] * 7}, "seq_len": 100}, ValueError,
@@ -465,6 +472,138 @@ def test_permuted_weights_give_the_same_attention_scores(core, rotary_dim):
 def test_permute_bad_input(args, kwargs, exc, message):
     with pytest.raises(exc, match=message):
         rope.permute_qk_weight(*args, **kwargs)
+
+
+# ================================================================================ out= and the keywords
+
+
+def test_cos_sin_out_is_a_pair_filled_and_returned(core, backend):
+    positions = np.array([0, 3, 17, 4_000_000_000], dtype=np.uint32)
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        if dtype == "bfloat16":
+            pytest.importorskip("ml_dtypes")
+        want = rope.cos_sin(positions, 16, scaling=YARN, dtype=dtype, layout="gptj", backend=backend)
+        out = (np.full_like(want[0], 7), np.full_like(want[1], 7))
+        got = rope.cos_sin(positions, 16, scaling=YARN, layout="gptj", out=out, backend=backend)
+        assert got is out
+        assert same_bits(out[0], want[0]) and same_bits(out[1], want[1])
+        listed = [np.empty_like(want[0]), np.empty_like(want[1])]
+        assert rope.cos_sin(positions, 16, scaling=YARN, layout="gptj", dtype=dtype, out=listed,
+                            backend=backend) is listed
+        assert same_bits(listed[0], want[0]) and same_bits(listed[1], want[1])
+    assert rope.cos_sin(positions, 16)[0].dtype == np.float32  # dtype=None without out: float32
+
+
+def _pair(shape=(3, 16), dtype=np.float32):
+    return np.full(shape, 7, dtype), np.full(shape, 7, dtype)
+
+
+def _strided():
+    return np.full((3, 32), 7, np.float32)[:, ::2]
+
+
+def _read_only():
+    a = np.full((3, 16), 7, np.float32)
+    a.setflags(write=False)
+    return a
+
+
+BAD_COS_SIN_OUT = [
+    pytest.param(lambda: np.empty((3, 16), np.float32), {}, TypeError, r"^out must be a pair \(cos, sin\)",
+                 id="one-array"),
+    pytest.param(lambda: (np.empty((3, 16), np.float32),), {}, TypeError, "^out must be a pair", id="one-item"),
+    pytest.param(lambda: (_pair()[0], _pair((3, 8))[1]), {}, ValueError, r"^out\[1\] must have shape \(3, 16\)",
+                 id="shape"),
+    pytest.param(lambda: _pair(dtype=np.int32), {}, TypeError, r"^out\[0\] must have dtype float32", id="dtype"),
+    pytest.param(lambda: (_pair()[0], _pair(dtype=np.float64)[1]), {}, ValueError,
+                 r"^out\[0\] and out\[1\] must have one dtype, got float32 and float64", id="two-dtypes"),
+    pytest.param(lambda: _pair(), {"dtype": "float64"}, ValueError,
+                 r"^dtype is float64 but out\[0\] has dtype float32", id="dtype-conflict"),
+    pytest.param(lambda: (_strided(), _pair()[1]), {}, ValueError, r"^out\[0\] must be C-contiguous", id="strided"),
+    pytest.param(lambda: (_pair()[0], _read_only()), {}, ValueError, r"^out\[1\] is read-only", id="read-only"),
+    pytest.param(lambda: [_pair()[0].tolist(), _pair()[1]], {}, TypeError, r"^out\[0\] must be a numpy.ndarray",
+                 id="list-item"),
+    pytest.param(lambda: (lambda a: (a, a))(_pair()[0]), {}, ValueError,
+                 r"^out\[0\] must not share memory with out\[1\]", id="same-array"),
+    pytest.param(lambda: _pair(), {"layout": "hf"}, ValueError, "^layout", id="bad-layout"),
+    pytest.param(lambda: _pair(), {"positions": [0, -1, 2]}, ValueError, "^positions must be >= 0", id="bad-positions"),
+]
+
+
+@pytest.mark.parametrize("make, kwargs, exc, message", BAD_COS_SIN_OUT)
+def test_cos_sin_bad_out_writes_nothing(core, make, kwargs, exc, message):
+    out = make()
+    before = [np.array(a, copy=True) for a in out] if isinstance(out, (tuple, list)) else None
+    kwargs = dict(kwargs)
+    positions = kwargs.pop("positions", [0, 1, 2])
+    with pytest.raises(exc, match=message):
+        rope.cos_sin(positions, 16, out=out, **kwargs)
+    if before is not None:
+        assert all(np.array_equal(np.asarray(a), b) for a, b in zip(out, before))
+
+
+def test_cos_sin_out_must_not_hold_the_positions(core):
+    cos, sin = _pair((4, 16), np.float64)
+    cos.reshape(-1)[:4] = [0, 1, 2, 3]
+    before = cos.copy()
+    with pytest.raises(ValueError, match=r"^out\[0\] must not share memory with positions"):
+        rope.cos_sin(cos.reshape(-1)[:4], 16, out=(cos, sin))
+    assert same_bits(cos, before)
+
+
+def test_inv_freq_out(core):
+    check_out_contract(lambda **kw: rope.inv_freq(32, scaling=LLAMA3, base=5e5, **kw)[0], bad_dtype=np.float32,
+                       bad_input=lambda out: rope.inv_freq(32, scaling={"rope_type": "ntk"}, out=out))
+    out = np.empty(8)
+    got, attention = rope.inv_freq(16, scaling=YARN, out=out)
+    want, want_attention = rope.inv_freq(16, scaling=YARN)
+    assert got is out and same_bits(out, want) and attention == want_attention
+    with pytest.raises(ValueError, match=r"^out must have shape \(4,\)"):
+        rope.inv_freq(16, rotary_dim=8, out=np.empty(8))  # rotary_dim / 2 frequencies
+
+
+def test_permute_qk_weight_out(core):
+    w = rand(24, 5)
+    check_out_contract(lambda **kw: rope.permute_qk_weight(w, 3, to="gptj", **kw), bad_dtype=np.float64,
+                       alias=lambda out: rope.permute_qk_weight(out, 3, to="gptj", out=out),
+                       bad_input=lambda out: rope.permute_qk_weight(w, 5, to="gptj", out=out))
+    bias = rand(24).astype(np.float16)
+    out = np.empty_like(bias)
+    assert rope.permute_qk_weight(bias, 3, rotary_dim=4, to="neox", out=out) is out
+    assert same_bits(out, rope.permute_qk_weight(bias, 3, rotary_dim=4, to="neox"))
+
+
+def test_permute_qk_weight_out_of_a_tensor(core):
+    torch = pytest.importorskip("torch")
+    w = torch.randn(24, 5)
+    out = torch.full((24, 5), 7.0)
+    assert rope.permute_qk_weight(w, 3, to="gptj", out=out) is out
+    assert torch.equal(out, rope.permute_qk_weight(w, 3, to="gptj"))
+    for bad, exc, message in ((np.empty((24, 5), np.float32), TypeError, "^out must be a torch tensor"),
+                              (torch.full((24, 5), 7.0, dtype=torch.float64), TypeError, "^out must have dtype"),
+                              (torch.full((24, 6), 7.0), ValueError, r"^out must have shape \(24, 5\)"),
+                              (torch.full((5, 24), 7.0).t(), ValueError, "^out must be C-contiguous"),
+                              (torch.full((24, 5), 7.0, requires_grad=True), ValueError, "^out requires grad"),
+                              (w, ValueError, "^out must not share memory with w")):
+        before = torch.as_tensor(bad).clone() if isinstance(bad, torch.Tensor) else None
+        with pytest.raises(exc, match=message):
+            rope.permute_qk_weight(w, 3, to="gptj", out=bad)
+        if before is not None:
+            assert torch.equal(bad.detach(), before.detach())
+
+
+def test_one_vocabulary():
+    """dtype=None, out=None, backend last; offset an int 0; no backend where no kernel runs."""
+    import inspect
+
+    params = inspect.signature(rope.cos_sin).parameters
+    assert list(params)[-3:] == ["dtype", "out", "backend"]
+    assert params["dtype"].default is None and params["out"].default is None
+    for fn in (rope.apply_, rope.apply_qk_):
+        assert inspect.signature(fn).parameters["offset"].default == 0
+    for fn in (rope.inv_freq, rope.permute_qk_weight):
+        params = inspect.signature(fn).parameters
+        assert params["out"].default is None and "backend" not in params and "dtype" not in params
 
 
 # ================================================================================ imports

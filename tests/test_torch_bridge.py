@@ -612,8 +612,10 @@ def test_rotary_bad_construction(kwargs, exc, message):
                      "positions must have shape", id="positions-shape"),
         pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.tensor([0, -1, 2]),), {}, ValueError,
                      "positions must be >= 0", id="negative"),
-        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {"offset": 1}, TypeError,
-                     "not both", id="both"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {"offset": 1}, ValueError,
+                     r"^give positions or offset, not both \(got positions and offset=1\)", id="both"),
+        pytest.param(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8), (), {"offset": None}, TypeError,
+                     "^offset must be an integer", id="offset-none"),
         pytest.param(torch.zeros(1, 2, 3, 8, dtype=torch.int32), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {},
                      TypeError, "q must be a floating-point tensor", id="int-q"),
         pytest.param(np.zeros((1, 2, 3, 8), np.float32), torch.zeros(1, 1, 3, 8), (torch.arange(3),), {},
@@ -628,6 +630,21 @@ def test_rotary_bad_forward(q, k, args, kwargs, exc, message):
         RotaryEmbedding(8)(q, k, *args, **kwargs)
     if q0 is not None:
         assert torch.equal(q, q0)
+
+
+def test_rotary_offset_is_an_int_as_in_fastpe_rope():
+    """offset=0 by default, beside positions too (only a non-zero one contradicts them)."""
+    import inspect
+
+    assert inspect.signature(RotaryEmbedding.forward).parameters["offset"].default == 0
+    module = RotaryEmbedding(8)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 1, 3, 8)
+    want = module(q.clone(), k.clone(), torch.arange(3))
+    for kwargs in ({"offset": 0}, {"offset": torch.tensor(0)}):
+        got = module(q.clone(), k.clone(), torch.arange(3), **kwargs)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    got = module(q.clone(), k.clone())
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_rotary_shared_memory_is_refused():

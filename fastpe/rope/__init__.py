@@ -71,12 +71,14 @@ def inv_freq(
     scaling=None,
     seq_len=None,
     max_position_embeddings=None,
+    out=None,
 ) -> tuple[np.ndarray, float]:
     """RoPE inverse frequencies and attention factor, as HF transformers defines them.
 
-    Returns ``(inv_freq, attention_factor)``: a new float64 array of length
-    ``rotary_dim / 2`` (radians per position; pair ``i`` rotates by ``p * inv_freq[i]``)
-    and the factor HF multiplies cos and sin by (1 except for yarn and longrope).
+    Returns ``(inv_freq, attention_factor)``: a float64 array of length ``rotary_dim / 2``
+    (radians per position; pair ``i`` rotates by ``p * inv_freq[i]``) -- a new one, or
+    ``out`` filled -- and the factor HF multiplies cos and sin by (1 except for yarn and
+    longrope).  No ``backend``: no kernel runs.
 
     Parameters
     ----------
@@ -99,6 +101,9 @@ def inv_freq(
         The model config's field of that name: needed by dynamic, the default for
         ``original_max_position_embeddings`` (yarn, llama3, longrope) and longrope's
         default factor.
+    out:
+        ``None``, or a writable C-contiguous float64 array of shape ``(rotary_dim / 2,)``,
+        filled and returned as the first item.
 
     Raises
     ------
@@ -113,7 +118,16 @@ def inv_freq(
     """
     spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                    max_position_embeddings=max_position_embeddings)
-    return _scaling.compute(spec, _scaling.check_seq_len(seq_len))
+    seq_len = _scaling.check_seq_len(seq_len)
+    if out is None:
+        return _scaling.compute(spec, seq_len)
+    from ..sinusoid import output_array
+
+    out = output_array(out, (spec.rotary_dim // 2,), None, dtypes=(np.float64,), default=np.float64,
+                       resolve=None)
+    inv, attention = _scaling.compute(spec, seq_len)
+    out[...] = inv
+    return out, attention
 
 
 # ------------------------------------------------------------------------ composition
@@ -164,41 +178,60 @@ def cos_sin(
     seq_len=None,
     max_position_embeddings=None,
     layout: str = "neox",
-    dtype=np.float32,
+    dtype=None,
+    out=None,
     backend: str | None = None,
 ):
     """The cos and sin caches of ``positions``, each ``(len(positions), rotary_dim)``.
 
     Values are ``attention_factor * cos(p * inv_freq[i])`` (and sin), laid out as HF does
     for ``layout="neox"`` (``[f_0 .. f_{n-1}, f_0 .. f_{n-1}]``) or interleaved for
-    ``"gptj"`` (``f_0, f_0, f_1, f_1, ...``).  With ``dtype=np.float32`` every value is
-    within 1 float32 ULP of the exact value for the float64 ``inv_freq`` of :func:`inv_freq`;
-    ``np.float64`` gives the doubles the kernels round from (absolute error below
-    ``2**-45 * attention_factor``); ``"float16"`` and ``"bfloat16"`` the correctly rounded
-    values.  ``positions``: 1-D integers in ``[0, 2**32)``.
+    ``"gptj"`` (``f_0, f_0, f_1, f_1, ...``).  With ``dtype="float32"`` (the default
+    without ``out``) every value is within 1 float32 ULP of the exact value for the float64
+    ``inv_freq`` of :func:`inv_freq`; ``"float64"`` gives the doubles the kernels round from
+    (absolute error below ``2**-45 * attention_factor``); ``"float16"`` and ``"bfloat16"``
+    the correctly rounded values.  ``positions``: 1-D integers in ``[0, 2**32)``.
+    ``out``: ``None`` or a pair ``(cos, sin)`` of writable C-contiguous arrays of the output
+    shape and one dtype (``dtype=None`` means theirs), apart in memory from each other and
+    from ``positions``; they are filled and ``out`` is returned.
     ``seq_len=None`` means ``max(positions) + 1`` (see the module notes).  Other arguments
     as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.
     """
     spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                    max_position_embeddings=max_position_embeddings)
-    dtype = _check_dtype(dtype)
+    from .. import _dtypes
     from .._validate import check_layout, check_positions
 
+    if dtype is not None:
+        _dtypes.resolve(dtype)  # a bad dtype is named before the positions
     check_layout(layout)  # before allocating the outputs
     pos = check_positions(positions)
+    out_cos, out_sin = _cos_sin_out(out, (pos.shape[0], spec.rotary_dim), dtype, positions, pos)
     if seq_len is None and _scaling.uses_seq_len(spec):
         seq_len = int(pos.max()) + 1 if pos.size else 0
     inv, attention = _scaling.compute(spec, _scaling.check_seq_len(seq_len))
-    out_cos = np.empty((pos.shape[0], spec.rotary_dim), dtype=dtype)
-    out_sin = np.empty_like(out_cos)
-    return _load_core().cos_sin_from_inv_freq(pos, inv, attention, layout=layout, out_cos=out_cos,
-                                              out_sin=out_sin, backend=backend)
+    caches = _load_core().cos_sin_from_inv_freq(pos, inv, attention, layout=layout, out_cos=out_cos,
+                                                out_sin=out_sin, backend=backend)
+    return caches if out is None else out
 
 
-def _check_dtype(dtype) -> np.dtype:
-    from .. import _dtypes
+def _cos_sin_out(out, shape, dtype, positions, pos):
+    """``cos_sin``'s two arrays: ``out``'s, checked, or new ones."""
+    from ..sinusoid import output_array
 
-    return _dtypes.resolve(dtype)
+    if out is None:
+        cos = output_array(None, shape, dtype)
+        return cos, np.empty_like(cos)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"out must be a pair (cos, sin) of arrays, got {type(out).__name__}")
+    inputs = [("positions", positions), ("positions", pos)]
+    cos = output_array(out[0], shape, dtype, inputs, name="out[0]")
+    sin = output_array(out[1], shape, dtype, inputs, name="out[1]")
+    if sin.dtype != cos.dtype:
+        raise ValueError(f"out[0] and out[1] must have one dtype, got {cos.dtype.name} and {sin.dtype.name}")
+    if np.may_share_memory(cos, sin):
+        raise ValueError("out[0] must not share memory with out[1]")
+    return cos, sin
 
 
 def apply_(
@@ -210,7 +243,7 @@ def apply_(
     rotary_dim=None,
     base=None,
     scaling=None,
-    offset=None,
+    offset=0,
     seq_len=None,
     max_position_embeddings=None,
     backend: str | None = None,
@@ -221,7 +254,8 @@ def apply_(
     array (C-contiguous, writable); its first ``rotary_dim`` values of each head rotate, the
     rest are left alone.  ``positions``: ``(tokens,)``, ``(seq,)`` or ``(batch, seq)``
     integers; ``None`` means ``offset, offset + 1, ...`` along the sequence axis
-    (``offset`` defaults to 0).  ``head_dim`` defaults to ``x.shape[-1]``.  The rotation
+    (``offset`` defaults to 0; a non-zero ``offset`` beside ``positions`` is a ValueError).
+    ``head_dim`` defaults to ``x.shape[-1]``.  The rotation
     multiplies by ``attention_factor``, as HF's cos/sin do.  ``seq_len=None`` means the
     largest position plus one (see the module notes).  Everything is validated before ``x``
     is touched.
@@ -241,7 +275,7 @@ def apply_qk_(
     rotary_dim=None,
     base=None,
     scaling=None,
-    offset=None,
+    offset=0,
     seq_len=None,
     max_position_embeddings=None,
     backend: str | None = None,
@@ -272,8 +306,12 @@ def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, off
         raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({q.shape[-1]})")
     spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                    max_position_embeddings=max_position_embeddings)
-    if positions is None and offset is None:
-        offset = 0
+    if positions is None:
+        check_int("offset", offset, low=0)  # None too: offset is an int, 0 by default
+    else:
+        if check_int("offset", offset, low=0):
+            raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
+        offset = None  # the core takes exactly one of them
     inv, attention = _scaling.compute(spec, _call_seq_len(spec, seq_len, positions, q, offset))
     core = _load_core()
     if k is None:
@@ -298,8 +336,9 @@ def _permutation(head_dim: int, rotary_dim: int, to: str) -> np.ndarray:
     return np.concatenate([perm, np.arange(rotary_dim, head_dim, dtype=np.intp)])
 
 
-def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
-    """Reorder q/k projection rows between the NeoX and GPT-J RoPE layouts; return a copy.
+def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to, out=None):
+    """Reorder q/k projection rows between the NeoX and GPT-J RoPE layouts; return a copy
+    (or ``out``, filled).
 
     NeoX (HF Llama) pairs dimension ``i`` of a head with ``i + rotary_dim/2``; GPT-J
     (Meta's original Llama, GPT-J) pairs ``2i`` with ``2i + 1``.  Reordering the output rows
@@ -323,6 +362,12 @@ def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
         Default ``head_dim``.
     to:
         ``"gptj"`` or ``"neox"``: the layout the result is for.
+    out:
+        ``None``, or where the result goes: of ``w``'s kind (a numpy array for a numpy
+        ``w``, a tensor on ``w``'s device for a tensor), shape and dtype, C-contiguous,
+        writable and apart from ``w`` in memory; filled and returned.
+
+    No ``backend``: it runs no kernel.
     """
     if not isinstance(to, str):
         raise TypeError(f"to must be a string, got {type(to).__name__} {to!r}")
@@ -361,12 +406,62 @@ def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to):
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be <= head_dim = {head_dim}, got {rotary_dim}")
 
+    is_numpy = isinstance(w, np.ndarray)
+    if not is_numpy and type(w).__module__.split(".")[0] != "torch":
+        raise TypeError(f"w must be a numpy array or a torch tensor, got {type(w).__name__}")
+    if out is not None:
+        (_check_numpy_out if is_numpy else _check_tensor_out)(out, w)
     within = _permutation(head_dim, rotary_dim, to)
     index = (np.arange(n_heads, dtype=np.intp)[:, None] * head_dim + within).reshape(-1)
-    if isinstance(w, np.ndarray):
-        return w[index]  # fancy indexing copies
-    if type(w).__module__.split(".")[0] == "torch":
-        import torch
+    if is_numpy:
+        if out is None:
+            return w[index]  # fancy indexing copies
+        np.take(w, index, axis=0, out=out)
+        return out
+    import torch
 
-        return w[torch.as_tensor(index, device=w.device)]  # advanced indexing copies
-    raise TypeError(f"w must be a numpy array or a torch tensor, got {type(w).__name__}")
+    index = torch.as_tensor(index, device=w.device)
+    if out is None:
+        return w[index]  # advanced indexing copies
+    torch.index_select(w, 0, index, out=out)
+    return out
+
+
+def _check_numpy_out(out, w: np.ndarray) -> None:
+    """``out`` for a numpy ``w``: as every fastpe ``out`` (of ``w``'s dtype and shape)."""
+    from .._validate import check_no_overlap, check_out
+
+    if isinstance(out, np.ndarray) and out.dtype != w.dtype:
+        raise TypeError(f"out must have dtype {w.dtype} (w's), got {out.dtype}")
+    check_out(out, w.shape, "out", w.dtype)
+    check_no_overlap(out, w, "out", "w")
+
+
+def _check_tensor_out(out, w) -> None:
+    """``out`` for a tensor ``w``: a tensor of its shape, dtype and device, contiguous, not
+    needing grad, apart from ``w`` in memory."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch tensor (as w is), got {type(out).__name__}")
+    if out.dtype != w.dtype:
+        raise TypeError(f"out must have dtype {w.dtype} (w's), got {out.dtype}")
+    if out.device != w.device:
+        raise ValueError(f"out must be on w's device {w.device}, got {out.device}")
+    if tuple(out.shape) != tuple(w.shape):
+        raise ValueError(f"out must have shape {tuple(w.shape)}, got {tuple(out.shape)}")
+    if not out.is_contiguous():
+        raise ValueError("out must be C-contiguous")
+    if out.requires_grad:
+        raise ValueError("out requires grad (it is written in place)")
+    if out.numel() and w.numel():
+        o0, w0 = out.data_ptr(), w.data_ptr()
+        o1 = o0 + out.numel() * out.element_size()
+        w1 = w0 + _tensor_extent(w)
+        if o0 < w1 and w0 < o1:
+            raise ValueError("out must not share memory with w")
+
+
+def _tensor_extent(t) -> int:
+    """Bytes from ``t``'s first element to one past its last (any strides >= 0)."""
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
