@@ -238,7 +238,7 @@ def test_rope_kind(in_tmp, part):
 
 @pytest.mark.parametrize("form", ["symmetric", "causal", "bloom", "mpt"])
 def test_alibi_kind(in_tmp, form):
-    result = run("--kind", "alibi", "--n-heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
+    result = run("--kind", "alibi", "--heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
     assert result.exit_code == 0, result.output
     assert "ALiBi" in result.stdout and "head 3 of 4" in result.stdout
     assert png_size("a.png") == (800, 600)
@@ -272,6 +272,9 @@ def test_alibi_kind(in_tmp, form):
         (["--kind", "rope", "--head-dim", 8, "--d-model", 8], "--d-model does not apply to --kind rope"),
         (["--d-model", 8, "--part", "sin"], "--part does not apply to --kind table"),
         (["--d-model", 8, "--index", 1], "--index does not apply"),
+        (["--d-model", 8, "--heads", 4], "--heads does not apply to --kind table"),
+        (["--kind", "alibi", "--n-heads", 4], "No such option '--n-heads'"),
+        (["--kind", "alibi", "--heads", 4, "--head", 4], "head must be < n_heads = 4"),
         (["--kind", "spiral"], "spiral"),
     ],
 )

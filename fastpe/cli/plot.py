@@ -26,7 +26,7 @@ PLOT_MAX_LEN = 256
 _APPLIES = {
     "table": {"d_model", "max_len", "base", "backend"},
     "rope": {"head_dim", "max_len", "base", "part", "backend"},
-    "alibi": {"n_heads", "head", "max_len", "form", "max_bias", "backend"},
+    "alibi": {"heads", "head", "max_len", "form", "max_bias", "backend"},
     "file": {"index"},
 }
 _SPECIFIC = set().union(*_APPLIES.values()) | {"kind"}
@@ -97,10 +97,10 @@ def _load_npy(path: str):
               help="rope: size of one attention head (required for --kind rope).")
 @click.option("--part", type=click.Choice(("cos", "sin", "both"), case_sensitive=False), default="cos",
               show_default=True, help="rope: which cache to draw; both: side by side.")
-@click.option("--n-heads", type=int, default=8, show_default=True, callback=_positive, metavar="N",
+@click.option("--heads", type=int, default=8, show_default=True, callback=_positive, metavar="N",
               help="alibi: number of heads (the slopes depend on it).")
 @click.option("--head", type=int, default=0, show_default=True, callback=_non_negative, metavar="H",
-              help="alibi: which head to draw, 0 to N_HEADS-1.")
+              help="alibi: which head to draw, 0 to N-1.")
 @click.option("--form", type=click.Choice(ALIBI_FORMS, case_sensitive=False), default="symmetric",
               show_default=True, help="alibi: the bias form (causal masks the future with -inf, drawn grey).")
 @click.option("--max-bias", type=float, default=8.0, show_default=True, metavar="B",
@@ -116,7 +116,7 @@ def _load_npy(path: str):
               help="Output .png, .svg or .pdf; its directory must exist. An existing file is replaced "
               "atomically. Default: named after what is drawn, in the current directory.")
 @click.pass_context
-def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim, part, n_heads, head, form,
+def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim, part, heads, head, form,
          max_bias, index, cmap, dpi, backend, output) -> None:
     """Draw a heatmap: positions down the y axis, dimensions across, a diverging colormap
     centred on zero with a colorbar, and the parameters in the title.
@@ -131,7 +131,7 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
     Examples:
       fastpe plot --d-model 128 --max-len 100 -o pe.png
       fastpe plot --kind rope --head-dim 64 --part both -o rope.png
-      fastpe plot --kind alibi --n-heads 8 --head 3 --form causal -o alibi.png
+      fastpe plot --kind alibi --heads 8 --head 3 --form causal -o alibi.png
       fastpe plot pe_2048x512.npy -o pe.svg
     """
     try:
@@ -179,7 +179,7 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
         default = f"rope_{part.lower()}_{max_len}x{head_dim}.png"
     else:
         with options.library_errors():
-            heatmap = _plot.alibi_heatmap(n_heads, max_len, head=head, form=form.lower(), max_bias=max_bias,
+            heatmap = _plot.alibi_heatmap(heads, max_len, head=head, form=form.lower(), max_bias=max_bias,
                                           backend=name)
         default = f"alibi_{form.lower()}_h{head}_{max_len}.png"
     computed = time.perf_counter()
