@@ -92,10 +92,13 @@ def alibi_line(const double[:, ::1] words, real_t[:, ::1] line, Py_ssize_t n_beg
                                   n_begin, n_end)
 
 
-cdef int _check_fill(Py_ssize_t line_heads, Py_ssize_t line_len, int form, Py_ssize_t n_heads,
-                     Py_ssize_t q_len, Py_ssize_t k_len, Py_ssize_t row_begin,
-                     Py_ssize_t row_end) except -1:
-    """The checks of both fills: 1 if there are values to write, 0 if none."""
+cdef Py_ssize_t _fill_end(Py_ssize_t line_heads, Py_ssize_t line_len, int form, Py_ssize_t n_heads,
+                          Py_ssize_t q_len, Py_ssize_t k_len, Py_ssize_t row_begin,
+                          Py_ssize_t row_end) except -2:
+    """The checks of both fills, and the end of their rows (``row_end``; all rows if it is
+    negative), or -1 when there is nothing to write."""
+    if row_end < 0:
+        row_end = n_heads * q_len
     if line_heads != n_heads or line_len != k_len:
         raise ValueError(f"line has shape ({line_heads}, {line_len}), expected ({n_heads}, {k_len})")
     if not 0 <= form < FASTPE_N_FORMS:
@@ -103,7 +106,7 @@ cdef int _check_fill(Py_ssize_t line_heads, Py_ssize_t line_len, int form, Py_ss
     if (form == FASTPE_SYMMETRIC or form == FASTPE_CAUSAL) and k_len < q_len:
         raise ValueError("k_len must be >= q_len for the symmetric and causal forms")
     _check_range(n_heads * q_len, row_begin, row_end, "rows")
-    return row_begin != row_end and k_len != 0
+    return row_end if row_begin != row_end and k_len != 0 else -1
 
 
 def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ssize_t row_begin=0,
@@ -111,10 +114,9 @@ def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ss
     """Rows ``[row_begin, row_end)`` of ``out`` (``(n_heads, q_len, k_len)``, rows counted over
     heads and queries) from the lines of :func:`alibi_line`; ``form`` a code of
     :data:`FORM_CODES`."""
-    cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
+    cdef Py_ssize_t q_len = out.shape[1], k_len = out.shape[2]
+    row_end = _fill_end(line.shape[0], line.shape[1], form, out.shape[0], q_len, k_len, row_begin, row_end)
     if row_end < 0:
-        row_end = n_heads * q_len
-    if not _check_fill(line.shape[0], line.shape[1], form, n_heads, q_len, k_len, row_begin, row_end):
         return
     with nogil:
         if real_t is float:
@@ -128,10 +130,9 @@ def alibi_fill16(const uint16_t[:, ::1] line, int form, uint16_t neg_inf, uint16
     """:func:`alibi_fill` on the bit patterns of a 16-bit format: ``line`` the narrowed lines
     (uint16), ``neg_inf`` the format's ``-inf``; negation flips the sign bit except at
     distance zero."""
-    cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
+    cdef Py_ssize_t q_len = out.shape[1], k_len = out.shape[2]
+    row_end = _fill_end(line.shape[0], line.shape[1], form, out.shape[0], q_len, k_len, row_begin, row_end)
     if row_end < 0:
-        row_end = n_heads * q_len
-    if not _check_fill(line.shape[0], line.shape[1], form, n_heads, q_len, k_len, row_begin, row_end):
         return
     with nogil:
         fastpe_alibi_fill_u16(&line[0, 0], form, neg_inf, &out[0, 0, 0], q_len, k_len, row_begin, row_end)

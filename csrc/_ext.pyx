@@ -446,6 +446,40 @@ cdef int _check_family(Py_ssize_t n, const double[:, ::1] turns, floating[:, ::1
     return 0
 
 
+cdef int _family_rows(const uint32_t *positions, const double *x, const double *turns,
+                      Py_ssize_t n_freq, const double *steps, int layout, floating[:, ::1] out,
+                      Py_ssize_t row_begin, Py_ssize_t row_end, bint wide) except -1:
+    """Rows ``[row_begin, row_end)`` of ``out``, ``_FAMILY_ROWS`` at a time: the (cos, sin)
+    doubles of the integer ``positions`` (fastpe_rope_table with af = 1) or, where
+    ``positions`` is NULL, of the real positions ``x`` (fastpe_sincos_real), then laid out and
+    rounded by :func:`_scatter`."""
+    cdef double *scratch = NULL
+    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
+    cdef Py_ssize_t b0, b1
+    if table == NULL:
+        raise MemoryError()
+    try:
+        if positions != NULL:
+            scratch = _scratch(n_freq)
+        with nogil:
+            b0 = row_begin
+            while b0 < row_end:
+                b1 = b0 + _FAMILY_ROWS
+                if b1 > row_end:
+                    b1 = row_end
+                if positions != NULL:
+                    fastpe_rope_table(positions + b0, turns, n_freq, steps, 1.0, table, 0, b1 - b0,
+                                      scratch, wide)
+                else:
+                    fastpe_sincos_real(x + b0, turns, n_freq, table, 0, b1 - b0, wide)
+                _scatter(table, b1 - b0, n_freq, layout, out, b0)
+                b0 = b1
+    finally:
+        PyMem_Free(table)
+        PyMem_Free(scratch)
+    return 0
+
+
 def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
                 const double[:, :, ::1] steps, int layout, floating[:, ::1] out,
                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
@@ -458,27 +492,8 @@ def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
     _check_family(positions.shape[0], turns, out, layout, row_begin, row_end)
     if row_begin == row_end:
         return
-    cdef Py_ssize_t n_freq = turns.shape[1]
-    cdef double *scratch = _scratch(n_freq)
-    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
-    cdef Py_ssize_t b0, b1
-    if table == NULL:
-        PyMem_Free(scratch)
-        raise MemoryError()
-    try:
-        with nogil:
-            b0 = row_begin
-            while b0 < row_end:
-                b1 = b0 + _FAMILY_ROWS
-                if b1 > row_end:
-                    b1 = row_end
-                fastpe_rope_table(&positions[b0], &turns[0, 0], n_freq, &steps[0, 0, 0], 1.0,
-                                  table, 0, b1 - b0, scratch, wide)
-                _scatter(table, b1 - b0, n_freq, layout, out, b0)
-                b0 = b1
-    finally:
-        PyMem_Free(table)
-        PyMem_Free(scratch)
+    _family_rows(&positions[0], NULL, &turns[0, 0], turns.shape[1], &steps[0, 0, 0], layout, out,
+                 row_begin, row_end, wide)
 
 
 def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout,
@@ -491,20 +506,5 @@ def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout
     _check_family(x.shape[0], turns, out, layout, row_begin, row_end)
     if row_begin == row_end:
         return
-    cdef Py_ssize_t n_freq = turns.shape[1]
-    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
-    cdef Py_ssize_t b0, b1
-    if table == NULL:
-        raise MemoryError()
-    try:
-        with nogil:
-            b0 = row_begin
-            while b0 < row_end:
-                b1 = b0 + _FAMILY_ROWS
-                if b1 > row_end:
-                    b1 = row_end
-                fastpe_sincos_real(&x[b0], &turns[0, 0], n_freq, table, 0, b1 - b0, wide)
-                _scatter(table, b1 - b0, n_freq, layout, out, b0)
-                b0 = b1
-    finally:
-        PyMem_Free(table)
+    _family_rows(NULL, &x[0], &turns[0, 0], turns.shape[1], NULL, layout, out, row_begin, row_end,
+                 wide)

@@ -22,7 +22,7 @@
 
 /* the ALiBi forms' codes: fastpe/_plans/alibi.py's FORM_CODES, which the cython backend and
  * tests/test_one_home.py compare with the extension's FORM_CODES, built from these */
-enum { FASTPE_SYMMETRIC = 0, FASTPE_CAUSAL = 1, FASTPE_BLOOM = 2, FASTPE_MPT = 3, FASTPE_N_FORMS = 4 };
+enum { FASTPE_SYMMETRIC = 0, FASTPE_CAUSAL = 1, FASTPE_BLOOM = 2, FASTPE_MPT = 3, FASTPE_N_FORMS };
 
 /* d * (w1 + w2 + w3 + w4) as a double-double (hi, lo), for an integer |d| < 2**32: the first
  * three products are exact and each fast two-sum's error term is exact (see bias.py). */
@@ -64,38 +64,28 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
 }
 
 /* line[h, n] = slope_h * (first + n) rounded, n in [n_begin, n_end), 0 <= first + n < 2**32;
- * words is the (4, n_heads) plan */
-static void fastpe_alibi_line_f32(const double *words, ptrdiff_t n_heads, int64_t first,
-                                  float *line, ptrdiff_t length, ptrdiff_t n_begin,
-                                  ptrdiff_t n_end)
-{
-    for (ptrdiff_t h = 0; h < n_heads; h++) {
-        const double w1 = words[h], w2 = words[n_heads + h];
-        const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];
-        float *dst = line + h * length;
-        for (ptrdiff_t n = n_begin; n < n_end; n++) {
-            double hi, lo;
-            fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);
-            dst[n] = fastpe_round_dd_f32(hi, lo);
-        }
+ * words is the (4, n_heads) plan.  ROUND(hi, lo) gives the value of the double-double: the
+ * float32 nearest to it (fastpe_alibi_line_f32), or its leading double (_f64). */
+#define FASTPE_ALIBI_LINE(SUFFIX, T, ROUND)                                                   \
+    static void fastpe_alibi_line_##SUFFIX(const double *words, ptrdiff_t n_heads,            \
+                                           int64_t first, T *line, ptrdiff_t length,          \
+                                           ptrdiff_t n_begin, ptrdiff_t n_end)                \
+    {                                                                                         \
+        for (ptrdiff_t h = 0; h < n_heads; h++) {                                             \
+            const double w1 = words[h], w2 = words[n_heads + h];                              \
+            const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];            \
+            T *dst = line + h * length;                                                       \
+            for (ptrdiff_t n = n_begin; n < n_end; n++) {                                     \
+                double hi, lo;                                                                \
+                fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);             \
+                dst[n] = ROUND(hi, lo);                                                       \
+            }                                                                                 \
+        }                                                                                     \
     }
-}
 
-static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_t first,
-                                  double *line, ptrdiff_t length, ptrdiff_t n_begin,
-                                  ptrdiff_t n_end)
-{
-    for (ptrdiff_t h = 0; h < n_heads; h++) {
-        const double w1 = words[h], w2 = words[n_heads + h];
-        const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];
-        double *dst = line + h * length;
-        for (ptrdiff_t n = n_begin; n < n_end; n++) {
-            double hi, lo;
-            fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);
-            dst[n] = hi;
-        }
-    }
-}
+#define FASTPE_LEADING_(hi, lo) (hi)
+FASTPE_ALIBI_LINE(f32, float, fastpe_round_dd_f32)
+FASTPE_ALIBI_LINE(f64, double, FASTPE_LEADING_)
 
 /* rows [row_begin, row_end) of out (n_heads * q_len rows of k_len) from the lines;
  * form one of the codes above.  0.0 - v keeps a zero distance +0.0. */

@@ -643,38 +643,42 @@ static void fastpe_sincos_real_avx2(const double *x, const double *turns, ptrdif
 }
 #endif
 
+/*
+ * Entry points: wide != 0 lets the CPU pick its best copy (the normal case); wide == 0 runs
+ * the baseline copy (tests use it to check that every copy gives the same bits).  The body
+ * of each: NAME##_avx2 where wide and the CPU has AVX2, else NAME##_baseline, with the same
+ * arguments (wide itself is the entry point's last parameter).
+ */
+#if FASTPE_X86_DISPATCH
+#define FASTPE_DISPATCH_(NAME, ...)                                                             \
+    do {                                                                                        \
+        if (wide && fastpe_cpu_has_avx2()) {                                                    \
+            NAME##_avx2(__VA_ARGS__);                                                           \
+            return;                                                                             \
+        }                                                                                       \
+        NAME##_baseline(__VA_ARGS__);                                                           \
+    } while (0)
+#else
+#define FASTPE_DISPATCH_(NAME, ...)                                                             \
+    do {                                                                                        \
+        (void)wide;                                                                             \
+        NAME##_baseline(__VA_ARGS__);                                                           \
+    } while (0)
+#endif
+
 static void fastpe_sincos_real(const double *x, const double *turns, ptrdiff_t n_freq,
                                double *table, ptrdiff_t row_begin, ptrdiff_t row_end, int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_sincos_real_avx2(x, turns, n_freq, table, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_sincos_real_baseline(x, turns, n_freq, table, row_begin, row_end);
+    FASTPE_DISPATCH_(fastpe_sincos_real, x, turns, n_freq, table, row_begin, row_end);
 }
 
-/*
- * Entry points: wide != 0 lets the CPU pick its best copy (the normal case); wide == 0 runs
- * the baseline copy (tests use it to check that every copy gives the same bits).
- */
 static void fastpe_sinusoid_forward(const uint32_t *positions, const double *turns,
                                     ptrdiff_t n_freq, const double *steps, float *out,
                                     ptrdiff_t d_model, ptrdiff_t row_begin, ptrdiff_t row_end,
                                     double *scratch, int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_sinusoid_forward_avx2(positions, turns, n_freq, steps, out, d_model, row_begin,
-                                     row_end, scratch);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_sinusoid_forward_baseline(positions, turns, n_freq, steps, out, d_model, row_begin,
-                                     row_end, scratch);
+    FASTPE_DISPATCH_(fastpe_sinusoid_forward, positions, turns, n_freq, steps, out, d_model,
+                     row_begin, row_end, scratch);
 }
 
 static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t n_freq,
@@ -682,16 +686,8 @@ static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t
                                   ptrdiff_t row_begin, ptrdiff_t row_end, double *scratch,
                                   int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_sinusoid_range_avx2(start, turns, n_freq, steps, out, d_model, row_begin, row_end,
-                                   scratch);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_sinusoid_range_baseline(start, turns, n_freq, steps, out, d_model, row_begin, row_end,
-                                   scratch);
+    FASTPE_DISPATCH_(fastpe_sinusoid_range, start, turns, n_freq, steps, out, d_model, row_begin,
+                     row_end, scratch);
 }
 
 /* RoPE entry points (wide as above) */
@@ -699,16 +695,8 @@ static void fastpe_rope_table(const uint32_t *positions, const double *turns, pt
                               const double *steps, double af, double *table, ptrdiff_t row_begin,
                               ptrdiff_t row_end, double *scratch, int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_rope_table_avx2(positions, turns, n_freq, steps, af, table, row_begin, row_end,
-                               scratch);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_rope_table_baseline(positions, turns, n_freq, steps, af, table, row_begin, row_end,
-                               scratch);
+    FASTPE_DISPATCH_(fastpe_rope_table, positions, turns, n_freq, steps, af, table, row_begin,
+                     row_end, scratch);
 }
 
 static void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, ptrdiff_t n_freq,
@@ -716,16 +704,8 @@ static void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, 
                                 float *out_sin, ptrdiff_t row_begin, ptrdiff_t row_end,
                                 double *scratch, int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_rope_cos_sin_avx2(positions, turns, n_freq, steps, af, neox, out_cos, out_sin,
-                                 row_begin, row_end, scratch);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_rope_cos_sin_baseline(positions, turns, n_freq, steps, af, neox, out_cos, out_sin,
-                                 row_begin, row_end, scratch);
+    FASTPE_DISPATCH_(fastpe_rope_cos_sin, positions, turns, n_freq, steps, af, neox, out_cos,
+                     out_sin, row_begin, row_end, scratch);
 }
 
 static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t shq, ptrdiff_t ssq,
@@ -734,16 +714,8 @@ static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t s
                               ptrdiff_t n_freq, ptrdiff_t pos_bstride, int neox,
                               ptrdiff_t item_begin, ptrdiff_t item_end, int wide)
 {
-#if FASTPE_X86_DISPATCH
-    if (wide && fastpe_cpu_has_avx2()) {
-        fastpe_rope_apply_avx2(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end, table,
-                               n_freq, pos_bstride, neox, item_begin, item_end);
-        return;
-    }
-#endif
-    (void)wide;
-    fastpe_rope_apply_baseline(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end, table,
-                               n_freq, pos_bstride, neox, item_begin, item_end);
+    FASTPE_DISPATCH_(fastpe_rope_apply, xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end,
+                     table, n_freq, pos_bstride, neox, item_begin, item_end);
 }
 
 #endif /* FASTPE_KERNELS_H */

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _dtypes
 from .words import PLAN_PREC, _significand, _words
 
-__all__ = ["FORMS", "FORM_CODES", "NEG_INF16"]
+__all__ = ["FORMS", "FORM_CODES", "NEG_INF16", "dd_product"]
 
 FORMS = ("symmetric", "causal", "bloom", "mpt")
 #: form name -> the kernels' code
@@ -88,6 +88,31 @@ NEG_INF16 = {"float16": 0xFC00, "bfloat16": 0xFF80}
 _TIE_MARGIN = 2.0**-96
 
 
+def dd_product(d, w1, w2, w3, w4):
+    """``(hi, lo)``: ``d * (w1 + w2 + w3 + w4)`` as a double-double, for an integer
+    ``|d| < 2**32`` and a head's split slope words.  The first three products are exact
+    (21-bit words); the words sit on descending bit ranges, so each fast two-sum's error term
+    is exact, and the total is off by ~2**-104 relative.
+
+    Plain arithmetic, so the one definition serves scalars and arrays: the numba line
+    kernels compile it (:mod:`fastpe._backends.numba.bias`; their disk cache does not see an
+    edit here: clear it), :func:`_narrow_line` runs it on NumPy arrays for the ties, and
+    ``csrc/fastpe_bias.h``'s ``fastpe_dd_product`` is its C twin.
+    """
+    a = d * w1
+    b = d * w2
+    c = d * w3
+    t = d * w4
+    s = a + b
+    e1 = b - (s - a)
+    u = s + c
+    e2 = c - (u - s)
+    low = (e1 + e2) + t
+    hi = u + low
+    lo = low - (hi - u)
+    return hi, lo
+
+
 def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.ndarray,
                  dtype: np.dtype, first: int = 0) -> np.ndarray:
     """The compiled backends' float16 / bfloat16 line: ``line`` (float32, ``(n_heads,
@@ -119,16 +144,7 @@ def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.
         h, n = np.divmod(idx, line.shape[1])
         w1, w2, w3, w4 = words[:, h]
         n += first
-        d = n.astype(np.float64)
-        # fastpe._backends.numba.bias.dd_product, element by element
-        a, b, c, t = d * w1, d * w2, d * w3, d * w4
-        s = a + b
-        e1 = b - (s - a)
-        u = s + c
-        e2 = c - (u - s)
-        low = (e1 + e2) + t
-        hi = u + low
-        lo = low - (hi - u)
+        hi, lo = dd_product(n.astype(np.float64), w1, w2, w3, w4)  # the kernels' product
         tie = flat[idx].astype(np.float64)  # > 0: a tie is never zero
         gap = (hi - tie) + lo  # the sign of exact - tie (hi - tie is exact)
         exact = (w2 == 0) & (w3 == 0) & (w4 == 0)  # hi + lo is the exact product

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..._plans.alibi import FORM_CODES
+from ..._plans import alibi as _alibi
 from ._jit import inline, kernel
 
 __all__ = [
@@ -35,29 +35,13 @@ LINE_BLOCK = 4096
 #: the line pass costs about this many fill values per value (a dozen flops, no stores)
 LINE_COST = 8
 
-_CAUSAL = FORM_CODES["causal"]
-_BLOOM = FORM_CODES["bloom"]
-_MPT = FORM_CODES["mpt"]
+_CAUSAL = _alibi.FORM_CODES["causal"]
+_BLOOM = _alibi.FORM_CODES["bloom"]
+_MPT = _alibi.FORM_CODES["mpt"]
 
 
-@inline
-def dd_product(d, w1, w2, w3, w4):
-    """``(hi, lo)``: ``d * (w1 + w2 + w3 + w4)`` as a double-double, for an integer
-    ``|d| < 2**32``.  The first three products are exact (21-bit words); the words sit on
-    descending bit ranges, so each fast two-sum's error term is exact, and the total is off
-    by ~2**-104 relative."""
-    a = d * w1
-    b = d * w2
-    c = d * w3
-    t = d * w4
-    s = a + b
-    e1 = b - (s - a)
-    u = s + c
-    e2 = c - (u - s)
-    low = (e1 + e2) + t
-    hi = u + low
-    lo = low - (hi - u)
-    return hi, lo
+#: ``(hi, lo)``: the double-double ``d * (w1 + w2 + w3 + w4)`` (fastpe._plans.alibi.dd_product)
+dd_product = inline(_alibi.dd_product)
 
 
 @inline

@@ -103,6 +103,18 @@ def _anchor(a, turns, sa, ca):
 
 
 @inline
+def _move_anchor(p, anchor, turns, sa, ca):
+    """``(m, a)`` of the integer position ``p``: its step ``m = p % STEPS`` and anchor
+    ``a = p - m``, whose exact sines and cosines ``sa, ca`` are recomputed only when ``a`` is
+    not ``anchor``, the one they hold (consecutive positions share it)."""
+    m = p % STEPS
+    a = p - m
+    if a != anchor:
+        _anchor(np.float64(a), turns, sa, ca)
+    return m, a
+
+
+@inline
 def _product_row(sa, ca, cm, sm, o):
     d_model = o.shape[0]
     n_pairs = d_model // 2
@@ -232,10 +244,7 @@ def _rope_table(positions, turns, steps, af, table):
         hi = min(n, lo + ROPE_ROWS)
         for t in range(lo, hi):
             p = np.int64(positions[t])
-            m = p % STEPS
-            if p - m != anchor:
-                anchor = p - m
-                _anchor(np.float64(anchor), turns, sa, ca)
+            m, anchor = _move_anchor(p, anchor, turns, sa, ca)
             _rope_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], af,
                       table[t, 0], table[t, 1])
 
@@ -304,10 +313,7 @@ def _rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin):
         hi = min(n, lo + ROPE_ROWS)
         for t in range(lo, hi):
             p = np.int64(positions[t])
-            m = p % STEPS
-            if p - m != anchor:
-                anchor = p - m
-                _anchor(np.float64(anchor), turns, sa, ca)
+            m, anchor = _move_anchor(p, anchor, turns, sa, ca)
             _rope_cs_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], af, neox,
                          out_cos[t], out_sin[t])
 
@@ -420,10 +426,7 @@ def _sincos_rows(positions, turns, steps, layout, out):
         hi = min(n, lo + ROPE_ROWS)
         for t in range(lo, hi):
             p = np.int64(positions[t])
-            m = p % STEPS
-            if p - m != anchor:
-                anchor = p - m
-                _anchor(np.float64(anchor), turns, sa, ca)
+            m, anchor = _move_anchor(p, anchor, turns, sa, ca)
             _rope_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], 1.0, c, s)
             _scatter(c, s, layout, out[t])
 
