@@ -380,9 +380,10 @@ def table_value_fn(p, j, d_model, base, layout, denominator, min_ts, max_ts):
     return fn
 
 
-def timestep_value_fn(t, j, dim, max_period, shift, scale, flip):
-    """The true value of column ``j`` of diffusers' embedding at real ``t``."""
-    half = dim // 2
+def timestep_value_fn(t, j, d_model, base, shift, scale, flip):
+    """The true value of column ``j`` of diffusers' embedding at real ``t`` (``base`` is
+    diffusers' ``max_period``)."""
+    half = d_model // 2
     if j >= 2 * half:
         return lambda: mpmath.mpf(0)
     first = j < half
@@ -390,14 +391,14 @@ def timestep_value_fn(t, j, dim, max_period, shift, scale, flip):
     is_cos = first == flip
 
     def fn():
-        w = mp_exact(scale) * mpmath.power(mp_exact(max_period), -mpmath.mpf(k) / (half - mp_exact(shift)))
+        w = mp_exact(scale) * mpmath.power(mp_exact(base), -mpmath.mpf(k) / (half - mp_exact(shift)))
         theta = mp_exact(t) * w
         return mpmath.cos(theta) if is_cos else mpmath.sin(theta)
 
     return fn
 
 
-def grid_value_fn(row, j, sizes, dim, base, order, cls_token):
+def grid_value_fn(row, j, sizes, d_model, base, order, cls_token):
     """The true value of column ``j`` of row ``row`` of a 2-D/3-D grid (README's orders)."""
     n_axes = len(sizes)
     if cls_token:
@@ -409,7 +410,7 @@ def grid_value_fn(row, j, sizes, dim, base, order, cls_token):
         coords.append(rem % size)
         rem //= size
     coords.reverse()  # coords[0] the slowest axis (t or y), coords[-1] x
-    q = dim // (2 * n_axes)
+    q = d_model // (2 * n_axes)
     block, k = divmod(j, q)
     if order == "mae":  # [sin x | cos x | sin y | cos y (| sin t | cos t)]
         axis, is_cos = n_axes - 1 - block // 2, bool(block % 2)

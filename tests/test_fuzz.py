@@ -255,6 +255,11 @@ def bad_outs(shape, dtype_name: str = "float32"):
     return outs
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
 @fuzz(200)
 @given(kw=table_kwargs(max_d=8), max_len=st.integers(1, 4), data=st.data())
 def test_table_refuses_bad_arguments(kw, max_len, data):
@@ -342,16 +347,16 @@ def test_forward_refuses_bad_positions_and_out(kw, data):
 
 
 @st.composite
-def timestep_kwargs(draw, max_dim: int = 64):
-    dim = draw(st.integers(2, max_dim))
-    half = dim // 2
-    kw = {"dim": dim}
+def timestep_kwargs(draw, max_d: int = 64):
+    d_model = draw(st.integers(2, max_d))
+    half = d_model // 2
+    kw = {"d_model": d_model}
     shift = draw(st.sampled_from((1.0, 0.0, 0.5, -1.0, 1, half - 0.5, -3.25)))
     if half - shift > 0:
         kw["shift"] = shift
     else:
         kw["shift"] = 0.0
-    for key, pool in (("max_period", (10000.0, 1.0, 1.5, 1e6, 10000, 1e300)),
+    for key, pool in (("base", (10000.0, 1.0, 1.5, 1e6, 10000, 1e300)),
                       ("scale", (1.0, 1000.0, 1e-3, 2.0**-20, 1024.0, 3))):
         if draw(st.booleans()):
             kw[key] = draw(st.sampled_from(pool))
@@ -361,11 +366,11 @@ def timestep_kwargs(draw, max_dim: int = 64):
 
 
 def timestep_frequency_fn(kw, k):
-    half = kw["dim"] // 2
+    half = kw["d_model"] // 2
 
     def fn():
         return mp_exact(kw.get("scale", 1.0)) * mp_geometric(
-            k, half - float(kw.get("shift", 1.0)), float(kw.get("max_period", 10000.0)))
+            k, half - float(kw.get("shift", 1.0)), float(kw.get("base", 10000.0)))
 
     return fn
 
@@ -374,7 +379,7 @@ def timestep_frequency_fn(kw, k):
 def timesteps_for(draw, kw, max_size: int = 12):
     """Real timesteps: edges, random reals of every size and sign, and reals whose angle
     lies next to a zero of sin or cos for one of the frequencies."""
-    half = kw["dim"] // 2
+    half = kw["d_model"] // 2
     values = draw(st.lists(st_real_t(), min_size=0, max_size=max_size))
     for _ in range(draw(st.integers(0, 4))):
         k = draw(st.integers(0, half - 1))
@@ -404,28 +409,28 @@ def test_timestep_agrees_across_backends_and_with_mpmath(kw, dtype, data):
     flip = bool(kw.get("flip_sin_to_cos", False))
     mp_check_cells(
         data, as64(fast), as64(ref),
-        lambda r, j: timestep_value_fn(values[r], j, kw["dim"], float(kw.get("max_period", 10000.0)),
+        lambda r, j: timestep_value_fn(values[r], j, kw["d_model"], float(kw.get("base", 10000.0)),
                                        float(kw.get("shift", 1.0)), float(kw.get("scale", 1.0)), flip),
         dtype, f"timestep {kw} {dtype}")
 
 
 @fuzz(200)
-@given(kw=timestep_kwargs(max_dim=8), data=st.data())
+@given(kw=timestep_kwargs(max_d=8), data=st.data())
 def test_timestep_refuses_bad_arguments(kw, data):
     kw = dict(kw, t=[0.0, 0.5, -3.0])
-    half = kw["dim"] // 2
+    half = kw["d_model"] // 2
     pools = {
         "t": ([math.nan], [math.inf], [2.0**32], [-(2.0**32)], "1", [[1.0]], [1j], [True],
               np.array([1.0], dtype=object), [HUGE], np.array([2**63], dtype=np.uint64),
               np.array(["1"]), [None], np.zeros((2, 2))),
-        "dim": BAD_INTS + (1, 0, -2, 65537),
-        "max_period": BAD_REALS + (0.5, 0.0, -1.0),
+        "d_model": BAD_INTS + (1, 0, -2, 65537),
+        "base": BAD_REALS + (0.5, 0.0, -1.0),
         "shift": BAD_REALS + (float(half), half + 1.0),
         "scale": BAD_REALS + (0.0, -1.0, 1025.0, 1e300),
         "flip_sin_to_cos": BAD_BOOLS,
         "dtype": BAD_DTYPES,
         "backend": BAD_BACKENDS,
-        "out": bad_outs((3, kw["dim"])),
+        "out": bad_outs((3, kw["d_model"])),
     }
     name = data.draw(st.sampled_from(sorted(pools)))
     judge(fastpe.timestep, {**kw, name: data.draw(st.sampled_from(pools[name]))},
@@ -433,13 +438,12 @@ def test_timestep_refuses_bad_arguments(kw, data):
 
 
 @fuzz(120)
-@given(kw=timestep_kwargs(max_dim=16), data=st.data(), backend=st.sampled_from(BACKEND_PARAMS))
+@given(kw=timestep_kwargs(max_d=16), data=st.data(), backend=st.sampled_from(BACKEND_PARAMS))
 def test_timestep_out_sharing_memory_with_t(kw, data, backend):
     """``t`` read from ``out``'s own memory: refused, or the values ``t``'s copy gives."""
     n = data.draw(st.integers(1, 6))
     values = [data.draw(st_real_t(1e6)) for _ in range(n)]
-    dim = kw["dim"]
-    out = np.zeros((n, dim), dtype=np.float64)
+    out = np.zeros((n, kw["d_model"]), dtype=np.float64)
     where = data.draw(st.sampled_from(("start", "end", "column")))
     flat = out.reshape(-1)
     t = flat[:n] if where == "start" else flat[flat.size - n:] if where == "end" else out[:, 0]
@@ -599,10 +603,25 @@ def test_fairseq_embedding_agrees(d_model, data):
     shifted = fastpe.fairseq_positions(tokens, padding_idx, offset=offset)
     assert np.array_equal(shifted, (np.cumsum(mask, axis=-1) + offset) * mask + padding_idx)
     pos = fastpe.fairseq_positions(tokens, padding_idx)
+    positions_out = np.full(shape, -7, dtype=np.int64)
+    ok, got = judge(fastpe.fairseq_positions, {"tokens": tokens, "padding_idx": padding_idx, "offset": offset,
+                                                "out": positions_out}, blame={"out"}, expect=SAME, inplace=("out",))
+    assert ok and got is positions_out and np.array_equal(positions_out, shifted), "fairseq_positions with out"
     dtype = data.draw(st_out_dtype)
-    fast, ref = over_backends(lambda b: fastpe.fairseq_embedding(tokens, d_model, padding_idx,
-                                                                  dtype=dtype, backend=b),
-                              f"fairseq_embedding({tokens.tolist()}, {d_model}, {padding_idx}, {dtype})")
+    use_out = data.draw(st.booleans())
+
+    def compute(b):
+        if not use_out:
+            return fastpe.fairseq_embedding(tokens, d_model, padding_idx, dtype=dtype, backend=b)
+        out = np.empty(shape + (d_model,), dtype=np_dtype(dtype))
+        ok, result = judge(fastpe.fairseq_embedding, {"tokens": tokens, "d_model": d_model, "padding_idx": padding_idx,
+                                                      "out": out, "backend": b},
+                           blame={"out"}, expect=SAME, inplace=("out",))
+        assert ok and result is out, f"fairseq_embedding refused out: {result}"
+        return result
+
+    fast, ref = over_backends(compute, f"fairseq_embedding({tokens.tolist()}, {d_model}, {padding_idx}, {dtype}, "
+                                       f"out={use_out})")
     config = fastpe.PosEncConfig(d_model, 1, layout="halves", denominator="half-1")
     want = np.empty((pos.size, d_model), dtype=np_dtype(dtype))
     fastpe.forward(pos.reshape(-1), config, want, backend="python")
@@ -625,8 +644,15 @@ def test_fairseq_refuses_bad_arguments(data):
     }
     if fn is fastpe.fairseq_positions:
         pools["offset"] = BAD_INTS + (-1, 2**63)
+        shape, good = (1, 3), np.int64
+        wrong = (np.float64, np.int32, np.uint64, ">i8")
     else:
         pools.update(d_model=BAD_INTS + (0, 1, 65537), dtype=BAD_DTYPES, backend=BAD_BACKENDS)
+        shape, good = (1, 3, 8), np.float32
+        wrong = (np.int64, np.complex64, ">f4")
+    pools["out"] = tuple(np.empty(shape, dtype=d) for d in wrong) + (
+        np.empty(shape[:-1] + (shape[-1] + 1,), good), np.empty(shape + (2,), good)[..., 0],
+        np.empty(shape, good).tolist(), _read_only(np.empty(shape, good)))
     name = data.draw(st.sampled_from(sorted(pools)))
     judge(fn, {**call, name: data.draw(st.sampled_from(pools[name]))}, blame={name},
           expect=REJECT)
@@ -973,11 +999,20 @@ def test_rope_refuses_bad_arguments(cfg, data):
         pools["backend"] = BAD_BACKENDS
     if fn_name == "cos_sin":
         pools["dtype"] = BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES)
+        narrow = np.empty((3, 1), np.float32)
+        pools["out"] = (np.empty((3, head_dim), np.float32), (narrow,), (narrow, narrow, narrow), (narrow, narrow),
+                        (np.empty((3, head_dim), np.int32),) * 2, [narrow.tolist(), narrow], "cos, sin")
+    if fn_name == "inv_freq":
+        n_freq = rope.resolve(**{k: cfg[k] for k in ("head_dim", "base", "rotary_dim", "scaling",
+                                                     "max_position_embeddings") if k in cfg}).rotary_dim // 2
+        pools["out"] = (np.empty(0, np.float64), np.empty(n_freq + 1, np.float64), np.empty(n_freq, np.float32),
+                        [0.0] * n_freq, _read_only(np.empty(n_freq, np.float64)),
+                        np.empty(n_freq, ">f8"))
     if fn_name == "apply_":
         x = call["x"]
         pools["x"] = (x.tolist(), x.astype(np.float64), x.astype(np.float16), x[..., ::-1], x.reshape(3, -1),
                       x.astype(">f4"), np.broadcast_to(x, x.shape), x[None, None], x.reshape(-1))
-        pools["offset"] = (0, 1)  # beside positions
+        pools["offset"] = (1, 5, -1, 1.0, None)  # beside positions: only 0 agrees with them
         pools["head_dim"] = pools["head_dim"] + (head_dim + 1,)
     if fn_name == "apply_qk_":
         q = call["q"]
@@ -1164,11 +1199,12 @@ def test_alibi_agrees_across_backends_and_with_mpmath(n_heads, q_len, extra, for
     k_len = q_len + extra if form in ("symmetric", "causal") else data.draw(st.integers(1, 12))
     what = f"alibi.bias({n_heads}, {q_len}, {k_len}, form={form!r}, max_bias={max_bias!r}, dtype={dtype})"
     use_out = data.draw(st.booleans())
+    given_dtype = data.draw(st.sampled_from((dtype, None)))  # beside out, None means out's dtype
 
     def compute(b):
         if use_out:
             out = np.empty((n_heads, q_len, k_len), dtype=np_dtype(dtype))
-            r = alibi.bias(n_heads, q_len, k_len, form=form, max_bias=max_bias, dtype=dtype, out=out,
+            r = alibi.bias(n_heads, q_len, k_len, form=form, max_bias=max_bias, dtype=given_dtype, out=out,
                            backend=b)
             assert r is out
             return r
@@ -1185,6 +1221,9 @@ def test_alibi_agrees_across_backends_and_with_mpmath(n_heads, q_len, extra, for
         got = float(ref[h, i, j])
         check_against_mpmath(got, fn, dtype, f"{what} at ({h}, {i}, {j})", exact=True)
     slopes = alibi.slopes(n_heads, max_bias, dtype=dtype)
+    out = np.empty(n_heads, dtype=np_dtype(dtype))
+    assert alibi.slopes(n_heads, max_bias, dtype=given_dtype, out=out) is out
+    assert_same_bits({"slopes": slopes, "slopes into out": out}, f"alibi.slopes({n_heads}, {max_bias!r}, out=)")
     for h in range(n_heads):
         fn = alibi_value_fn(n_heads, float(max_bias), h, 0, 1, 1, 2, "bloom")
         check_against_mpmath(float(slopes[h]), fn, dtype, f"alibi.slopes({n_heads}, {max_bias!r})[{h}]",
@@ -1198,7 +1237,10 @@ def test_alibi_refuses_bad_arguments(data):
     if fn is alibi.slopes:
         call = {"n_heads": 4, "max_bias": 8.0}
         pools = {"n_heads": BAD_INTS + (0, -1, (1 << 16) + 1), "max_bias": BAD_REALS + (0.0, -1.0, 64.5),
-                 "dtype": BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES)}
+                 "dtype": BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES),
+                 "out": tuple(np.empty(4, dtype=d) for d in (np.int32, ">f4", np.complex64)) + (
+                     np.empty(5, np.float32), np.empty(8, np.float32)[::2], np.empty((4, 1), np.float32),
+                     [0.0] * 4, _read_only(np.empty(4, np.float32)))}
     else:
         call = {"n_heads": 2, "q_len": 3, "k_len": 4, "form": data.draw(st.sampled_from(alibi.FORMS))}
         pools = {"n_heads": BAD_INTS + (0, -1, (1 << 16) + 1), "q_len": BAD_INTS + (0, -1, 2**32 + 1),
@@ -1251,11 +1293,18 @@ def test_t5_buckets_agree_across_backends(cfg, data):
     q_len, k_len = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 8))
     offset = data.draw(st.sampled_from((0, 1, 100, 2**40, 1 << 62)))
     mat_fast, mat_ref = over_backends(
-        lambda b: relative.t5_bucket_matrix(q_len, k_len, query_offset=offset, backend=b, **cfg),
-        f"t5_bucket_matrix({q_len}, {k_len}, query_offset={offset}, {cfg})")
+        lambda b: relative.t5_bucket_matrix(q_len, k_len, offset=offset, backend=b, **cfg),
+        f"t5_bucket_matrix({q_len}, {k_len}, offset={offset}, {cfg})")
     rel_m = np.arange(k_len)[None, :] - np.arange(q_len)[:, None] - offset
     assert np.array_equal(mat_ref, relative.t5_bucket(rel_m, backend="python", **cfg)), (
-        "t5_bucket_matrix differs from t5_bucket of j - (i + query_offset)")
+        "t5_bucket_matrix differs from t5_bucket of j - (i + offset)")
+    # out= (of either bucket dtype) holds the same values, and is what is returned
+    out_dtype = data.draw(st.sampled_from((np.int64, np.int32)))
+    for fn, call, want in ((relative.t5_bucket, {"relative_position": rel}, ref),
+                           (relative.t5_bucket_matrix, {"q_len": q_len, "k_len": k_len, "offset": offset}, mat_ref)):
+        out = np.full(want.shape, -7, dtype=out_dtype)
+        ok, got = judge(fn, dict(call, out=out, **cfg), blame={"out"}, expect=SAME, inplace=("out",))
+        assert ok and got is out and np.array_equal(out, want), f"{fn.__name__} with out {out_dtype.__name__}"
 
 
 @fuzz(200)
@@ -1276,7 +1325,11 @@ def test_t5_refuses_bad_arguments(cfg, data):
     else:
         call.update(q_len=3, k_len=4)
         pools.update(q_len=BAD_INTS + (0, -1, 2**32 + 1), k_len=BAD_INTS + (0, -1, 2**32 + 1),
-                     query_offset=BAD_INTS + (-1, 2**62 + 1))
+                     offset=BAD_INTS + (-1, 2**62 + 1))
+    shape = (3,) if fn is relative.t5_bucket else (3, 4)
+    pools["out"] = tuple(np.empty(shape, dtype=d) for d in (np.float32, np.int16, np.uint64, ">i8")) + (
+        np.empty(shape[:-1] + (shape[-1] + 1,), np.int64), np.empty(shape + (2,), np.int64)[..., 0],
+        np.empty(shape, np.int64).tolist(), _read_only(np.empty(shape, np.int64)))
     name = data.draw(st.sampled_from(sorted(pools)))
     value = data.draw(st.sampled_from(pools[name]))
     blame = {name}
@@ -1307,9 +1360,9 @@ def test_t5_bucket_takes_any_integer_form(data, backend):
 def grid_case(draw):
     three = draw(st.booleans())
     unit = 6 if three else 4
-    dim = unit * draw(st.integers(1, 64 // unit))
+    d_model = unit * draw(st.integers(1, 64 // unit))
     sizes = tuple(draw(st.integers(1, 4 if three else 6)) for _ in range(3 if three else 2))
-    kw = {"dim": dim, "order": draw(st.sampled_from(("mae", "timm"))),
+    kw = {"d_model": d_model, "order": draw(st.sampled_from(("mae", "timm"))),
           "cls_token": draw(st.sampled_from((False, True, np.bool_(True)))),
           "base": draw(st.sampled_from((10000.0, 2.0, 1e6, 10000, 1.0 + 2.0**-30)))}
     return three, sizes, kw
@@ -1321,13 +1374,24 @@ def grid_case(draw):
 def test_grids_agree_across_backends_and_with_mpmath(case, dtype, data):
     three, sizes, kw = case
     fn = grid.sincos_3d if three else grid.sincos_2d
-    names = ("t", "h", "w") if three else ("height", "width")
+    names = ("frames", "height", "width") if three else ("height", "width")
     call = dict(kw, **dict(zip(names, sizes)), dtype=dtype)
-    fast, ref = over_backends(lambda b: fn(backend=b, **call), f"{fn.__name__}({call})")
-    assert ref.shape == (math.prod(sizes) + bool(kw["cls_token"]), kw["dim"])
+    use_out = data.draw(st.booleans())
+
+    def compute(b):
+        if not use_out:
+            return fn(backend=b, **call)
+        out = np.empty((math.prod(sizes) + bool(kw["cls_token"]), kw["d_model"]), dtype=np_dtype(dtype))
+        ok, result = judge(fn, dict(call, dtype=None, out=out, backend=b), blame={"out"}, expect=SAME,
+                           inplace=("out",))
+        assert ok and result is out, f"{fn.__name__} refused out: {result}"
+        return result
+
+    fast, ref = over_backends(compute, f"{fn.__name__}({call}, out={use_out})")
+    assert ref.shape == (math.prod(sizes) + bool(kw["cls_token"]), kw["d_model"])
     as64 = (lambda a: a.astype(np.float64)) if dtype == "bfloat16" else (lambda a: a)
     mp_check_cells(data, as64(fast), as64(ref),
-                   lambda r, j: grid_value_fn(r, j, sizes, kw["dim"], float(kw["base"]), kw["order"],
+                   lambda r, j: grid_value_fn(r, j, sizes, kw["d_model"], float(kw["base"]), kw["order"],
                                               bool(kw["cls_token"])),
                    dtype, f"{fn.__name__} {call}")
 
@@ -1337,12 +1401,14 @@ def test_grids_agree_across_backends_and_with_mpmath(case, dtype, data):
 def test_grids_refuse_bad_arguments(case, data):
     three, sizes, kw = case
     fn = grid.sincos_3d if three else grid.sincos_2d
-    names = ("t", "h", "w") if three else ("height", "width")
+    names = ("frames", "height", "width") if three else ("height", "width")
     call = dict(kw, **dict(zip(names, sizes)))
     pools = {name: BAD_INTS + (0, -1, POSITION_LIMIT + 1) for name in names}
-    pools.update(dim=BAD_INTS + (0, -4, kw["dim"] + 2, 65536 + 4), base=BAD_REALS + (1.0, 0.0),
+    rows = math.prod(sizes) + bool(kw["cls_token"])
+    pools.update(d_model=BAD_INTS + (0, -4, kw["d_model"] + 2, 65536 + 4), base=BAD_REALS + (1.0, 0.0),
                  order=BAD_CHOICES + ("MAE", "vit"), cls_token=BAD_BOOLS,
-                 dtype=BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES), backend=BAD_BACKENDS)
+                 dtype=BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES), backend=BAD_BACKENDS,
+                 out=bad_outs((rows, kw["d_model"])))
     name = data.draw(st.sampled_from(sorted(pools)))
     judge(fn, {**call, name: data.draw(st.sampled_from(pools[name]))}, blame={name}, expect=REJECT)
 
@@ -1568,13 +1634,13 @@ CLI_COMMANDS = {
     "alibi": (["alibi", "--heads", "2", "--q-len", "3"], "a.npy",
               ("--heads", "--q-len", "--k-len", "--form", "--max-bias", "--dtype", "--backend")),
     "t5-buckets": (["t5-buckets", "--q-len", "3"], "b.npy",
-                   ("--q-len", "--k-len", "--num-buckets", "--max-distance", "--query-offset", "--backend")),
-    "grid": (["grid", "--height", "2", "--width", "2", "--dim", "8"], "g.npy",
-             ("--height", "--width", "--dim", "--frames", "--order", "--base", "--dtype", "--backend")),
-    "timestep": (["timestep", "--dim", "4", "--steps", "3"], "s.npy",
-                 ("--dim", "--steps", "--t", "--max-period", "--shift", "--scale", "--dtype", "--backend")),
+                   ("--q-len", "--k-len", "--num-buckets", "--max-distance", "--offset", "--backend")),
+    "grid": (["grid", "--height", "2", "--width", "2", "--d-model", "8"], "g.npy",
+             ("--height", "--width", "--d-model", "--frames", "--order", "--base", "--dtype", "--backend")),
+    "timestep": (["timestep", "--d-model", "4", "--steps", "3"], "s.npy",
+                 ("--d-model", "--steps", "--t", "--base", "--shift", "--scale", "--dtype", "--backend")),
     "plot": (["plot", "--d-model", "4", "--max-len", "3"], "p.png",
-             ("--kind", "--d-model", "--max-len", "--base", "--head-dim", "--part", "--n-heads", "--head",
+             ("--kind", "--d-model", "--max-len", "--base", "--head-dim", "--part", "--heads", "--head",
               "--form", "--max-bias", "--index", "--cmap", "--dpi")),
 }
 #: the values a plot option may take and still draw (each drawing costs matplotlib time)
