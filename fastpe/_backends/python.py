@@ -97,18 +97,19 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 # within 2**-45 absolute in float64).
 
 
-def sincos_rows(positions, freqs, layout, out) -> None:
-    fmt = _dtypes.format_of(out.dtype)
-    rows = _reference_sincos.rows(positions.tolist(), freqs, layout, out.shape[1], fmt)
+def _family_rows(xs, freqs, layout, out) -> None:
+    """The rows of integer or real positions ``xs``: the reference's, in ``out``'s format."""
+    rows = _reference_sincos.rows(xs.tolist(), freqs, layout, out.shape[1], _dtypes.format_of(out.dtype))
     if rows:
         out[...] = np.array(rows, dtype=np.float64)
+
+
+def sincos_rows(positions, freqs, layout, out) -> None:
+    _family_rows(positions, freqs, layout, out)
 
 
 def sincos_real(x, freqs, layout, out) -> None:
-    fmt = _dtypes.format_of(out.dtype)
-    rows = _reference_sincos.rows(x.tolist(), freqs, layout, out.shape[1], fmt)
-    if rows:
-        out[...] = np.array(rows, dtype=np.float64)
+    _family_rows(x, freqs, layout, out)
 
 
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:

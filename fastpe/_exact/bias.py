@@ -181,9 +181,9 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
 def _logs(bidirectional: bool, num_buckets: int, max_distance: int) -> dict:
     # the float32 logs HF's torch returns at this configuration's fragile arguments (data
     # recorded by the plan; none for most configurations)
-    from .._plans.t5 import _plan
+    from .._plans.t5 import bucket_plan
 
-    return _plan(num_buckets // 2 if bidirectional else num_buckets, max_distance)[1]
+    return bucket_plan(bidirectional, num_buckets, max_distance)[2]
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:

@@ -13,16 +13,13 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from .. import _dtypes
-from .words import PLAN_PREC, _significand, _words
+from .words import _SIG, PLAN_PREC, _chain, _significand, _words  # _SIG: the chain's significand bits
 
 __all__ = ["FORMS", "FORM_CODES", "NEG_INF16", "dd_product"]
 
 FORMS = ("symmetric", "causal", "bloom", "mpt")
 #: form name -> the kernels' code
 FORM_CODES = {name: code for code, name in enumerate(FORMS)}
-
-#: bits of the integer significands the slope chain carries
-_SIG = 256
 
 
 @functools.lru_cache(maxsize=64)
@@ -46,15 +43,8 @@ def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[
         ctx.prec = PLAN_PREC + 40
         base = (-(Decimal(num) / Decimal(denominator)) * Decimal(2).ln()).exp()
     r, er = _significand(base)
-    powers_sig, powers_exp = [0, r], [0, er]
-    sig, exp = r, er
-    for _ in range(2, 2 * m + 1):
-        prod = sig * r
-        cut = prod.bit_length() - _SIG
-        sig = prod >> cut
-        exp += er + cut
-        powers_sig.append(sig)
-        powers_exp.append(exp)
+    sigs, exps = _chain(r, er, r, er, 2 * m)  # base**1 .. base**(2m)
+    powers_sig, powers_exp = [0, *sigs], [0, *exps]
     exact = []
     for k in ks:
         q, rem = divmod(num * k, denominator)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._exact.rounding import FORMATS, round_interval, ziv
 
-__all__ = ["log_float32"]
+__all__ = ["log_float32", "bucket_plan"]
 
 _F32 = FORMATS["float32"]
 #: a retry past this many digits would mean a bug, not bad luck
@@ -171,3 +171,11 @@ def _plan(n: int, max_distance: int) -> tuple[np.ndarray, types.MappingProxyType
     table = np.array(thresholds, dtype=np.int64)
     table.setflags(write=False)
     return table, types.MappingProxyType(dict(chain.overrides))
+
+
+def bucket_plan(bidirectional: bool, num_buckets: int,
+                max_distance: int) -> tuple[int, np.ndarray, types.MappingProxyType]:
+    """``(n, thresholds, logs)`` of a bucket configuration: ``n`` buckets per direction
+    (``num_buckets``, halved when bidirectional) and :func:`_plan`'s thresholds and logs."""
+    n = num_buckets // 2 if bidirectional else num_buckets
+    return (n, *_plan(n, max_distance))

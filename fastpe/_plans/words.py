@@ -136,8 +136,13 @@ def chain_turns(v0: Decimal, ratio: Decimal, count: int) -> np.ndarray:
     integer significands: each step one integer product, truncated back to 256 bits."""
     if count == 0:
         return np.empty((4, 0), dtype=np.float64)
-    m, e = _significand(v0)
-    r, er = _significand(ratio)
+    return _words(*_chain(*_significand(v0), *_significand(ratio), count))
+
+
+def _chain(m: int, e: int, r: int, er: int, count: int) -> tuple[list[int], list[int]]:
+    """``(sigs, exps)``: the 256-bit significands and exponents of ``(m 2**e) (r 2**er)**k``,
+    ``k < count`` (both factors as :func:`_significand` gives them); each step one integer
+    product, truncated back to 256 bits."""
     sigs, exps = [m], [e]
     for _ in range(count - 1):
         prod = m * r  # in [2**510, 2**512)
@@ -146,7 +151,7 @@ def chain_turns(v0: Decimal, ratio: Decimal, count: int) -> np.ndarray:
         e += er + cut
         sigs.append(m)
         exps.append(e)
-    return _words(sigs, exps)
+    return sigs, exps
 
 
 @functools.lru_cache(maxsize=64)

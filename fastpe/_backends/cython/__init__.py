@@ -28,6 +28,7 @@ from ..._plans import frequencies as _freq
 from ..._plans import words as _words
 from ..._plans.alibi import FORM_CODES
 from ..._plans.layouts import LAYOUT_CODES
+from ..._plans.t5 import bucket_plan
 from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from .._steps import step_plan
@@ -279,22 +280,15 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
     _split(lambda lo, hi: _ext_bias.alibi_fill16(bits, code, neg_inf, target, lo, hi), n_heads * q_len, out.size)
 
 
-def _thresholds(bidirectional, num_buckets, max_distance):
-    from ..._plans.t5 import _plan
-
-    n = num_buckets // 2 if bidirectional else num_buckets
-    return n, _plan(n, max_distance)[0]
-
-
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
-    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)
     _split(lambda lo, hi: _ext_bias.t5_bucket(relative_position, flag, n, thresholds, out, lo, hi),
            out.shape[0], out.size * 4)
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
-    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)
     q_len, k_len = out.shape
     line = np.empty(q_len + k_len - 1, dtype=out.dtype)

@@ -20,6 +20,7 @@ from ._threads import configure
 THREADING = configure()
 
 from ..._plans import frequencies as _freq  # noqa: E402
+from ..._plans.t5 import bucket_plan  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._steps import step_plan  # noqa: E402
 from .._walk import apply_chunks  # noqa: E402
@@ -146,21 +147,14 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
          bits, FORM_CODES[form], np.uint16(NEG_INF16[out.dtype.name]), out.view(np.uint16))
 
 
-def _thresholds(bidirectional, num_buckets, max_distance):
-    from ..._plans.t5 import _plan
-
-    n = num_buckets // 2 if bidirectional else num_buckets
-    return n, _plan(n, max_distance)[0]
-
-
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
-    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     _run(_kb.t5_bucket_parallel, _kb.t5_bucket_serial, out.size * 4,
          relative_position, bool(bidirectional), n, thresholds, out)
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
-    n, thresholds = _thresholds(bidirectional, num_buckets, max_distance)
+    n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     q_len, k_len = out.shape
     line = np.empty(q_len + k_len - 1, dtype=out.dtype)
     first = -(q_len - 1) - int(query_offset)  # j - (i + offset) at i = q_len - 1, j = 0
