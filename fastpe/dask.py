@@ -52,11 +52,12 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 from . import sinusoid as _api, _backends
 from .sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from ._dtypes import resolve as _resolve_dtype
+from ._plans.words import STEPS
 
 __all__ = ["table", "forward", "ROW_ALIGN", "MAX_BLOCKS"]
 
-#: the kernels' anchor spacing; automatic row blocks are a multiple of it
-ROW_ALIGN = 64
+#: the kernels' anchor spacing (fastpe._plans.words.STEPS); automatic row blocks are a multiple of it
+ROW_ALIGN = STEPS
 #: the most blocks a table may have.  dask holds each block's size, start and key as Python
 #: objects that building, slicing and scheduling walk: at 2**20 blocks the array is built in
 #: ~0.25 s and ~80 MiB (blocks of 4096 rows still reach position 2**32 - 1 within it)
