@@ -34,7 +34,7 @@ def ok(result) -> re.Match:
 
 def test_alibi_default_name_values_and_summary(in_tmp):
     m = ok(run("alibi", "--heads", 12, "--q-len", 5))
-    assert m["path"] == "alibi_symmetric_12x5x5.npy" and os.listdir(in_tmp) == [m["path"]]
+    assert m["path"] == "alibi_symmetric_12x5x5.npy" and sorted(os.listdir(in_tmp)) == [m["path"], m["path"] + ".json"]
     assert (m["dtype"], m["shape"], m["bits"]) == ("float32", "12, 5, 5", None)
     assert m["what"] == "ALiBi symmetric, max_bias 8" and m["backend"] == DEFAULT
     assert same_bits(np.load(m["path"]), alibi.bias(12, 5, backend=DEFAULT))
@@ -120,7 +120,8 @@ def test_alibi_error_keeps_an_existing_file(in_tmp):
     assert_one_line_error(run("alibi", "--heads", 4, "--q-len", 5, "--k-len", 2, "-o", "a.npy"))
     assert (in_tmp / "a.npy").read_bytes() == b"old" and os.listdir(in_tmp) == ["a.npy"]
     ok(run("alibi", "--heads", 4, "--q-len", 5, "-o", "a.npy"))
-    assert same_bits(np.load("a.npy"), alibi.bias(4, 5, backend=DEFAULT)) and os.listdir(in_tmp) == ["a.npy"]
+    assert same_bits(np.load("a.npy"), alibi.bias(4, 5, backend=DEFAULT))
+    assert sorted(os.listdir(in_tmp)) == ["a.npy", "a.npy.json"]
 
 
 # --------------------------------------------------------------------------- fastpe t5-buckets
@@ -128,7 +129,7 @@ def test_alibi_error_keeps_an_existing_file(in_tmp):
 
 def test_t5_default_name_values_and_summary(in_tmp):
     m = ok(run("t5-buckets", "--q-len", 6))
-    assert m["path"] == "t5_buckets_6x6.npy" and os.listdir(in_tmp) == [m["path"]]
+    assert m["path"] == "t5_buckets_6x6.npy" and sorted(os.listdir(in_tmp)) == [m["path"], m["path"] + ".json"]
     assert (m["dtype"], m["shape"]) == ("int64", "6, 6")
     assert m["what"] == "T5 buckets bidirectional, num_buckets 32, max_distance 128, offset 0"
     assert same_bits(np.load(m["path"]), relative.t5_bucket_matrix(6, backend=DEFAULT))
@@ -172,7 +173,7 @@ T5_ERRORS = [
     (["--q-len", 4, "--max-distance", 8], "max_distance must be greater than max_exact = 8"),
     (["--q-len", 4, "--offset", -1], "'--offset'"),
     (["--q-len", 4, "--num-buckets", 5000], "'--num-buckets'"),
-    (["--q-len", 4, "-o", "t.npz"], "does not end in .npy"),
+    (["--q-len", 4, "-o", "t.txt"], "does not end in .npy, .npz or .safetensors"),
     (["--q-len", 1 << 21, "--k-len", 1 << 20], "must be <= 2**40"),
 ]
 

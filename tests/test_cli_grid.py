@@ -39,7 +39,7 @@ def ok(result) -> re.Match:
 
 def test_grid_2d_default_name_values_and_summary(in_tmp):
     m = ok(run("grid", "--height", 3, "--width", 5, "--d-model", 8))
-    assert m["path"] == "grid_3x5x8.npy" and os.listdir(in_tmp) == ["grid_3x5x8.npy"]
+    assert m["path"] == "grid_3x5x8.npy" and sorted(os.listdir(in_tmp)) == ["grid_3x5x8.npy", "grid_3x5x8.npy.json"]
     assert (m["dtype"], m["rows"], m["cols"], m["bits"]) == ("float32", "15", "8", None)
     assert m["what"] == "2-D grid 3x5, order mae" and m["backend"] == DEFAULT
     assert same_bits(np.load("grid_3x5x8.npy"), fg.sincos_2d(3, 5, 8, backend=DEFAULT))
@@ -110,7 +110,7 @@ def test_grid_replaces_an_existing_file(in_tmp):
     (in_tmp / "g.npy").write_bytes(b"old")
     ok(run("grid", "--height", 2, "--width", 2, "--d-model", 4, "-o", "g.npy"))
     assert same_bits(np.load("g.npy"), fg.sincos_2d(2, 2, 4, backend=DEFAULT))
-    assert os.listdir(in_tmp) == ["g.npy"]
+    assert sorted(os.listdir(in_tmp)) == ["g.npy", "g.npy.json"]
 
 
 GRID_ERRORS = [
@@ -144,7 +144,8 @@ def test_grid_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
 
 def test_timestep_steps_default_name_values_and_summary(in_tmp):
     m = ok(run("timestep", "--d-model", 16, "--steps", 10))
-    assert m["path"] == "timestep_10x16.npy" and os.listdir(in_tmp) == ["timestep_10x16.npy"]
+    assert m["path"] == "timestep_10x16.npy"
+    assert sorted(os.listdir(in_tmp)) == ["timestep_10x16.npy", "timestep_10x16.npy.json"]
     assert (m["dtype"], m["rows"], m["cols"]) == ("float32", "10", "16")
     assert m["what"] == "t 0 .. 9, sin|cos" and m["backend"] == DEFAULT
     expected = fastpe.timestep(np.arange(10.0), 16, backend=DEFAULT)
@@ -167,7 +168,7 @@ def test_timestep_from_file(in_tmp, dtype):
     m = ok(run("timestep", "--d-model", 12, "--from", "t.npy", "-o", "e.npy"))
     assert m["rows"] == "5"
     assert same_bits(np.load("e.npy"), fastpe.timestep(t, 12, backend=DEFAULT))
-    assert sorted(os.listdir(in_tmp)) == ["e.npy", "t.npy"]
+    assert sorted(os.listdir(in_tmp)) == ["e.npy", "e.npy.json", "t.npy"]
 
 
 TIMESTEP_OPTIONS = [
@@ -254,7 +255,7 @@ TIMESTEP_ERRORS = [
     (["--steps", 4, "--base", 0.5], "base must be >= 1"),
     (["--steps", 4, "--base", "nan"], "base must be finite"),
     (["--steps", 4, "--dtype", "float8"], "'--dtype'"),
-    (["--steps", 4, "-o", "e.npz"], "does not end in .npy"),
+    (["--steps", 4, "-o", "e.txt"], "does not end in .npy, .npz or .safetensors"),
 ]
 
 
@@ -289,7 +290,7 @@ def test_interrupt_or_failure_leaves_no_file_and_keeps_the_old_one(in_tmp, monke
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("numpy.save", full_disk)
+    monkeypatch.setattr("fastpe._io.writers.NpyWriter.write_data", full_disk)
     line = assert_one_line_error(run(*command, "-o", "old.npy"), code=1)
     assert "could not write old.npy" in line and "No space left" in line
     assert os.listdir(in_tmp) == ["old.npy"] and (in_tmp / "old.npy").read_bytes() == b"previous"
@@ -347,12 +348,15 @@ def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, mon
     monkeypatch.setattr(fg, "sincos_2d", _never)
     monkeypatch.setattr(fastpe, "timestep", _never)
     line = assert_one_line_error(run(*args), code=1)
-    assert "[Errno 28] not enough free space" in line and "needs 640 bytes" in line
+    assert "[Errno 28] not enough free space" in line
+    needed = int(re.search(r"needs (\d+) bytes", line)[1])  # 640 and the spec beside the file
     assert os.listdir(in_tmp) == []
     monkeypatch.undo()
     monkeypatch.chdir(in_tmp)
-    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=128 + 16 * 8 * 4))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=needed))
     assert run(*args).exit_code == 0  # exactly enough is enough
+    assert sum(os.path.getsize(name) for name in os.listdir(in_tmp)) == needed
+    assert os.path.getsize(next(name for name in os.listdir(in_tmp) if name.endswith(".npy"))) == 128 + 16 * 8 * 4
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")

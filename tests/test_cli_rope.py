@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from fastpe import _backends, rope
 from fastpe.cli import main
-from fastpe.cli.rope import check_npz_path, from_model_config, read_scaling
+from fastpe.cli._write import check_output
+from fastpe.cli.rope import from_model_config, read_scaling
 from conftest import fastpe_env
 
 DEFAULT = _backends.resolve(None)[0]
@@ -89,7 +90,7 @@ def expected(max_len, head_dim, **kwargs):
 
 def assert_file_is(path, want):
     got = load(path)
-    assert sorted(got) == ["attention_factor", "cos", "inv_freq", "sin"]
+    assert sorted(got) == ["attention_factor", "cos", "inv_freq", "sin", "spec"]
     assert got["attention_factor"].shape == () and got["attention_factor"].dtype == np.float64
     for name in want:
         assert same_bits(got[name], np.asarray(want[name])), name
@@ -241,7 +242,8 @@ BAD = [
     pytest.param(["--scaling", "nohead.json", "--max-len", "4"], "Missing option '--head-dim'",
                  id="config-without-head-dim"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--seq-len", "0"], "--seq-len", id="seq-len-0"),
-    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "out.npy"], "does not end in .npz", id="out-npy"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "out.txt"], "does not end in .npy, .npz or .safetensors",
+                 id="out-txt"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "missing/out.npz"], "does not exist", id="out-no-dir"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "adir"], "names a directory", id="out-dir"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", ""], "empty", id="out-empty"),
@@ -309,11 +311,11 @@ def test_from_model_config_follows_hf_precedence():
     assert config == LLAMA3_CONFIG  # the loaded config is not modified
 
 
-def test_check_npz_path(tmp_path):
-    assert check_npz_path(str(tmp_path / "x.npz")) == str(tmp_path / "x.npz")
-    for bad in ("", str(tmp_path), str(tmp_path / ".npz"), str(tmp_path / "x.npy"), str(tmp_path / "no" / "x.npz")):
+def test_check_output(tmp_path):
+    assert check_output(str(tmp_path / "x.npz"), "fastpe rope") == str(tmp_path / "x.npz")
+    for bad in ("", str(tmp_path), str(tmp_path / ".npz"), str(tmp_path / "x.txt"), str(tmp_path / "no" / "x.npz")):
         with pytest.raises(Exception) as info:
-            check_npz_path(bad)
+            check_output(bad, "fastpe rope")
         assert type(info.value).__name__ == "BadParameter"
 
 

@@ -25,14 +25,17 @@ bfloat16 (``ml_dtypes.bfloat16``) has no NumPy type code: in ``.npy`` and ``.npz
 stored as its bit patterns, ``uint16`` (the spec records ``bfloat16``); in ``.safetensors``
 as ``BF16``.
 
-Atomicity.  :meth:`Writer.save` writes through :func:`fastpe._io.atomic.atomic_write_with_sidecar`:
-a temporary file in the target's directory renamed into place when complete (for ``.npy``
-after its sidecar), nothing left behind on any error, Ctrl-C or (while
+Atomicity.  :meth:`Writer.save` (and :func:`save`, which picks the writer by suffix)
+writes through :func:`fastpe._io.atomic.atomic_write_with_sidecar`: a temporary file in the
+target's directory renamed into place when complete (for ``.npy`` after its sidecar),
+nothing left behind on any error, Ctrl-C or (while
 :func:`~fastpe._io.atomic.signals_raise` holds them) SIGTERM and SIGHUP.
 
 Spec.  ``{"fastpe": VERSION, "function": NAME, "params": {...}}``: ``NAME`` the library
-function under ``fastpe.`` that computes the values (``"table"``, ``"grid.sincos_2d"``, ...)
-and ``params`` its keyword arguments that determine them (:func:`make_spec`).
+function under ``fastpe.`` that computes the values (``"table"``, ``"grid.sincos_2d"``,
+``"timestep"``, ``"alibi.bias"``, ``"relative.t5_bucket_matrix"``, ``"rope.cos_sin"``) and
+``params`` its keyword arguments that determine them (:func:`make_spec`), positions made
+by the caller given as ``{"arange": N}``.  A stacked ``.npy`` adds ``"stacked"``.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ __all__ = [
     "writer_for",
     "make_spec",
     "spec_text",
-    "write_arrays",
+    "save",
 ]
 
 #: a ``.npy`` file's spec sits next to it, in ``PATH + SIDECAR_SUFFIX``
@@ -101,10 +104,6 @@ class Entry:
     name: str
     dtype: np.dtype
     shape: tuple[int, ...]
-
-    @classmethod
-    def of(cls, name: str, array: np.ndarray) -> Entry:
-        return cls(name, array.dtype, tuple(array.shape))
 
     @property
     def rows(self) -> int:
@@ -217,13 +216,15 @@ class Writer:
     ``PATH + SIDECAR_SUFFIX`` (else inside the file); ``one_array`` whether the file holds
     a single array (several entries are then stacked along a new first axis);
     ``little_endian`` whether the data are stored little-endian on every host (else in the
-    host's order, as ``numpy.save`` does).
+    host's order, as ``numpy.save`` does); ``bfloat16_as_uint16`` whether bfloat16 is stored
+    as its ``uint16`` bit patterns (the format has no bfloat16 type).
     """
 
     suffix = ""
     sidecar = False
     one_array = False
     little_endian = False
+    bfloat16_as_uint16 = True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.suffix}>"
@@ -410,6 +411,7 @@ class NpzWriter(Writer):
 class SafetensorsWriter(Writer):
     suffix = ".safetensors"
     little_endian = True
+    bfloat16_as_uint16 = False
 
     def require(self):
         try:
@@ -487,17 +489,20 @@ def writer_for(path) -> Writer:
     return WRITERS[format_of(path)]
 
 
-def write_arrays(path, arrays: Mapping[str, np.ndarray], spec: dict) -> Layout:
-    """Write whole ``arrays`` (name -> array, in order) and ``spec`` to ``path`` atomically,
-    in the format its suffix names; return the layout written.
+def save(path, entries: Iterable[Entry], spec: dict, blocks: Iterable[tuple[str, np.ndarray]]) -> Layout:
+    """Write ``entries`` and ``spec`` to ``path`` atomically, in the format its suffix names,
+    the data taken from ``blocks``; return the layout written.
 
-    A SIGTERM or SIGHUP left at its default disposition removes the temporary files, then
-    ends the process by that signal (:func:`fastpe._io.atomic.end_cleanly_on_signals`).
+    ``blocks`` may be lazy: a generator that computes the arrays when first asked, which is
+    once the temporary file exists (so a command's work happens inside the atomic write, and
+    an interruption during it leaves nothing either).  A SIGTERM or SIGHUP left at its
+    default disposition removes the temporary files, then ends the process by that signal
+    (:func:`fastpe._io.atomic.end_cleanly_on_signals`).
     """
     target = os.fspath(path)
     writer = writer_for(target)
     writer.require()
-    layout = writer.layout([Entry.of(name, np.asarray(a)) for name, a in arrays.items()], spec)
+    layout = writer.layout(entries, spec)
     with end_cleanly_on_signals():
-        writer.save(target, layout, ((name, np.asarray(a)) for name, a in arrays.items()))
+        writer.save(target, layout, blocks)
     return layout

@@ -1,33 +1,45 @@
-"""What the commands that write one array to ``.npy`` share (``fastpe grid``, ``timestep``,
-``alibi``, ``t5-buckets``): the ``--dtype`` option, a default path, :func:`write_npy`, which
-computes and saves an array atomically (after checking, when told the array's shape, that it
-fits in memory and on disk), and the one-line summary.
+"""What the commands that write arrays share (``fastpe table``, ``grid``, ``timestep``,
+``alibi``, ``t5-buckets``, ``rope``): the ``-o`` option and its check (the formats of
+:data:`fastpe._io.writers.WRITERS`, chosen by the suffix), the ``--dtype`` option, a default
+path, :func:`entry` (an array the file will hold), :func:`check_size` (memory and disk,
+before anything is allocated), :func:`write_arrays`, which computes the arrays and writes
+them through the format's writer, atomically, and the one-line summary.
 
-bfloat16 in ``.npy``.  NumPy has no bfloat16: ``numpy.save`` of an ``ml_dtypes.bfloat16``
-array writes the anonymous type ``'<V2'``, which ``numpy.load`` returns as raw void records
-that neither arithmetic nor ``torch.from_numpy`` accept.  These commands therefore store a
-bfloat16 array as its 16-bit patterns, dtype ``uint16``, which every reader can load;
-``numpy.load(path).view(ml_dtypes.bfloat16)`` (or ``torch.from_numpy(...).view(torch.bfloat16)``)
-gives the values back, bit for bit (``fastpe table`` does the same, see fastpe._io.save).
+Every file records a spec (:func:`fastpe._io.writers.make_spec`): the library function that
+computed it and its keyword arguments, the backend aside (every backend computes the same
+bits).  Each command calls the library with exactly the keywords it records, so the two
+cannot differ; positions the command makes itself are recorded as ``{"arange": N}``.
+
+bfloat16 in ``.npy`` and ``.npz``.  NumPy has no bfloat16: ``numpy.save`` of an
+``ml_dtypes.bfloat16`` array writes the anonymous type ``'<V2'``, which ``numpy.load``
+returns as raw void records that neither arithmetic nor ``torch.from_numpy`` accept.  The
+writers therefore store a bfloat16 array as its 16-bit patterns, dtype ``uint16``, which
+every reader can load; ``numpy.load(path).view(ml_dtypes.bfloat16)`` (or
+``torch.from_numpy(...).view(torch.bfloat16)``) gives the values back, bit for bit.  In
+``.safetensors`` it is ``BF16``.
 """
 
 from __future__ import annotations
 
-import math
+import os
 import time
 from collections.abc import Callable
 
 import click
 
 from .._dtypes import DTYPES
+from .._io.writers import WRITERS, formats_text
 from . import options
 
-__all__ = ["BFLOAT16_NOTE", "dtype_opt", "npy_array", "default_path", "check_size", "write_npy", "summary"]
+__all__ = [
+    "BFLOAT16_NOTE", "dtype_opt", "check_output", "output_opt", "default_path", "entry", "check_size", "write_arrays",
+    "summary",
+]
 
-#: the note every command writing bfloat16 to .npy shows in its help
+#: the note every command writing bfloat16 shows in its help
 BFLOAT16_NOTE = (
-    "bfloat16 is stored as its raw bits, dtype uint16 (NumPy has no bfloat16 type): "
-    "read it back with numpy.load(PATH).view(ml_dtypes.bfloat16)."
+    "In .npy and .npz bfloat16 is stored as its raw bits, dtype uint16 (NumPy has no bfloat16 type): "
+    "read it back with numpy.load(PATH).view(ml_dtypes.bfloat16); in .safetensors it is BF16."
 )
 
 dtype_opt = click.option(
@@ -39,83 +51,140 @@ dtype_opt = click.option(
 )
 
 
-def npy_array(array):
-    """``array`` as it goes into a ``.npy`` file: bfloat16 as its ``uint16`` bit patterns."""
-    import numpy as np
+def check_output(path: str, writer: str) -> str:
+    """:func:`options.check_output_path` for the formats the writers write (``writer`` names
+    the command in the message); a ``.npy`` file's sidecar ``PATH.json`` must be writable
+    too, and ``.safetensors`` needs its package."""
+    suffix = next((s for s in WRITERS if path and path.lower().endswith(s)), "")
+    if path and not suffix and not (os.path.isdir(path) or path.endswith(("/", os.sep))):
+        raise click.BadParameter(f"{path!r} does not end in {formats_text()} ({writer} writes those)")
+    # (no suffix left: an empty path or a directory, which check_output_path names)
+    path = options.check_output_path(path, suffix=suffix or next(iter(WRITERS)), writer=writer)
+    format_writer = WRITERS[suffix]
+    sidecar = format_writer.sidecar_path(path)
+    if sidecar is not None and os.path.lexists(sidecar) and not os.path.isfile(sidecar):
+        raise click.BadParameter(f"{sidecar!r}, where the spec of {path!r} goes, exists and is not a regular file")
+    try:
+        format_writer.require()
+    except ImportError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return path
 
-    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+def _formats_help() -> str:
+    """The formats, in the words of ``-o``'s help."""
+    beside = tuple(s for s, w in WRITERS.items() if w.sidecar)
+    inside = tuple(s for s, w in WRITERS.items() if not w.sidecar)
+    return (f"{formats_text(tuple(WRITERS))}, by its suffix; the spec that made it goes in PATH.json beside "
+            f"a {formats_text(beside)}, inside a {formats_text(inside)}")
 
 
-def _stored_as(array) -> str:
+def output_opt(writer: str, default: str, *, holds: str = ""):
+    """The ``-o/--output`` option of an array command: checked by :func:`check_output`, its
+    help naming the formats, what the files hold if they differ by format (``holds``) and
+    the ``default`` file name."""
+
+    def callback(ctx, param, value):
+        return None if value is None else check_output(value, writer)
+
+    return click.option(
+        "-o", "--output", type=click.Path(), default=None, callback=callback,
+        help=f"Output file: {_formats_help()}. {holds + ' ' if holds else ''}Its directory must exist; an existing "
+        f"file is replaced atomically. Default: {default} in the current directory.",
+    )
+
+
+def _stored_as(array, path: str) -> str:
     """What the summary line adds after the shape: how bfloat16 was stored."""
-    return " as uint16 bits" if array.dtype.name == "bfloat16" else ""
+    from .._io.writers import writer_for
+
+    return " as uint16 bits" if array.dtype.name == "bfloat16" and writer_for(path).bfloat16_as_uint16 else ""
 
 
-def default_path(name: str) -> str:
+def default_path(name: str, writer: str = "fastpe") -> str:
     """``name`` in the current directory, checked as ``-o`` would be (exit status 2 if not)."""
     try:
-        return options.check_output_path(name)
+        return check_output(name, writer)
     except click.BadParameter as exc:
         raise options.InputError(f"default output path: {exc.message}; use -o") from None
 
 
-def check_size(path: str, shape: tuple[int, ...], dtype, *, transient: int = 0) -> None:
-    """Refuse, before anything is allocated, an array of ``shape`` and ``dtype`` (a name or
-    NumPy dtype) that cannot be held in memory or written to ``path``.
-
-    The array (plus ``transient`` bytes the command allocates besides) larger than the
-    machine's physical memory is bad input, exit status 2: allocating it would fail, or
-    thrash the machine first.  A file larger than the free space of ``path``'s file system
-    exits 1, as a disk that fills up while writing does.
-    """
+def entry(name: str, shape: tuple[int, ...], dtype):
+    """The :class:`fastpe._io.writers.Entry` of an array the command will write (``dtype`` a
+    name or NumPy dtype; bfloat16 without ml_dtypes is bad input, exit status 2)."""
     import numpy as np
 
-    from .._io import save as _save
-    from .._io.writers import _npy_header
     from .._dtypes import resolve
+    from .._io.writers import Entry
 
-    with options.library_errors():  # bfloat16 without ml_dtypes fails here too, before any work
+    with options.library_errors():
         dt = resolve(dtype) if str(dtype).lower() in DTYPES else np.dtype(dtype)
-        nbytes = math.prod(shape) * dt.itemsize
-        _save.check_memory(f"the {' x '.join(map(str, shape))} {dt.name} array", nbytes + transient)
+    return Entry(name, dt, tuple(shape))
+
+
+def check_size(path: str, entries, spec: dict, *, held: tuple[tuple[int, ...], str] | None = None,
+               transient: int = 0) -> None:
+    """Refuse, before anything is allocated, arrays that cannot be held in memory or written
+    to ``path``: ``entries`` are the :func:`entry` of each array the file will hold, ``spec``
+    the spec it will record.
+
+    The arrays (plus ``transient`` bytes the command allocates besides) larger than the
+    machine's physical memory are bad input, exit status 2: allocating them would fail, or
+    thrash the machine first; the message names ``held`` (a shape and dtype name), by
+    default the one entry.  A file larger than the free space of ``path``'s file system
+    exits 1, as a disk that fills up while writing does.
+    """
+    from .._io import save as _save
+    from .._io.writers import writer_for
+
+    entries = list(entries)
+    nbytes = sum(e.nbytes for e in entries)
+    shape, dtype = held if held is not None else (entries[0].shape, entries[0].dtype.name)
+    with options.library_errors():
+        _save.check_memory(f"the {' x '.join(map(str, shape))} {dtype} array", nbytes + transient)
     try:
-        _save.check_space(path, len(_npy_header(dt, tuple(shape))) + nbytes)
+        _save.check_space(path, writer_for(path).size(entries, spec))
     except OSError as exc:
         raise click.ClickException(f"could not write {path}: {exc}") from exc
 
 
-def write_npy(path: str, compute: Callable[[], object], *, shape: tuple[int, ...] | None = None, dtype=None,
-              transient: int = 0):
-    """Run ``compute()`` (a library call) and save its array to ``path`` atomically.
+def write_arrays(path: str, entries, compute: Callable[[], dict], spec: dict):
+    """Write the arrays ``compute()`` returns (a library call, ``{name: array}``) as
+    ``entries`` (their :func:`entry`, in the file's order) and ``spec`` to ``path``
+    atomically, through the writer of its format.
 
-    Returns ``(array, compute_seconds, write_seconds)``.  Given the array's ``shape`` and
-    ``dtype``, :func:`check_size` runs first.  The temporary file is created next, so an
-    unwritable place fails before the work; the library's ``ValueError`` / ``TypeError``
-    become exit status 2, and on any failure, Ctrl-C, SIGTERM or SIGHUP nothing is left at
-    ``path`` (a file already there is kept).
+    The temporary file is created first and the arrays computed into it, so an interruption
+    during the work leaves nothing either.  Returns ``(arrays, compute_seconds,
+    write_seconds)``.  The library's ``ValueError`` / ``TypeError`` become exit status 2; on
+    any failure, Ctrl-C, SIGTERM or SIGHUP nothing is left at ``path`` (a file already there
+    is kept) and no temporary file remains.
     """
-    import numpy as np
+    from .._io import writers
 
-    from .._io.atomic import atomic_write
+    entries = list(entries)
+    computed: dict = {}
+    seconds = {"compute": 0.0}
 
-    if shape is not None:
-        check_size(path, shape, dtype, transient=transient)
+    def blocks():
+        start = time.perf_counter()
+        with options.library_errors():
+            computed.update(compute())
+        seconds["compute"] = time.perf_counter() - start
+        for e in entries:
+            yield e.name, computed[e.name]
+
+    start = time.perf_counter()
     try:
-        with atomic_write(path) as f:
-            start = time.perf_counter()
-            with options.library_errors():
-                array = compute()
-            computed = time.perf_counter()
-            np.save(f, npy_array(array), allow_pickle=False)
+        writers.save(path, entries, spec, blocks())
     except OSError as exc:  # e.g. a full disk (exit status 1)
         raise click.ClickException(f"could not write {path}: {exc}") from exc
-    return array, computed - start, time.perf_counter() - computed
+    return computed, seconds["compute"], time.perf_counter() - start - seconds["compute"]
 
 
 def summary(path: str, array, what: str, backend: str, compute_s: float, write_s: float) -> str:
     """The one-line report of a written array, in the form ``fastpe table`` prints."""
     return (
-        f"wrote {path}: {array.dtype.name} {array.shape}{_stored_as(array)}, {what}, "
+        f"wrote {path}: {array.dtype.name} {array.shape}{_stored_as(array, path)}, {what}, "
         f"{options.human_size(array.nbytes)}, backend {backend}, "
         f"{options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
     )

@@ -1,7 +1,8 @@
-"""``fastpe alibi``: write an ALiBi bias ``(heads, q_len, k_len)`` to a ``.npy`` file.
+"""``fastpe alibi``: write an ALiBi bias ``(heads, q_len, k_len)`` to a ``.npy``, ``.npz`` or
+``.safetensors`` file.
 
 The numbers come from :func:`fastpe.alibi.bias`; this module parses, names the file and
-writes it (atomically, through :func:`fastpe.cli._write.write_npy`).
+writes it (atomically, through :func:`fastpe.cli._write.write_arrays`).
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import click
 
 from . import options
-from ._write import default_path, dtype_opt, summary, write_npy
+from ._write import check_size, default_path, dtype_opt, entry, output_opt, summary, write_arrays
 
-__all__ = ["alibi", "FORMS"]
+__all__ = ["alibi", "FORMS", "ENTRY"]
+
+#: the name of the array in the file
+ENTRY = "bias"
 
 #: the forms of fastpe.alibi (listed here so that --help does not import the library)
 FORMS = ("symmetric", "causal", "bloom", "mpt")
@@ -57,11 +61,7 @@ def _max_bias(value):
     return _check_max_bias(value)
 
 
-def _output(ctx, param, value):
-    return None if value is None else options.check_output_path(value, writer="fastpe alibi")
-
-
-@click.command(short_help="Write an ALiBi bias (heads, queries, keys) to .npy.")
+@click.command(short_help="Write an ALiBi bias (heads, queries, keys) to .npy, .npz or .safetensors.")
 @click.option("--heads", "n_heads", type=int, required=True, callback=_checked("n_heads", _heads), metavar="N",
               help="Attention heads, 1 to 65536 (the slopes depend on the count).")
 @click.option("--q-len", "q_len", type=int, required=True, callback=_checked("q_len", _length("q_len")),
@@ -76,9 +76,7 @@ def _output(ctx, param, value):
               help="The slope schedule's maximum bias, in [2**-16, 64].")
 @dtype_opt
 @options.backend_opt
-@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
-              help="Output .npy file; its directory must exist. An existing file is replaced "
-              "atomically. Default: alibi_<FORM>_<N>x<L>x<K>.npy in the current directory.")
+@output_opt("fastpe alibi", "alibi_<FORM>_<N>x<L>x<K>.npy")
 @click.pass_context
 def alibi(ctx: click.Context, n_heads: int, q_len: int, k_len, form: str, max_bias: float, dtype: str,
           backend, output) -> None:
@@ -88,8 +86,9 @@ def alibi(ctx: click.Context, n_heads: int, q_len: int, k_len, form: str, max_bi
     value is the correctly rounded exact product of the head's slope and the distance.
     Prints one summary line (-q: nothing).
 
-    The file is written atomically; on any error (or Ctrl-C) no file is left and an
-    existing one is kept.  bfloat16 is stored as its raw bits, dtype uint16: read it back
+    The file records its spec (PATH.json beside a .npy, inside a .npz or .safetensors).  It
+    is written atomically; on any error (or Ctrl-C) no file is left and an existing one is
+    kept.  In .npy and .npz bfloat16 is stored as its raw bits, dtype uint16: read it back
     with numpy.load(PATH).view(ml_dtypes.bfloat16).
 
     \b
@@ -99,16 +98,21 @@ def alibi(ctx: click.Context, n_heads: int, q_len: int, k_len, form: str, max_bi
     """
     from .. import _backends
     from .. import alibi as fa
+    from .._io.writers import make_spec
 
     form, dtype = form.lower(), dtype.lower()
     k = q_len if k_len is None else k_len
-    path = output or default_path(f"alibi_{form}_{n_heads}x{q_len}x{k}.npy")
+    path = output or default_path(f"alibi_{form}_{n_heads}x{q_len}x{k}.npy", "fastpe alibi")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
-    array, compute_s, write_s = write_npy(
-        path, lambda: fa.bias(n_heads, q_len, k, form=form, max_bias=max_bias, dtype=dtype, backend=name),
-        # past MAX_ELEMENTS the library refuses the bias itself, before allocating anything
-        shape=(n_heads, q_len, k) if n_heads * q_len * k <= fa.MAX_ELEMENTS else None, dtype=dtype,
-    )
+    params = dict(n_heads=n_heads, q_len=q_len, k_len=k, form=form, max_bias=max_bias, dtype=dtype)
+    spec = make_spec("alibi.bias", params)
+    entries = [entry(ENTRY, (n_heads, q_len, k), dtype)]
+    # past MAX_ELEMENTS the library refuses the bias itself, before allocating anything
+    if n_heads * q_len * k <= fa.MAX_ELEMENTS:
+        check_size(path, entries, spec)
+    arrays, compute_s, write_s = write_arrays(path, entries, lambda: {ENTRY: fa.bias(**params, backend=name)},
+                                              spec)
+    array = arrays[ENTRY]
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(summary(path, array, f"ALiBi {form}, max_bias {max_bias:g}", name, compute_s, write_s))

@@ -1,7 +1,8 @@
-"""``fastpe grid``: write a 2-D (image) or 3-D (video) sin-cos position grid to a ``.npy`` file.
+"""``fastpe grid``: write a 2-D (image) or 3-D (video) sin-cos position grid to a ``.npy``,
+``.npz`` or ``.safetensors`` file.
 
 The numbers come from :mod:`fastpe.grid`; this module parses, names the file and writes it
-(through :mod:`fastpe.cli._write`, which stores bfloat16 as its uint16 bits).
+(through :mod:`fastpe.cli._write` and the format's writer).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import click
 
 from .._validate import POSITION_LIMIT
 from . import options
-from ._write import default_path, dtype_opt, summary, write_npy
+from ._write import check_size, default_path, dtype_opt, entry, output_opt, summary, write_arrays
 
-__all__ = ["grid"]
+__all__ = ["grid", "ENTRY"]
+
+#: the name of the array in the file
+ENTRY = "grid"
 
 
 def _size(ctx, param, value):
@@ -34,11 +38,7 @@ def _d_model(ctx, param, value):
         raise click.BadParameter(str(exc).removeprefix("d_model ")) from None
 
 
-def _output(ctx, param, value):
-    return None if value is None else options.check_output_path(value, writer="fastpe grid")
-
-
-@click.command(short_help="Write a 2-D/3-D sin-cos grid (ViT, MAE, video) to .npy.")
+@click.command(short_help="Write a 2-D/3-D sin-cos grid (ViT, MAE, video) to .npy, .npz or .safetensors.")
 @click.option("--height", type=int, required=True, callback=_size, metavar="H", help="Rows of the grid.")
 @click.option("--width", type=int, required=True, callback=_size, metavar="W", help="Columns of the grid.")
 @click.option("--d-model", "d_model", type=int, required=True, callback=_d_model, metavar="D",
@@ -52,9 +52,7 @@ def _output(ctx, param, value):
 @options.base_opt
 @dtype_opt
 @options.backend_opt
-@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
-              help="Output .npy file; its directory must exist. An existing file is replaced "
-              "atomically. Default: grid_<H>x<W>x<D>.npy (3-D: grid_<T>x<H>x<W>x<D>.npy).")
+@output_opt("fastpe grid", "grid_<H>x<W>x<D>.npy (3-D: grid_<T>x<H>x<W>x<D>.npy)")
 @click.pass_context
 def grid(ctx: click.Context, height: int, width: int, d_model: int, frames, order: str, cls_token: bool,
          base: float, dtype: str, backend, output) -> None:
@@ -65,8 +63,9 @@ def grid(ctx: click.Context, height: int, width: int, d_model: int, frames, orde
     fastpe.grid.sincos_2d(H, W, D, ...) or fastpe.grid.sincos_3d(T, H, W, D, ...).  Prints
     one summary line (-q: nothing).
 
-    The file is written atomically; on any error (or Ctrl-C) no file is left and an
-    existing one is kept.  bfloat16 is stored as its raw bits, dtype uint16: read it back
+    The file records its spec (PATH.json beside a .npy, inside a .npz or .safetensors).  It
+    is written atomically; on any error (or Ctrl-C) no file is left and an existing one is
+    kept.  In .npy and .npz bfloat16 is stored as its raw bits, dtype uint16: read it back
     with numpy.load(PATH).view(ml_dtypes.bfloat16).
 
     \b
@@ -76,20 +75,25 @@ def grid(ctx: click.Context, height: int, width: int, d_model: int, frames, orde
     """
     from .. import _backends
     from .. import grid as fg
+    from .._io.writers import make_spec
 
     order, dtype = order.lower(), dtype.lower()
     sizes = (height, width) if frames is None else (frames, height, width)
-    path = output or default_path(f"grid_{'x'.join(map(str, sizes))}x{d_model}.npy")
+    path = output or default_path(f"grid_{'x'.join(map(str, sizes))}x{d_model}.npy", "fastpe grid")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
-    build = fg.sincos_2d if frames is None else fg.sincos_3d
+    build, function = (fg.sincos_2d, "grid.sincos_2d") if frames is None else (fg.sincos_3d, "grid.sincos_3d")
+    params = dict(zip(("height", "width") if frames is None else ("frames", "height", "width"), sizes),
+                  d_model=d_model, base=base, order=order, cls_token=cls_token, dtype=dtype)
+    spec = make_spec(function, params)
     tokens = math.prod(sizes)
+    entries = [entry(ENTRY, (tokens + cls_token, d_model), dtype)]
     # past MAX_TOKENS the library refuses the grid itself, before allocating anything
-    shape = (tokens + cls_token, d_model) if tokens <= fg.MAX_TOKENS else None
-    array, compute_s, write_s = write_npy(
-        path, lambda: build(*sizes, d_model, base=base, order=order, cls_token=cls_token, dtype=dtype, backend=name),
-        shape=shape, dtype=dtype,
-    )
+    if tokens <= fg.MAX_TOKENS:
+        check_size(path, entries, spec)
+    arrays, compute_s, write_s = write_arrays(path, entries, lambda: {ENTRY: build(**params, backend=name)},
+                                              spec)
+    array = arrays[ENTRY]
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = f"{len(sizes)}-D grid {'x'.join(map(str, sizes))}, order {order}" + (", cls token" if cls_token else "")
         click.echo(summary(path, array, what, name, compute_s, write_s))

@@ -1,4 +1,5 @@
-"""``fastpe rope``: write a model's RoPE cos/sin caches to one ``.npz`` file.
+"""``fastpe rope``: write a model's RoPE cos/sin caches to one ``.npz``, ``.safetensors`` or
+``.npy`` file (the last holds cos and sin stacked along a new first axis).
 
 ``--scaling`` takes an HF ``rope_scaling`` / ``rope_parameters`` dict as JSON text, or the
 path of a JSON file holding either such a dict or a whole model ``config.json``.  From a
@@ -14,29 +15,23 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import click
 
 from . import options
-from ._write import check_size
+from ._write import check_size, default_path, entry, output_opt, write_arrays
 
-__all__ = ["rope", "read_scaling", "from_model_config", "check_npz_path"]
+__all__ = ["rope", "read_scaling", "from_model_config", "ENTRIES", "STACKED"]
+
+#: the arrays a file holds, in order; a .npy holds one array, STACKED (cos, sin on axis 0)
+ENTRIES = ("cos", "sin", "inv_freq", "attention_factor")
+STACKED = ("cos", "sin")
 
 #: keys that mark a JSON object as a model config rather than a rope dict
 _CONFIG_KEYS = frozenset({
     "rope_scaling", "rope_parameters", "hidden_size", "num_attention_heads", "head_dim",
     "max_position_embeddings", "model_type", "architectures",
 })
-
-
-def check_npz_path(path: str) -> str:
-    """:func:`options.check_output_path` for the ``.npz`` files this command writes."""
-    return options.check_output_path(path, suffix=".npz", writer="fastpe rope")
-
-
-def _npz_handler(ctx, param, value):
-    return None if value is None else check_npz_path(value)
 
 
 def read_scaling(value: str) -> tuple[str, dict]:
@@ -120,7 +115,7 @@ def _positive(ctx, param, value):
     return value
 
 
-@click.command(short_help="Write RoPE cos/sin caches (any HF rope scaling) to a .npz file.")
+@click.command(short_help="Write RoPE cos/sin caches (any HF rope scaling) to .npz, .safetensors or .npy.")
 @click.option("--head-dim", type=int, default=None, callback=_positive, metavar="N",
               help="Size of one attention head. Default: from the --scaling model config.")
 @click.option("--max-len", "max_len", type=int, default=None, callback=options.max_len_handler, metavar="N",
@@ -140,18 +135,21 @@ def _positive(ctx, param, value):
 @click.option("--seq-len", type=int, default=None, callback=_positive, metavar="N",
               help="Sequence length for dynamic/longrope. Default: MAX_LEN, as HF's forward pass.")
 @options.backend_opt
-@click.option("-o", "--output", type=click.Path(), default=None, callback=_npz_handler,
-              help="Output .npz file; its directory must exist. An existing file is replaced "
-              "atomically. Default: rope_<MAX_LEN>x<ROTARY_DIM>.npz in the current directory.")
+@output_opt("fastpe rope", "rope_<MAX_LEN>x<ROTARY_DIM>.npz",
+            holds="A .npz or .safetensors holds cos, sin, inv_freq and attention_factor; a .npy holds one "
+            "array, cos and sin stacked: shape (2, MAX_LEN, ROTARY_DIM), axis 0 = (cos, sin).")
 @click.pass_context
 def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, max_position_embeddings,
          seq_len, backend, output) -> None:
-    """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz file.
+    """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz, .safetensors or .npy file.
 
-    The file holds cos and sin (float32, MAX_LEN x ROTARY_DIM, already multiplied by the
-    attention factor, as HF's rotary embedding returns them), inv_freq (float64) and
-    attention_factor (a float64 scalar): exactly fastpe.rope.cos_sin and
-    fastpe.rope.inv_freq of the same arguments.  Prints one summary line (-q: nothing).
+    A .npz or .safetensors file holds cos and sin (float32, MAX_LEN x ROTARY_DIM, already
+    multiplied by the attention factor, as HF's rotary embedding returns them), inv_freq
+    (float64) and attention_factor (a float64 scalar): exactly fastpe.rope.cos_sin and
+    fastpe.rope.inv_freq of the same arguments.  A .npy file holds cos and sin stacked, an
+    array of shape (2, MAX_LEN, ROTARY_DIM) whose axis 0 is (cos, sin).  Every file records
+    its spec (PATH.json beside a .npy, inside the others; a .npy's spec lists the stacked
+    arrays).  Prints one summary line (-q: nothing).
 
     The file is written atomically; on any error nothing is written.
 
@@ -165,7 +163,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
 
     from .. import _backends
     from .. import rope as fr
-    from .._io.atomic import atomic_write
+    from .._io.writers import make_spec, writer_for
 
     kind, data = scaling if scaling is not None else ("scaling", {})
     if kind == "config":
@@ -201,35 +199,31 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
         inv, attention = fr.inv_freq(head_dim, base=base, rotary_dim=rotary_dim, scaling=data, seq_len=seq_len,
                                      max_position_embeddings=max_position_embeddings)
         name, _ = _backends.resolve(backend)
-    path = output
-    if path is None:
-        try:
-            path = check_npz_path(f"rope_{max_len}x{spec.rotary_dim}.npz")
-        except click.BadParameter as exc:
-            raise options.InputError(f"default output path: {exc.message}; use -o") from None
+    path = output or default_path(f"rope_{max_len}x{spec.rotary_dim}.npz", "fastpe rope")
 
     layout = layout.lower()
+    params = dict(positions={"arange": max_len}, head_dim=head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
+                  seq_len=seq_len, max_position_embeddings=max_position_embeddings, layout=layout, dtype="float32")
+    recorded = make_spec("rope.cos_sin", params)
+    names = STACKED if writer_for(path).one_array else ENTRIES
+    shape = (max_len, spec.rotary_dim)
+    entries = [entry("cos", shape, "float32"), entry("sin", shape, "float32"),
+               entry("inv_freq", inv.shape, inv.dtype), entry("attention_factor", (), "float64")]
+    entries = [e for e in entries if e.name in names]
     # cos and sin, float32 (max_len, rotary_dim) each: refused before anything is allocated
     # when they cannot be held in memory or written (exit status 2, or 1 for the disk)
-    check_size(path, (2, max_len, spec.rotary_dim), "float32")
-    try:
-        with atomic_write(path) as f:
-            start = time.perf_counter()
-            with options.library_errors():
-                cos, sin = fr.cos_sin(np.arange(max_len, dtype=np.uint32), head_dim, base=base,
-                                      rotary_dim=rotary_dim, scaling=data, seq_len=seq_len,
-                                      max_position_embeddings=max_position_embeddings, layout=layout,
-                                      backend=name)
-            computed = time.perf_counter()
-            np.savez(f, cos=cos, sin=sin, inv_freq=inv, attention_factor=np.float64(attention))
-    except OSError as exc:
-        raise click.ClickException(f"could not write {path}: {exc}") from exc
-    written = time.perf_counter()
+    check_size(path, entries, recorded, held=((2, *shape), "float32"))
+
+    def compute():
+        cos, sin = fr.cos_sin(**{**params, "positions": np.arange(max_len, dtype=np.uint32)}, backend=name)
+        return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
+
+    arrays, compute_s, write_s = write_arrays(path, entries, compute, recorded)
+    cos = arrays["cos"]
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
             f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {layout}, rope_type {spec.rope_type}, "
-            f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(cos.nbytes + sin.nbytes)}, "
-            f"backend {name}, {options.milliseconds(computed - start)} compute + "
-            f"{options.milliseconds(written - computed)} write"
+            f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(2 * cos.nbytes)}, "
+            f"backend {name}, {options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
         )

@@ -1,4 +1,5 @@
-"""``fastpe t5-buckets``: write T5's relative-position buckets ``(q_len, k_len)`` to ``.npy``.
+"""``fastpe t5-buckets``: write T5's relative-position buckets ``(q_len, k_len)`` to a ``.npy``,
+``.npz`` or ``.safetensors`` file.
 
 The numbers come from :func:`fastpe.relative.t5_bucket_matrix` (equal to HF's
 ``T5Attention._relative_position_bucket`` of ``compute_bias``'s relative positions); this
@@ -11,9 +12,12 @@ import click
 
 from . import options
 from .alibi import _checked
-from ._write import default_path, summary, write_npy
+from ._write import check_size, default_path, entry, output_opt, summary, write_arrays
 
-__all__ = ["t5_buckets"]
+__all__ = ["t5_buckets", "ENTRY"]
+
+#: the name of the array in the file
+ENTRY = "buckets"
 
 
 def _length(name: str):
@@ -43,11 +47,8 @@ def _offset(value):
     return check_int("offset", value, low=0, high=MAX_OFFSET)
 
 
-def _output(ctx, param, value):
-    return None if value is None else options.check_output_path(value, writer="fastpe t5-buckets")
-
-
-@click.command("t5-buckets", short_help="Write T5 relative-position buckets (queries, keys) to .npy.")
+@click.command("t5-buckets",
+               short_help="Write T5 relative-position buckets (queries, keys) to .npy, .npz or .safetensors.")
 @click.option("--q-len", "q_len", type=int, required=True, callback=_checked("q_len", _length("q_len")),
               metavar="L", help="Queries (rows).")
 @click.option("--k-len", "k_len", type=int, default=None, callback=_checked("k_len", _length("k_len")),
@@ -64,9 +65,7 @@ def _output(ctx, param, value):
               callback=_checked("offset", _offset), metavar="P",
               help="Position of the first query (tokens already in the cache when decoding).")
 @options.backend_opt
-@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
-              help="Output .npy file; its directory must exist. An existing file is replaced "
-              "atomically. Default: t5_buckets_<L>x<K>.npy in the current directory.")
+@output_opt("fastpe t5-buckets", "t5_buckets_<L>x<K>.npy")
 @click.pass_context
 def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_distance: int, unidirectional: bool,
                offset: int, backend, output) -> None:
@@ -75,8 +74,9 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
     Exactly fastpe.relative.t5_bucket_matrix(L, K, bidirectional=not --unidirectional,
     num_buckets=N, max_distance=D, offset=P), i.e. HF's
     T5Attention._relative_position_bucket of j - (i + P).  Prints one summary line
-    (-q: nothing).  The file is written atomically; on any error (or Ctrl-C) no file is
-    left and an existing one is kept.
+    (-q: nothing).  The file records its spec (PATH.json beside a .npy, inside a .npz or
+    .safetensors).  It is written atomically; on any error (or Ctrl-C) no file is left and
+    an existing one is kept.
 
     \b
     Examples:
@@ -85,17 +85,22 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
     """
     from .. import _backends
     from .. import relative
+    from .._io.writers import make_spec
 
     k = q_len if k_len is None else k_len
-    path = output or default_path(f"t5_buckets_{q_len}x{k}.npy")
+    path = output or default_path(f"t5_buckets_{q_len}x{k}.npy", "fastpe t5-buckets")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
-    array, compute_s, write_s = write_npy(
-        path, lambda: relative.t5_bucket_matrix(q_len, k, bidirectional=not unidirectional, num_buckets=num_buckets,
-                                                max_distance=max_distance, offset=offset, backend=name),
-        # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything
-        shape=(q_len, k) if q_len * k <= relative.MAX_ELEMENTS else None, dtype="int64",
-    )
+    params = dict(q_len=q_len, k_len=k, bidirectional=not unidirectional, num_buckets=num_buckets,
+                  max_distance=max_distance, offset=offset, dtype="int64")
+    spec = make_spec("relative.t5_bucket_matrix", params)
+    entries = [entry(ENTRY, (q_len, k), "int64")]
+    # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything
+    if q_len * k <= relative.MAX_ELEMENTS:
+        check_size(path, entries, spec)
+    arrays, compute_s, write_s = write_arrays(
+        path, entries, lambda: {ENTRY: relative.t5_bucket_matrix(**params, backend=name)}, spec)
+    array = arrays[ENTRY]
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = (f"T5 buckets {'unidirectional' if unidirectional else 'bidirectional'}, num_buckets {num_buckets}, "
                 f"max_distance {max_distance}, offset {offset}")

@@ -16,40 +16,14 @@ import click
 from click.core import ParameterSource
 
 from . import options
+from ._write import default_path, output_opt
 
-__all__ = ["table", "check_table_path"]
+__all__ = ["table"]
 
 #: the table's parameters (save_table's keywords that a spec records), as options
 _PARAMS = ("d_model", "max_len", "base", "layout", "denominator", "min_timescale", "max_timescale", "dtype")
 #: library argument name -> option, to name the option a library error is about
 _FLAGS = {name: "--" + name.replace("_", "-") for name in _PARAMS} | {"chunk_bytes": "--chunk-mb"}
-_FORMATS = (".npy", ".npz", ".safetensors")
-
-
-def check_table_path(path: str) -> str:
-    """:func:`options.check_output_path` for the formats ``fastpe table`` writes; a ``.npy``
-    file's sidecar ``PATH.json`` must be writable too, and ``.safetensors`` needs its package."""
-    # (splitext takes a bare ".npy" for a name without extension; check_output_path says so)
-    ext = next((e for e in _FORMATS if path and path.lower().endswith(e)), "")
-    if path and ext not in _FORMATS and not (os.path.isdir(path) or path.endswith(("/", os.sep))):
-        raise click.BadParameter(f"{path!r} does not end in .npy, .npz or .safetensors (fastpe table writes those)")
-    path = options.check_output_path(path, suffix=ext if ext in _FORMATS else ".npy", writer="fastpe table")
-    if ext == ".npy":
-        sidecar = path + ".json"
-        if os.path.lexists(sidecar) and not os.path.isfile(sidecar):
-            raise click.BadParameter(f"{sidecar!r}, where the spec of {path!r} goes, exists and is not a regular file")
-    if ext == ".safetensors":
-        from .._io.save import require_safetensors
-
-        try:
-            require_safetensors()
-        except ImportError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return path
-
-
-def _output_handler(ctx, param, value):
-    return None if value is None else check_table_path(value)
 
 
 def _chunk_handler(ctx, param, value):
@@ -64,12 +38,14 @@ def _spec_handler(ctx, param, value):
     """``--from-spec``: a spec file, a ``.npy`` (its sidecar), ``.npz`` or ``.safetensors``."""
     if value is None:
         return None
-    from .._io.save import SIDECAR_SUFFIX, load_spec
+    from .._io.save import load_spec
+    from .._io.writers import WRITERS
 
     try:
         # what load_spec will read (a .npy's spec is its sidecar) must be a regular file: a
         # pipe would block the command forever
-        source = value + SIDECAR_SUFFIX if value.lower().endswith(".npy") else value
+        writer = next((w for suffix, w in WRITERS.items() if value.lower().endswith(suffix)), None)
+        source = (writer.sidecar_path(value) if writer is not None else None) or value
         if os.path.lexists(source):
             options.check_regular_file(source)
         return load_spec(value)
@@ -113,12 +89,7 @@ def _wants_bar(ctx: click.Context) -> bool:
 @options.max_timescale_opt
 @options.dtype_opt
 @options.backend_opt
-@click.option(
-    "-o", "--output", type=click.Path(), default=None, callback=_output_handler,
-    help="Output file: .npy (plus the spec in PATH.json), .npz or .safetensors (the spec inside). "
-    "Its directory must exist; an existing file is replaced atomically. "
-    "Default: pe_<MAX_LEN>x<D_MODEL>.npy in the current directory.",
-)
+@output_opt("fastpe table", "pe_<MAX_LEN>x<D_MODEL>.npy")
 @click.option(
     "--chunk-mb", "chunk_mb", type=float, default=256, show_default=True, callback=_chunk_handler, metavar="MB",
     help="Memory budget in MiB: the table is computed and written this much at a time.",
@@ -170,12 +141,7 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -
     except (TypeError, ValueError) as exc:
         raise _param_error(exc) from None
 
-    path = output
-    if path is None:
-        try:
-            path = check_table_path(f"pe_{params['max_len']}x{params['d_model']}.npy")
-        except click.BadParameter as exc:
-            raise options.InputError(f"default output path: {exc.message}; use -o") from None
+    path = output or default_path(f"pe_{params['max_len']}x{params['d_model']}.npy", "fastpe table")
 
     chunk_bytes = max(1, int(chunk_mb * (1 << 20)))
     try:

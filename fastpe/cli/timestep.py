@@ -1,12 +1,18 @@
-"""``fastpe timestep``: write the sinusoidal embedding of real timesteps to a ``.npy`` file.
+"""``fastpe timestep``: write the sinusoidal embedding of real timesteps to a ``.npy``, ``.npz``
+or ``.safetensors`` file.
 
 The timesteps are ``0 .. N-1`` (``--steps``), a comma-separated list (``--t``) or a 1-D
 ``.npy`` file (``--from``); the numbers come from :func:`fastpe.timestep`.  Writing (and
-bfloat16's storage as ``uint16`` bits) is shared with ``fastpe grid``.
+bfloat16's storage as ``uint16`` bits in ``.npy`` and ``.npz``) is shared with ``fastpe grid``.
+
+The spec records the timesteps as ``{"arange": N}`` for ``--steps N``, else as the list of
+their float64 values; past :data:`SPEC_VALUES` of them, as ``{"count": N, "sha256": HEX}``,
+the SHA-256 of their little-endian float64 bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import click
@@ -14,9 +20,14 @@ import click
 from .._validate import POSITION_LIMIT
 from .._plans.frequencies import DEFAULT_BASE
 from . import options
-from ._write import check_size, default_path, dtype_opt, summary, write_npy
+from ._write import check_size, default_path, dtype_opt, entry, output_opt, summary, write_arrays
 
-__all__ = ["timestep", "parse_values", "read_values"]
+__all__ = ["timestep", "parse_values", "read_values", "timesteps_spec", "ENTRY", "SPEC_VALUES"]
+
+#: the name of the array in the file
+ENTRY = "embedding"
+#: timesteps a spec lists at most; more are recorded by their count and digest
+SPEC_VALUES = 1 << 16
 
 #: the three ways to give timesteps, as their options are spelled
 _SOURCES = ("--steps", "--t", "--from")
@@ -83,11 +94,22 @@ def _from(ctx, param, value):
     return read_values(value)
 
 
-def _output(ctx, param, value):
-    return None if value is None else options.check_output_path(value, writer="fastpe timestep")
+def timesteps_spec(steps, t):
+    """The timesteps as a spec records them (see the module's docstring); ``t`` may be a
+    memory-mapped file, read a block at a time."""
+    import numpy as np
+
+    if steps is not None:
+        return {"arange": steps}
+    if len(t) <= SPEC_VALUES:
+        return np.asarray(t, dtype=np.float64).tolist()
+    digest = hashlib.sha256()
+    for start in range(0, len(t), SPEC_VALUES):
+        digest.update(np.asarray(t[start:start + SPEC_VALUES], dtype="<f8").tobytes())
+    return {"count": len(t), "sha256": digest.hexdigest()}
 
 
-@click.command(short_help="Write a timestep embedding (diffusion) to .npy.")
+@click.command(short_help="Write a timestep embedding (diffusion) to .npy, .npz or .safetensors.")
 @click.option("--d-model", "d_model", type=int, required=True, callback=_d_model, metavar="D",
               help="Columns, >= 2; an odd D ends with a zero column.")
 @click.option("--steps", type=int, default=None, callback=_steps, metavar="N", help="Timesteps 0, 1, ..., N-1.")
@@ -104,9 +126,7 @@ def _output(ctx, param, value):
               help="Multiplies every timestep before the sinusoid; finite, > 0.")
 @dtype_opt
 @options.backend_opt
-@click.option("-o", "--output", type=click.Path(), default=None, callback=_output,
-              help="Output .npy file; its directory must exist. An existing file is replaced "
-              "atomically. Default: timestep_<N>x<D>.npy, N the number of timesteps.")
+@output_opt("fastpe timestep", "timestep_<N>x<D>.npy, N the number of timesteps,")
 @click.pass_context
 def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: float, flip_sin_to_cos: bool,
              shift: float, scale: float, dtype: str, backend, output) -> None:
@@ -117,9 +137,10 @@ def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: f
     every timestep taken at its exact float64 value (|t| < 2**32).  Prints one summary
     line (-q: nothing).
 
-    The file is written atomically; on any error (or Ctrl-C) no file is left and an
-    existing one is kept.  bfloat16 is stored as its raw bits, dtype uint16: read it
-    back with numpy.load(PATH).view(ml_dtypes.bfloat16).
+    The file records its spec (PATH.json beside a .npy, inside a .npz or .safetensors).  It
+    is written atomically; on any error (or Ctrl-C) no file is left and an existing one is
+    kept.  In .npy and .npz bfloat16 is stored as its raw bits, dtype uint16: read it back
+    with numpy.load(PATH).view(ml_dtypes.bfloat16).
 
     \b
     Examples:
@@ -132,6 +153,7 @@ def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: f
     import fastpe
 
     from .. import _backends
+    from .._io.writers import make_spec
 
     given = [opt for opt, v in zip(_SOURCES, (steps, values, from_file)) if v is not None]
     if len(given) != 1:
@@ -139,11 +161,15 @@ def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: f
         raise click.UsageError(f"give exactly one of --steps, --t or --from{got}")
     n = steps if steps is not None else len(values) if values is not None else from_file.shape[0]
     dtype = dtype.lower()
-    path = output or default_path(f"timestep_{n}x{d_model}.npy")
+    path = output or default_path(f"timestep_{n}x{d_model}.npy", "fastpe timestep")
     with options.library_errors():
         name, _ = _backends.resolve(backend)  # to report which backend ran
+    params = dict(t=timesteps_spec(steps, values if values is not None else from_file), d_model=d_model, base=base,
+                  flip_sin_to_cos=flip_sin_to_cos, shift=shift, scale=scale, dtype=dtype)
+    spec = make_spec("timestep", params)
+    entries = [entry(ENTRY, (n, d_model), dtype)]
     # the sizes before anything is allocated, --steps' own float64 timesteps included
-    check_size(path, (n, d_model), dtype, transient=8 * n if steps is not None else 0)
+    check_size(path, entries, spec, transient=8 * n if steps is not None else 0)
     if steps is not None:
         t = np.arange(steps, dtype=np.float64)
     else:
@@ -156,10 +182,9 @@ def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: f
         except (TypeError, ValueError) as exc:
             where = ctx.meta["fastpe.timestep.from"]
             raise click.BadParameter(f"{where!r}: {exc}", param_hint="'--from'") from None
-    array, compute_s, write_s = write_npy(
-        path, lambda: fastpe.timestep(t, d_model, base=base, flip_sin_to_cos=flip_sin_to_cos, shift=shift,
-                                      scale=scale, dtype=dtype, backend=name)
-    )
+    arrays, compute_s, write_s = write_arrays(
+        path, entries, lambda: {ENTRY: fastpe.timestep(**{**params, "t": t}, backend=name)}, spec)
+    array = arrays[ENTRY]
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         what = f"t {t.min():g} .. {t.max():g}, {'cos|sin' if flip_sin_to_cos else 'sin|cos'}"
         click.echo(summary(path, array, what, name, compute_s, write_s))
