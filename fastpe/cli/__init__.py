@@ -38,7 +38,10 @@ from .t5 import t5_buckets
 from .table import table
 from .timestep import timestep
 
-__all__ = ["main"]
+__all__ = ["main", "COMMANDS"]
+
+#: every command of the group, in one place: ``main`` registers these and no others
+COMMANDS: tuple[click.Command, ...] = (table, grid, timestep, alibi, t5_buckets, rope, plot, info, check)
 
 #: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2); SIGTERM and SIGHUP
 #: give 128 + their number likewise (:attr:`fastpe._io.atomic.Terminated.exit_status`)
@@ -124,12 +127,5 @@ def main(ctx: click.Context, verbose: int, quiet: int) -> None:
     ctx.obj["verbosity"] = verbose - quiet
 
 
-main.add_command(table)
-main.add_command(info)
-main.add_command(check)
-main.add_command(grid)
-main.add_command(timestep)
-main.add_command(rope)
-main.add_command(plot)
-main.add_command(alibi)
-main.add_command(t5_buckets)
+for _command in COMMANDS:
+    main.add_command(_command)
