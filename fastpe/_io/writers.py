@@ -158,7 +158,7 @@ def _is_little(dtype: np.dtype) -> bool:
 class _Blocks:
     """The blocks of a layout's entries, checked against them and handed out as bytes."""
 
-    def __init__(self, layout: Layout, blocks: Iterable[tuple[str, np.ndarray]], little_endian: bool):
+    def __init__(self, blocks: Iterable[tuple[str, np.ndarray]], little_endian: bool):
         self._it = iter(blocks)
         self._little = little_endian
 
@@ -174,7 +174,8 @@ class _Blocks:
                 raise ValueError(f"a block of {name!r} arrived while {entry.name!r} is at row {done} of {entry.rows}")
             block = np.asarray(block)
             rows = block.shape[0] if block.ndim else 1
-            if block.dtype != entry.dtype or block.shape[1:] != entry.shape[1:] or (block.ndim == 0) != (not entry.shape):
+            same_kind = (block.ndim == 0) == (not entry.shape)  # a 0-d entry takes one 0-d block
+            if block.dtype != entry.dtype or block.shape[1:] != entry.shape[1:] or not same_kind:
                 raise ValueError(f"a block of {name!r} is {block.dtype} {block.shape}; {name!r} is {entry.dtype} "
                                  f"{entry.shape}")
             if done + rows > entry.rows:
@@ -261,8 +262,8 @@ class Writer:
         with atomic_write_with_sidecar(path, self.sidecar_path(path), layout.sidecar_bytes) as f:
             self.write_data(f, layout, blocks)
 
-    def _blocks(self, layout: Layout, blocks) -> _Blocks:
-        return _Blocks(layout, blocks, self.little_endian)
+    def _blocks(self, blocks) -> _Blocks:
+        return _Blocks(blocks, self.little_endian)
 
 
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -317,7 +318,7 @@ class NpyWriter(Writer):
                       header=header, shape=shape)
 
     def write_data(self, f, layout, blocks):
-        feed = self._blocks(layout, blocks)
+        feed = self._blocks(blocks)
         f.write(layout.header)
         for entry in layout.entries:
             for data in feed.of(entry):
@@ -370,7 +371,7 @@ class NpzWriter(Writer):
     def write_data(self, f, layout, blocks):
         import zipfile
 
-        feed = self._blocks(layout, blocks)
+        feed = self._blocks(blocks)
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
             spec_info = zipfile.ZipInfo(SPEC_ENTRY + ".npy", date_time=_ZIP_EPOCH)
             spec_info.external_attr = _ZIP_MODE
@@ -440,7 +441,7 @@ class SafetensorsWriter(Writer):
         return Layout(self, entries, spec, text, len(head) + offset, header=head)
 
     def write_data(self, f, layout, blocks):
-        feed = self._blocks(layout, blocks)
+        feed = self._blocks(blocks)
         f.write(layout.header)
         for entry in layout.entries:
             for data in feed.of(entry):
