@@ -307,7 +307,10 @@ def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> Non
     narrow_into(out, fill32, exact, fill64, module)
 
 
-def _fill(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
+def fill_config(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
+    """Rows of ``config`` for ``positions`` (uint32) or, when ``None``, ``start, start + 1,
+    ...``, into ``out`` (any table dtype) on the backend ``module``; unchecked: the callers
+    (the public functions, :func:`fastpe.save_table`'s chunks) have validated everything."""
     spec = (config.d_model, config.base) if config.is_spec else None
     fill_rows(module, config.frequencies, config.layout, positions, start, out, spec)
 
@@ -349,7 +352,7 @@ def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | 
     check_table_out(out, (pos.shape[0], config.d_model), out_dtypes())
     check_no_overlap(out, positions)
     _, module = _backends.resolve(backend)
-    _fill(module, config, pos, 0, out)
+    fill_config(module, config, pos, 0, out)
     return out
 
 
@@ -381,7 +384,7 @@ def table(
     config = PosEncConfig(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
     _, module = _backends.resolve(backend)
     out = output_array(out, (config.max_len, config.d_model), dtype)
-    _fill(module, config, None, 0, out)
+    fill_config(module, config, None, 0, out)
     return out
 
 
@@ -397,7 +400,7 @@ def table_rows(config: PosEncConfig, start: int, out: np.ndarray, *, backend: st
     if start + n > POSITION_LIMIT:
         raise ValueError(f"start + len(out) must be <= 2**32, got {start} + {n}")
     _, module = _backends.resolve(backend)
-    _fill(module, config, None, start, out)
+    fill_config(module, config, None, start, out)
     return out
 
 _INT64_MAX = (1 << 63) - 1

@@ -268,7 +268,7 @@ def test_a_signal_right_after_the_temporary_file_is_made_leaves_nothing(tmp_path
 
 
 def test_a_signal_right_after_the_kept_copy_is_linked_leaves_nothing(tmp_path, monkeypatch):
-    from fastpe._io import save as _save
+    from fastpe._io import atomic as _atomic
 
     (tmp_path / "pe.npy.json").write_text("{}")
     real_link = os.link
@@ -277,7 +277,7 @@ def test_a_signal_right_after_the_kept_copy_is_linked_leaves_nothing(tmp_path, m
         real_link(src, dst)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_save.os, "link", link_then_signal)
+    monkeypatch.setattr(_atomic.os, "link", link_then_signal)
     with pytest.raises(KeyboardInterrupt):
-        _save._keep_copy(str(tmp_path / "pe.npy.json"))
+        _atomic._keep_copy(str(tmp_path / "pe.npy.json"))
     assert os.listdir(tmp_path) == ["pe.npy.json"]

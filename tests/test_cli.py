@@ -173,15 +173,21 @@ def test_table_bad_env_backend_exits_2(in_tmp, monkeypatch, value, message):
     assert listing() == []
 
 
-@pytest.mark.parametrize("exc", [ValueError("base must be finite, got nan"), TypeError("d_model must be an integer")])
-def test_table_library_value_and_type_errors_exit_2(in_tmp, monkeypatch, exc):
+@pytest.mark.parametrize("exc, shown", [
+    (ValueError("base must be finite, got nan"), "Invalid value for '--base': must be finite, got nan"),
+    (TypeError("d_model must be an integer"), "Invalid value for '--d-model': must be an integer"),
+    (ValueError("the table would not fit"), "the table would not fit"),
+])
+def test_table_library_value_and_type_errors_exit_2(in_tmp, monkeypatch, exc, shown):
+    """save_table checks every parameter (once); an error naming one is reported against its
+    option, any other as one line."""
     def fail(*args, **kwargs):
         raise exc
 
     monkeypatch.setattr(fastpe, "save_table", fail)
     result = run("table", "--d-model", "8", "--max-len", "2")
     assert result.exit_code == 2
-    assert assert_one_line_error(result) == f"Error: {exc}"
+    assert assert_one_line_error(result) == f"Error: {shown}"
     assert listing() == []
 
 

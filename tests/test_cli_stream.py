@@ -86,15 +86,15 @@ def assert_one_line_error(result, code):
 
 @pytest.fixture
 def chunk_starts(monkeypatch):
-    """The start row of every chunk computed (table_rows still does the work)."""
+    """The start row of every chunk computed (fill_config still does the work)."""
     starts = []
-    real = _api.table_rows
+    real = _api.fill_config
 
-    def recording(config, start, out, **kwargs):
+    def recording(module, config, positions, start, out):
         starts.append((start, out.shape[0]))
-        return real(config, start, out, **kwargs)
+        return real(module, config, positions, start, out)
 
-    monkeypatch.setattr(_api, "table_rows", recording)
+    monkeypatch.setattr(_api, "fill_config", recording)
     return starts
 
 
@@ -110,8 +110,8 @@ def test_every_format_and_dtype_streams_in_chunks(in_tmp, chunk_starts, fmt, dty
     match = SUMMARY.fullmatch(result.stdout.strip())
     assert match and (match["path"], match["dtype"], match["rows"], match["cols"]) == (f"pe{fmt}", dtype, str(L), str(D))
     assert match["backend"] == DEFAULT and result.stderr == ""
+    assert chunk_starts == [(r, min(ROWS, L - r)) for r in range(0, L, ROWS)]  # before table's own
     assert same_bits(read_table(f"pe{fmt}", dtype), fastpe.table(D, L, dtype=dtype, backend=DEFAULT))
-    assert chunk_starts == [(r, min(ROWS, L - r)) for r in range(0, L, ROWS)]
     assert listing() == (["pe.npy", "pe.npy.json"] if fmt == ".npy" else [f"pe{fmt}"])
     assert _save.load_spec(f"pe{fmt}")["params"]["dtype"] == dtype
 
@@ -348,16 +348,16 @@ def test_ctrl_c_mid_way_exits_130_leaving_nothing(in_tmp, monkeypatch, precious,
     name = f"pe{fmt}"
     if existing:
         precious(name)
-    real = _api.table_rows
+    real = _api.fill_config
     calls = []
 
-    def interrupted(config, start, out, **kwargs):
+    def interrupted(module, config, positions, start, out):
         calls.append(start)
         if len(calls) == 4:
             raise KeyboardInterrupt
-        return real(config, start, out, **kwargs)
+        return real(module, config, positions, start, out)
 
-    monkeypatch.setattr(_api, "table_rows", interrupted)
+    monkeypatch.setattr(_api, "fill_config", interrupted)
     result = run("table", "--d-model", str(D), "--max-len", str(L), "-o", name, "--chunk-mb", chunk_mb(ROWS))
     assert result.exit_code == 130
     assert result.stderr.strip() == "Aborted!" and result.stdout == ""
@@ -365,21 +365,11 @@ def test_ctrl_c_mid_way_exits_130_leaving_nothing(in_tmp, monkeypatch, precious,
     assert_untouched(name, existing)
 
 
-@pytest.mark.parametrize("exc", [ValueError("base must be finite, got nan"), TypeError("d_model must be an integer")])
-def test_library_value_and_type_errors_exit_2(in_tmp, monkeypatch, exc):
-    def fail(*args, **kwargs):
-        raise exc
-
-    monkeypatch.setattr(fastpe, "save_table", fail)
-    assert assert_one_line_error(run("table", "--d-model", "8", "--max-len", "2"), 2) == f"Error: {exc}"
-    assert listing() == []
-
-
 def test_unexpected_errors_exit_1_and_v_shows_the_traceback(in_tmp, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("something broke")
 
-    monkeypatch.setattr(_api, "table_rows", fail)
+    monkeypatch.setattr(_api, "fill_config", fail)
     line = assert_one_line_error(run("table", "--d-model", "8", "--max-len", "2"), 1)
     assert "RuntimeError: something broke" in line and "-v" in line
     verbose = run("-v", "table", "--d-model", "8", "--max-len", "2")
@@ -449,7 +439,7 @@ def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
         from fastpe import sinusoid as _api
         from fastpe.cli import main
 
-        real, calls = _api.table_rows, []
+        real, calls = _api.fill_config, []
 
         def slow_rows(*args, **kwargs):
             calls.append(1)
@@ -458,7 +448,7 @@ def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
                 time.sleep(60)
             return real(*args, **kwargs)
 
-        _api.table_rows = slow_rows
+        _api.fill_config = slow_rows
         main(["table", "--d-model", "16", "--max-len", "400", "--chunk-mb", "0.001", "-o", sys.argv[1]],
              prog_name="fastpe")
         """

@@ -75,7 +75,6 @@ import numpy as np
 
 from .. import sinusoid as _api, _backends, _dtypes
 from .atomic import end_cleanly_on_signals
-from .atomic import _keep_copy  # noqa: F401 - importable from here, where it was defined before atomic.py
 from .writers import FORMATS, SIDECAR_SUFFIX, WRITERS, Entry, format_of, make_spec
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from .._validate import check_int
@@ -370,11 +369,11 @@ class _Stream:
     """Computes the table chunk by chunk into one reused buffer and hands each chunk to the
     writer as a block; times both halves and reports progress."""
 
-    def __init__(self, config, dtype, rows_per_chunk, backend, progress):
+    def __init__(self, config, dtype, rows_per_chunk, module, progress):
         self.config = config
         self.dtype = dtype
         self.rows = rows_per_chunk
-        self.backend = backend
+        self.module = module
         self.progress = progress
         self.compute_seconds = 0.0
         self.write_seconds = 0.0
@@ -389,7 +388,7 @@ class _Stream:
             n = min(self.rows, total - done)
             chunk = buf[:n]
             t0 = time.perf_counter()
-            _api.table_rows(self.config, done, chunk, backend=self.backend)
+            _api.fill_config(self.module, self.config, None, done, chunk)  # checked once, in save_table
             t1 = time.perf_counter()
             yield TABLE_ENTRY, chunk
             self.write_seconds += time.perf_counter() - t1
@@ -470,7 +469,7 @@ def save_table(
         _chunk_bytes(min(rows, config.max_len), config.d_model, dt),
     )
     _check_progress(progress)
-    backend_name, _ = _backends.resolve(backend)
+    backend_name, module = _backends.resolve(backend)
     writer = WRITERS[fmt]
     writer.require()
     sidecar = writer.sidecar_path(target)
@@ -481,7 +480,7 @@ def save_table(
     layout_ = _table_layout(fmt, config, dt, spec)
     check_space(target, layout_.total)
 
-    stream = _Stream(config, dt, rows, backend_name, progress)
+    stream = _Stream(config, dt, rows, module, progress)
     with end_cleanly_on_signals():  # see "Signals" above
         writer.save(target, layout_, stream.blocks())
     return SavedTable(
