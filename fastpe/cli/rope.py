@@ -93,8 +93,10 @@ def from_model_config(config: dict) -> dict:
         if config.get(key) is not None:
             scaling.setdefault(key, config[key])
     # ... except Phi-3's top-level original length, which HF prefers to the dict's
+    from ..rope._scaling import ORIGINAL_LENGTH_TYPES
+
     rope_type = scaling.get("rope_type", scaling.get("type"))
-    if config.get("original_max_position_embeddings") is not None and rope_type in ("yarn", "llama3", "longrope", "su"):
+    if config.get("original_max_position_embeddings") is not None and rope_type in ORIGINAL_LENGTH_TYPES:
         scaling["original_max_position_embeddings"] = config["original_max_position_embeddings"]
 
     head_dim = _positive_int(config, "head_dim")

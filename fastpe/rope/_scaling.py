@@ -95,6 +95,7 @@ from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int
 
 __all__ = [
     "ROPE_TYPES",
+    "ORIGINAL_LENGTH_TYPES",
     "RopeSpec",
     "resolve",
     "check_seq_len",
@@ -110,6 +111,9 @@ __all__ = [
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 #: legacy names: early Phi-3 configs say ``"type": "su"`` for what is now ``longrope``
 _ALIASES = {"su": "longrope"}
+#: the rules that read ``original_max_position_embeddings``: a model config's top-level value
+#: (Phi-3) takes precedence over the rope dict's, as HF reads it (legacy names included)
+ORIGINAL_LENGTH_TYPES = frozenset({"yarn", "llama3", "longrope", "su"})
 MAX_HEAD_DIM = 65536
 #: the largest ``max_position_embeddings`` / ``original_max_position_embeddings``: positions
 #: stop below 2**32, and bounded lengths keep every decimal quantity of the rules (a ratio
