@@ -1,4 +1,19 @@
-"""Shared fixtures.  Hard inputs live in ``tests/inputs.py``; backends come from the registry."""
+"""Shared fixtures and the one choice of backends.
+
+Backends are chosen here and nowhere else: :data:`AVAILABLE`, :data:`FAST`, :data:`DEFAULT`,
+:data:`BACKEND_PARAMS` and the ``backend`` / ``fast_backend`` fixtures.  The helpers the
+tests share live in ``tests/support/`` (pytest puts ``tests/`` on ``sys.path``): the mpmath
+oracle, the hard inputs, the fuzz strategies, the command-line helpers.
+
+``make test`` runs the suite three times: with ``FASTPE_BACKEND=numba``, every backend
+crossed by the fixtures; then with ``FASTPE_BACKEND=cython`` and ``=python`` under
+``FASTPE_TEST_BACKENDS=default``, for the paths that use the default backend.  A
+default-only run therefore leaves out what it cannot add: every test marked ``any_backend``
+-- its outcome does not depend on ``$FASTPE_BACKEND`` (it names every backend it calls, or
+calls none, and starts no child that inherits the choice), so the first run decided it --
+is deselected (:func:`pytest_collection_modifyitems`).  Mark a module with
+``pytestmark = pytest.mark.any_backend``, or a test with ``@pytest.mark.any_backend``.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +22,24 @@ import os
 import pytest
 
 import fastpe
+from fastpe import _backends
 from fastpe._backends.registry import BACKENDS
 
 #: backends that load here (the ``python`` reference always does)
 AVAILABLE = fastpe.available_backends()
 #: the compiled backends among them
 FAST = [b for b in AVAILABLE if b != "python"]
+#: the backend a call with ``backend=None`` uses: ``$FASTPE_BACKEND``, else the fastest
+DEFAULT = _backends.resolve(None)[0]
 
 #: ``FASTPE_TEST_BACKENDS=default`` (``make test``'s runs after the first): the ``backend``
-#: fixture takes only ``$FASTPE_BACKEND``.  The first run crosses every backend already;
-#: the later ones are there for the paths that use the default backend.
-_DEFAULT_ONLY = os.environ.get("FASTPE_TEST_BACKENDS", "") == "default"
+#: fixture takes only ``$FASTPE_BACKEND``, and the ``any_backend`` tests are deselected.
+#: The first run crosses every backend already; the later ones are there for the paths that
+#: use the default backend.
+DEFAULT_ONLY = os.environ.get("FASTPE_TEST_BACKENDS", "") == "default"
 BACKEND_PARAMS = (
     [os.environ["FASTPE_BACKEND"]]
-    if _DEFAULT_ONLY and os.environ.get("FASTPE_BACKEND") in AVAILABLE
+    if DEFAULT_ONLY and os.environ.get("FASTPE_BACKEND") in AVAILABLE
     else AVAILABLE
 )
 
@@ -31,7 +50,20 @@ def pytest_report_header(config):
         f"FASTPE_BACKEND={os.environ.get('FASTPE_BACKEND', '')!r}; "
         f"FASTPE_REQUIRE_EXT={os.environ.get('FASTPE_REQUIRE_EXT', '')!r}; "
         f"backend fixture {BACKEND_PARAMS}"
+        + ("; default-only: any_backend tests deselected" if DEFAULT_ONLY else "")
     ]
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a default-only run, deselect the ``any_backend`` tests (the first run decided them)."""
+    if not DEFAULT_ONLY:
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("any_backend") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(params=BACKEND_PARAMS)
@@ -54,14 +86,17 @@ def fast_backend(request):
     return request.param
 
 
-def fastpe_env(**extra: str) -> dict[str, str]:
+def fastpe_env(*, keep_backend: bool = False, **extra: str) -> dict[str, str]:
     """Environment for a child interpreter that imports the same fastpe as this process.
 
-    ``FASTPE_BACKEND`` is dropped (children choose explicitly); ``PYTHONPATH`` points at the
-    fastpe under test, so an uninstalled source tree works as well as an installed one.
+    ``FASTPE_BACKEND`` is dropped (children choose explicitly) unless ``keep_backend``, which
+    keeps this run's choice for a child that runs the default backend; ``PYTHONPATH`` points
+    at the fastpe under test, so an uninstalled source tree works as well as an installed one.
     """
     env = dict(os.environ)
     env.pop("FASTPE_BACKEND", None)
+    if keep_backend and "FASTPE_BACKEND" in os.environ:
+        env["FASTPE_BACKEND"] = os.environ["FASTPE_BACKEND"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env.update(extra)

@@ -1,7 +1,7 @@
 """fastpe.alibi: slopes and biases against mpmath, the exact reference, HF's BLOOM and MPT.
 
-Exact values come from mpmath at ~300 bits, rounded to each format by :func:`mp_round`
-(scaled to the format's quantum and rounded half-to-even by ``mpmath.nint``): independent of
+Exact values come from mpmath at ~300 bits, rounded to each format by the oracle's
+:func:`~support.oracle.mp_round` (from mpmath's binary form, half-to-even): independent of
 :mod:`fastpe._exact.bias`, which brackets the slope in :mod:`decimal`.  Sizes stay small
 where the python backend runs; the large cases use the compiled backends only.
 """
@@ -20,54 +20,14 @@ from fastpe import _backends, _dtypes, alibi
 from fastpe._plans import alibi as aplan
 from fastpe._exact.bias import alibi_distance, alibi_value
 from conftest import AVAILABLE, FAST
-from inputs import check_out_contract
+from support.cli import same_bits
+from support.inputs import check_out_contract, near_midpoints
+from support.oracle import alibi_bias, alibi_slope, mp_round
 
 mpmath.mp.prec = 300
 
 FORMS = alibi.FORMS
 F32 = _dtypes.FORMATS["float32"]
-
-
-def mp_slope(n_heads: int, max_bias: float, h: int) -> mpmath.mpf:
-    """The ALiBi paper's rule, written from its code: ``get_slopes(n)``."""
-    closest = 2 ** int(math.floor(math.log2(n_heads)))
-    if h < closest:
-        return mpmath.power(2, -mpmath.mpf(max_bias) * (h + 1) / closest)
-    k = 2 * (h - closest) + 1
-    return mpmath.power(2, -mpmath.mpf(max_bias) * k / (2 * closest))
-
-
-def mp_round(x, name: str) -> float:
-    """``x`` (mpf) rounded to the nearest number of format ``name``, ties to even."""
-    fmt = _dtypes.FORMATS[name]
-    if x == 0:
-        return 0.0
-    e = int(mpmath.floor(mpmath.log(abs(x), 2)))
-    # log2 may land one off near a power of two; fix e so that 2**e <= |x| < 2**(e+1)
-    while mpmath.ldexp(1, e) > abs(x):
-        e -= 1
-    while mpmath.ldexp(1, e + 1) <= abs(x):
-        e += 1
-    q = max(e, fmt.emin) - (fmt.mant_bits - 1)
-    m = int(mpmath.nint(mpmath.ldexp(x, -q)))
-    if abs(m).bit_length() + q >= fmt.emax + 2:  # |m| * 2**q >= 2**(emax + 1): overflow
-        return math.copysign(math.inf, m)
-    return math.ldexp(m, q)
-
-
-def mp_bias(n_heads, q_len, k_len, form, max_bias, name):
-    out = np.empty((n_heads, q_len, k_len), dtype=np.float64)
-    for h in range(n_heads):
-        s = mp_slope(n_heads, max_bias, h)
-        for i in range(q_len):
-            for j in range(k_len):
-                n = alibi_distance(form, q_len, k_len, i, j)
-                out[h, i, j] = -math.inf if n is None else mp_round(s * n, name)
-    return out
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def k_for(form: str, q_len: int) -> int:
@@ -94,14 +54,14 @@ def test_slopes_are_correctly_rounded(max_bias, dtype):
     for n_heads in [1, 2, 3, 5, 8, 12, 24, 40, 64, 71]:
         got = alibi.slopes(n_heads, max_bias, dtype=dtype)
         assert got.dtype == np.dtype(dtype)
-        want = [mp_round(mp_slope(n_heads, max_bias, h), dtype) for h in range(n_heads)]
+        want = [mp_round(alibi_slope(n_heads, max_bias, h), dtype) for h in range(n_heads)]
         np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
 def test_slopes_bfloat16():
     pytest.importorskip("ml_dtypes")
     got = alibi.slopes(24, dtype="bfloat16")
-    want = [mp_round(mp_slope(24, 8.0, h), "bfloat16") for h in range(24)]
+    want = [mp_round(alibi_slope(24, 8.0, h), "bfloat16") for h in range(24)]
     np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
@@ -117,7 +77,7 @@ def test_slopes_of_the_most_heads(n_heads, max_bias):
     exact = [h for h in range(n_heads) if (Fraction(max_bias) * (h + 1) / m if h < m else 0).denominator == 1]
     rng = np.random.default_rng(n_heads)
     for h in sorted(set(rng.integers(0, n_heads, 40).tolist()) | {0, m - 1, n_heads - 1} | set(exact[:5])):
-        s = mp_slope(n_heads, max_bias, h)
+        s = alibi_slope(n_heads, max_bias, h)
         for name in dtypes:
             assert float(got[name][h]) == mp_round(s, name), (h, name)
         total = sum(mpmath.mpf(float(w)) for w in words[:, h])
@@ -127,7 +87,7 @@ def test_slopes_of_the_most_heads(n_heads, max_bias):
 def test_slopes_undecided_by_the_chain_take_the_reference(monkeypatch):
     """A head whose bracket straddles a rounding boundary (forced here by a huge radius:
     float16's subnormal slopes take the bracket) is the reference's."""
-    want = [mp_round(mp_slope(40, 30.3, h), "float16") for h in range(40)]
+    want = [mp_round(alibi_slope(40, 30.3, h), "float16") for h in range(40)]
     import fastpe._exact.bias as ref
 
     asked = []
@@ -147,7 +107,7 @@ def test_every_backend_matches_mpmath(form, n_heads, q_len, max_bias, backend):
     k_len = k_for(form, q_len)
     for name in ("float32", "float64"):
         got = alibi.bias(n_heads, q_len, k_len, form=form, max_bias=max_bias, dtype=name, backend=backend)
-        want = mp_bias(n_heads, q_len, k_len, form, max_bias, name)
+        want = alibi_bias(n_heads, q_len, k_len, form, max_bias, name)
         assert got.shape == (n_heads, q_len, k_len) and got.dtype == np.dtype(name)
         np.testing.assert_array_equal(got.astype(np.float64), want)
         # a zero distance is +0.0 (never -0.0)
@@ -195,35 +155,6 @@ def test_queries_sit_at_the_end_of_the_keys(backend):
 # -------------------------------------------------------------------------- hard cases
 
 
-def _convergents(x, count=60):
-    p0, q0, p1, q1 = 0, 1, 1, 0
-    for _ in range(count):
-        a = int(mpmath.floor(x))
-        p0, q0, p1, q1 = p1, q1, a * p1 + p0, a * q1 + q0
-        yield p1, q1
-        frac = x - a
-        if frac == 0:
-            return
-        x = 1 / frac
-
-
-def near_midpoints(s, bits: int, limit: int = 1 << 32) -> list[int]:
-    """Distances ``n < limit`` with ``s * n`` closest to a midpoint of a ``bits``-bit format:
-    the convergents ``p/q`` (``p`` odd) of ``s * 2**(bits + 1 - E)`` for each binade ``E``."""
-    found = set()
-    for e in range(-70, 34):
-        lo = max(1, int(mpmath.ceil(mpmath.ldexp(1, e - 1) / s)))
-        hi = min(limit - 1, int(mpmath.floor(mpmath.ldexp(1, e) / s)))
-        if lo > hi:
-            continue
-        for p, q in _convergents(s * mpmath.ldexp(1, bits + 1 - e)):
-            if q > hi:
-                break
-            if q >= lo and p % 2:
-                found.add(q)
-    return sorted(found)
-
-
 def _line(backend: str, words, dtype, first: int, length: int) -> np.ndarray:
     """The line kernel of a compiled backend, for distances ``first .. first + length - 1``."""
     line = np.empty((words.shape[1], length), dtype=dtype)
@@ -252,7 +183,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5), (3, alibi.MIN_BIAS)]:
         words = aplan._slope_words(n_heads, max_bias)
         for h in range(n_heads):
-            s = mp_slope(n_heads, max_bias, h)
+            s = alibi_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
                 continue
             for n in near_midpoints(s, bits):
@@ -282,7 +213,7 @@ def test_largest_distances(dtype):
         for h in range(13):
             for k in range(0, 80, 7):
                 assert float(lines[0][h, k]) == alibi_value(13, 8.0, h, first + k, fmt)
-        assert float(lines[0][0, -1]) == mp_round(mp_slope(13, 8.0, 0) * (first + 79), dtype)
+        assert float(lines[0][0, -1]) == mp_round(alibi_slope(13, 8.0, 0) * (first + 79), dtype)
 
 
 # ---------------------------------------------------------------- parallel, numba vs C
@@ -348,7 +279,7 @@ def test_narrow_dtypes_resolve_ties_by_the_exact_value(name, n_keys):
     differ = 0
     for idx in ties.tolist():
         h, j = divmod(idx, n_keys)
-        want = mp_round(mp_slope(12, 7.3, h) * j, name)
+        want = mp_round(alibi_slope(12, 7.3, h) * j, name)
         assert flat[idx] == want
         differ += naive[idx] != want
     assert differ > 0  # round-half-even of the float32 would have been wrong there
@@ -363,7 +294,7 @@ def test_float16_every_backend(form, backend):
     k_len = k_for(form, 5)
     got = alibi.bias(7, 5, k_len, form=form, dtype="float16", max_bias=3.3, backend=backend)
     assert got.dtype == np.float16
-    np.testing.assert_array_equal(got.astype(np.float64), mp_bias(7, 5, k_len, form, 3.3, "float16"))
+    np.testing.assert_array_equal(got.astype(np.float64), alibi_bias(7, 5, k_len, form, 3.3, "float16"))
 
 
 def _narrow16(backend: str):
@@ -386,7 +317,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
         words = aplan._slope_words(n_heads, max_bias)
         for h in range(n_heads):
-            s = mp_slope(n_heads, max_bias, h)
+            s = alibi_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
                 continue
             for n in near_midpoints(s, bits):
@@ -651,7 +582,7 @@ def test_max_bias_bounds_and_exact_types(backend):
     assert same_bits(alibi.bias(3, 4, max_bias=np.uint8(8), backend=backend), alibi.bias(3, 4, backend=backend))
     for edge in (alibi.MIN_BIAS, alibi.MAX_BIAS):
         np.testing.assert_array_equal(alibi.slopes(3, edge, dtype="float64"),
-                                      [mp_round(mp_slope(3, edge, h), "float64") for h in range(3)])
+                                      [mp_round(alibi_slope(3, edge, h), "float64") for h in range(3)])
 
 
 def test_no_array_argument_can_alias_out():

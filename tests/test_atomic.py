@@ -17,10 +17,7 @@ import pytest
 import fastpe
 from fastpe._io import atomic as _atomic
 from fastpe._io.atomic import atomic_write
-
-
-def listing(directory) -> list[str]:
-    return sorted(os.listdir(directory))
+from support.cli import listing
 
 
 def test_writes_the_data_and_leaves_no_temp(tmp_path):

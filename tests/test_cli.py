@@ -19,51 +19,20 @@ import time
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import fastpe
-from fastpe import _backends, _diagnostics as _check
+from fastpe import _diagnostics as _check
 from fastpe._io import save as _save
 from fastpe._backends.registry import BACKENDS
-from fastpe.cli import main
-from conftest import fastpe_env
+from conftest import DEFAULT, FAST, fastpe_env
+from support.cli import assert_one_line_error, listing, make_unavailable, run, run_process, same_bits
 
-#: the backend a command uses when none is named ($FASTPE_BACKEND or the automatic choice)
-DEFAULT = _backends.resolve(None)[0]
-AVAILABLE = fastpe.available_backends()
-FAST = [b for b in AVAILABLE if b != "python"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
 
 SUMMARY = re.compile(
     r"wrote (?P<path>\S+): float32 \((?P<rows>\d+), (?P<cols>\d+)\), [\d.]+ (B|KiB|MiB|GiB), "
     r"backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
 )
-
-
-def run(*args, env=None):
-    return CliRunner().invoke(main, list(args), env=env)
-
-
-def listing(directory=".") -> list[str]:
-    return sorted(os.listdir(directory))
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
-
-
-def assert_one_line_error(result_or_stderr, code=None):
-    stderr = result_or_stderr if isinstance(result_or_stderr, str) else result_or_stderr.stderr
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
-    return lines[0]
-
-
-def make_unavailable(monkeypatch, name):
-    """Make ``name`` fail to load in this process, as when its import fails."""
-    monkeypatch.delitem(_backends._modules, name, raising=False)
-    monkeypatch.setitem(_backends._failures, name, "ImportError: simulated for a test")
 
 
 # ======================================================================== table (CliRunner)
@@ -198,7 +167,7 @@ def test_table_in_a_vanished_directory_fails_in_one_line(tmp_path, monkeypatch):
     gone.rmdir()
     result = run("table", "--d-model", "8", "--max-len", "2")
     assert result.exit_code == 1
-    line = assert_one_line_error(result)
+    line = assert_one_line_error(result, 1)
     assert line.startswith("Error: could not write pe_2x8.npy: ") and "No such file or directory" in line
     assert listing(tmp_path) == []
 
@@ -225,7 +194,7 @@ def test_table_disk_full_exits_1_leaving_no_partial_file(in_tmp, monkeypatch, ex
     monkeypatch.setattr(_save.WRITERS[".npy"], "write_data", save_then(OSError(errno.ENOSPC, "No space left on device")))
     result = run("table", "--d-model", "8", "--max-len", "4", "-o", "pe.npy")
     assert result.exit_code == 1
-    line = assert_one_line_error(result)
+    line = assert_one_line_error(result, 1)
     assert line.startswith("Error: could not write pe.npy: ") and "No space left on device" in line
     assert result.stdout == ""
     if existing:
@@ -255,7 +224,7 @@ def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp,
     monkeypatch.setattr(fastpe, "save_table", fail)
     result = run("table", "--d-model", "8", "--max-len", "2")
     assert result.exit_code == 1
-    line = assert_one_line_error(result)
+    line = assert_one_line_error(result, 1)
     assert "RuntimeError: something broke" in line and "-v" in line
     verbose = run("-v", "table", "--d-model", "8", "--max-len", "2")
     assert verbose.exit_code == 1
@@ -280,7 +249,7 @@ def test_table_too_big_for_the_disk_exits_1(in_tmp):
     """The table streams (its memory is the chunk budget); 1 PiB fails the free-space check."""
     result = run("table", "--d-model", "65536", "--max-len", str(2**32), "--backend", DEFAULT)
     assert result.exit_code == 1
-    assert "[Errno 28] not enough free space" in assert_one_line_error(result)
+    assert "[Errno 28] not enough free space" in assert_one_line_error(result, 1)
     assert listing() == []
 
 
@@ -433,21 +402,6 @@ def test_unknown_command_exits_2_with_one_line():
 # ======================================================================== real processes
 
 
-def child_env(**extra) -> dict[str, str]:
-    """The environment of this process (backend choice included), fastpe importable."""
-    env = fastpe_env(**extra)
-    if "FASTPE_BACKEND" in os.environ:
-        env["FASTPE_BACKEND"] = os.environ["FASTPE_BACKEND"]
-    return env
-
-
-def fastpe_process(*args, cwd, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "fastpe", *args], cwd=cwd, env=child_env(), capture_output=True, text=True,
-        timeout=120, **kwargs,
-    )
-
-
 def test_help_and_version_do_not_import_numba(tmp_path):
     code = textwrap.dedent(
         """
@@ -463,7 +417,7 @@ def test_help_and_version_do_not_import_numba(tmp_path):
         sys.stderr.write(json.dumps(seen))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=child_env(), capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(keep_backend=True), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stderr) == dict.fromkeys(json.loads(proc.stderr), [])
@@ -474,7 +428,7 @@ def test_python_m_fastpe_help_is_fast(tmp_path):
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        proc = fastpe_process("--help", cwd=tmp_path)
+        proc = run_process("--help", cwd=tmp_path)
         times.append(time.perf_counter() - start)
         assert proc.returncode == 0 and "Commands:" in proc.stdout
     # numpy's import is most of it (~0.2 s); numba's would add ~0.5 s more
@@ -483,7 +437,7 @@ def test_python_m_fastpe_help_is_fast(tmp_path):
 
 @pytest.mark.slow
 def test_process_table_writes_the_file(tmp_path):
-    proc = fastpe_process("table", "--d-model", "16", "--max-len", "8", "--backend", DEFAULT, cwd=tmp_path)
+    proc = run_process("table", "--d-model", "16", "--max-len", "8", "--backend", DEFAULT, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     match = SUMMARY.fullmatch(proc.stdout.rstrip("\n"))
@@ -507,9 +461,9 @@ def test_process_table_writes_the_file(tmp_path):
     ],
 )
 def test_process_bad_input_exits_2_with_one_line(tmp_path, args):
-    proc = fastpe_process("table", *args, cwd=tmp_path)
+    proc = run_process("table", *args, cwd=tmp_path)
     assert proc.returncode == 2
-    assert_one_line_error(proc.stderr)
+    assert_one_line_error(proc)
     assert proc.stdout == "" and listing(tmp_path) == []
 
 
@@ -531,10 +485,10 @@ def test_process_real_write_failure_exits_1_leaving_nothing(tmp_path):
     )
     for target in ("new.npy", "pe.npy"):
         args = ["table", "--d-model", str(d_model), "--max-len", str(max_len), "--backend", backend, "-o", target]
-        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=child_env(),
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=fastpe_env(keep_backend=True),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
-        line = assert_one_line_error(proc.stderr)  # numpy reports a short write, without errno
+        line = assert_one_line_error(proc, 1)  # numpy reports a short write, without errno
         assert line.startswith(f"Error: could not write {target}: ")
         assert listing(tmp_path) == ["pe.npy"]
         assert (tmp_path / "pe.npy").read_bytes() == b"precious"
@@ -563,7 +517,7 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
         """
     )
     for target in ("new.npy", "pe.npy"):
-        child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=child_env(),
+        child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=fastpe_env(keep_backend=True),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline() == "writing\n"
@@ -581,11 +535,11 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_process_info_and_version(tmp_path):
-    proc = fastpe_process("info", cwd=tmp_path)
+    proc = run_process("info", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"fastpe {fastpe.__version__}\nbackends:\n")
     assert "default backend: " in proc.stdout
-    version = fastpe_process("--version", cwd=tmp_path)
+    version = run_process("--version", cwd=tmp_path)
     assert version.returncode == 0 and version.stdout == f"fastpe {fastpe.__version__}\n"
 
 
@@ -634,7 +588,7 @@ SIGNALLED_CLI = textwrap.dedent(
 
 def _signalled(args, cwd, wait: bool):
     return subprocess.Popen([sys.executable, "-c", SIGNALLED_CLI, "wait" if wait else "run", *args], cwd=cwd,
-                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=fastpe_env(keep_backend=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow

@@ -13,11 +13,10 @@ import re
 import numpy as np
 import pytest
 
-from fastpe import _backends, alibi, relative
-from cli_helpers import assert_one_line_error, run, same_bits
-from cli_helpers import ok as check_summary
-
-DEFAULT = _backends.resolve(None)[0]
+from fastpe import alibi, relative
+from conftest import DEFAULT
+from support.cli import assert_one_line_error, run, same_bits
+from support.cli import ok as check_summary
 
 SUMMARY = re.compile(
     r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<shape>[\d, ]+)\)(?P<bits> as uint16 bits)?, "

@@ -22,14 +22,13 @@ import fastpe.alibi
 import fastpe.grid
 import fastpe.relative
 import fastpe.rope
-from fastpe import _backends, _dtypes
+from fastpe import _dtypes
 from fastpe._dtypes import DTYPES
 from fastpe._io import save as _save
 from fastpe._io.writers import FORMATS, WRITERS
 from fastpe.cli import COMMANDS, main
-from cli_helpers import assert_one_line_error, run, same_bits
-
-DEFAULT = _backends.resolve(None)[0]
+from conftest import DEFAULT
+from support.cli import assert_one_line_error, listing, run, same_bits
 
 try:
     import safetensors  # noqa: F401
@@ -113,10 +112,6 @@ def little_endian(array: np.ndarray) -> bytes:
 def skip_reading_safetensors_without_its_package(fmt: str) -> None:
     if fmt == ".safetensors" and not HAVE_SAFETENSORS:  # pragma: no cover
         pytest.skip("fastpe reads the spec of a .safetensors with the safetensors package")
-
-
-def listing(directory) -> list[str]:
-    return sorted(os.listdir(directory))
 
 
 def files_of(name: str) -> list[str]:

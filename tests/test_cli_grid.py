@@ -17,12 +17,10 @@ import numpy as np
 import pytest
 
 import fastpe
-from fastpe import _backends
 from fastpe import grid as fg
-from cli_helpers import assert_one_line_error, run, same_bits
-from cli_helpers import ok as check_summary
-
-DEFAULT = _backends.resolve(None)[0]
+from conftest import DEFAULT
+from support.cli import assert_one_line_error, run, same_bits
+from support.cli import ok as check_summary
 
 SUMMARY = re.compile(
     r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<rows>\d+), (?P<cols>\d+)\)(?P<bits> as uint16 bits)?, "

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastpe import _backends
 from fastpe._backends.registry import BACKENDS
 from fastpe.cli import options
+from conftest import AVAILABLE
+from support.cli import make_unavailable
 
 
 def call(handler, value):
@@ -78,22 +79,16 @@ def test_base_refuses(value, match):
 def test_backend_accepts_available_ones_and_none():
     assert call(options.backend_handler, None) is None
     assert call(options.backend_handler, ()) == ()
-    for name in _backends.available_backends():
+    for name in AVAILABLE:
         assert call(options.backend_handler, name) == name
         assert call(options.backend_handler, name.upper()) == name
-    available = tuple(_backends.available_backends())
+    available = tuple(AVAILABLE)
     assert call(options.backend_handler, available) == available
 
 
 def test_backend_refuses_unknown():
     with pytest.raises(click.BadParameter, match="not a fastpe backend"):
         call(options.backend_handler, "tensorflow")
-
-
-def make_unavailable(monkeypatch, name):
-    """Make ``name`` fail to load in this process, as when its import fails."""
-    monkeypatch.delitem(_backends._modules, name, raising=False)
-    monkeypatch.setitem(_backends._failures, name, "ImportError: simulated for a test")
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -15,15 +15,12 @@ import textwrap
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from fastpe import _backends, rope
-from fastpe.cli import main
+from fastpe import rope
 from fastpe.cli._write import check_output
 from fastpe.cli.rope import from_model_config, read_scaling
-from conftest import fastpe_env
-
-DEFAULT = _backends.resolve(None)[0]
+from conftest import DEFAULT, fastpe_env
+from support.cli import assert_one_line_error, listing, run, run_process, same_bits
 
 SUMMARY = re.compile(
     r"wrote (?P<path>\S+): cos, sin float32 \((?P<rows>\d+), (?P<cols>\d+)\) (?P<layout>neox|gptj), "
@@ -46,25 +43,6 @@ LLAMA3_CONFIG = {
     "rope_scaling": LLAMA3_SCALING,
     "torch_dtype": "bfloat16",
 }
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def listing(directory=".") -> list[str]:
-    return sorted(os.listdir(directory))
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def assert_one_line_error(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
-    return lines[0]
 
 
 @pytest.fixture
@@ -278,7 +256,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, messag
     before = listing()
     result = run("rope", *args)
     assert result.exit_code == 2, result.output
-    assert message in assert_one_line_error(result.stderr)
+    assert message in assert_one_line_error(result)
     assert result.stdout == "" and listing() == before and listing("adir") == []
 
 
@@ -286,7 +264,7 @@ def test_the_default_output_path_must_be_usable(in_tmp):
     (in_tmp / "rope_4x8.npz").mkdir()
     result = run("rope", "--head-dim", 8, "--max-len", 4)
     assert result.exit_code == 2
-    assert "default output path" in assert_one_line_error(result.stderr)
+    assert "default output path" in assert_one_line_error(result)
 
 
 # ============================================================================ the helpers
@@ -349,24 +327,17 @@ def test_rope_help_imports_no_kernels(tmp_path):
 
 @pytest.mark.slow
 def test_process_writes_caches_from_a_config_json(llama3_config):
-    env = fastpe_env()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fastpe", "rope", "--scaling", "config.json", "--max-len", "32", "--backend", DEFAULT,
-         "-o", "caches.npz"],
-        cwd=llama3_config.parent, env=env, capture_output=True, text=True, timeout=120,
-    )
+    proc = run_process("rope", "--scaling", "config.json", "--max-len", "32", "--backend", DEFAULT, "-o", "caches.npz",
+                       cwd=llama3_config.parent)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and SUMMARY.fullmatch(proc.stdout.rstrip("\n"))
     assert listing() == ["caches.npz", "config.json"]
     assert_file_is("caches.npz", expected(32, 64, base=500000.0, scaling=LLAMA3_SCALING,
                                           max_position_embeddings=131072))
-    bad = subprocess.run(
-        [sys.executable, "-m", "fastpe", "rope", "--scaling", '{"rope_type": "llama3"}', "--head-dim", "64",
-         "--max-len", "8", "-o", "bad.npz"],
-        cwd=llama3_config.parent, env=env, capture_output=True, text=True, timeout=120,
-    )
+    bad = run_process("rope", "--scaling", '{"rope_type": "llama3"}', "--head-dim", "64", "--max-len", "8",
+                      "-o", "bad.npz", cwd=llama3_config.parent)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert "scaling['factor'] is required" in assert_one_line_error(bad.stderr)
+    assert "scaling['factor'] is required" in assert_one_line_error(bad)
     assert listing() == ["caches.npz", "config.json"]
 
 
@@ -376,7 +347,7 @@ def test_caches_larger_than_memory_are_refused_before_any_work(tmp_path, monkeyp
     monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 20)
     monkeypatch.setattr(rope, "cos_sin", lambda *a, **k: pytest.fail("the library was called"))
     out = tmp_path / "big.npz"
-    result = CliRunner().invoke(main, ["rope", "--head-dim", 128, "--max-len", 8192, "-o", str(out)])
+    result = run("rope", "--head-dim", 128, "--max-len", 8192, "-o", out)
     assert result.exit_code == 2, result.output
     assert "the 2 x 8192 x 128 float32 array needs" in result.stderr
     assert os.listdir(tmp_path) == []
@@ -385,7 +356,7 @@ def test_caches_larger_than_memory_are_refused_before_any_work(tmp_path, monkeyp
 def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
-    result = CliRunner().invoke(main, ["rope", "--head-dim", 64, "--max-len", 4, "--scaling", str(fifo)])
+    result = run("rope", "--head-dim", 64, "--max-len", 4, "--scaling", fifo)
     assert result.exit_code == 2 and "is not a regular file" in result.stderr, result.output
 
 
@@ -394,5 +365,5 @@ def test_scaling_nested_too_deeply_is_exit_2(tmp_path, text):
     path = tmp_path / "deep.json"
     path.write_text(text)
     for value in (str(path),) + ((text,) if text.startswith("{") else ()):
-        result = CliRunner().invoke(main, ["rope", "--head-dim", 8, "--max-len", 4, "--scaling", value])
+        result = run("rope", "--head-dim", 8, "--max-len", 4, "--scaling", value)
         assert result.exit_code == 2 and "nested too deeply" in result.stderr, result.output

@@ -22,16 +22,14 @@ import types
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import fastpe
-from fastpe import sinusoid as _api, _backends, _dtypes
+from fastpe import sinusoid as _api, _dtypes
 from fastpe._io import save as _save
-from fastpe.cli import main
 table_cli = importlib.import_module("fastpe.cli.table")  # the package exports the command under this name
-from conftest import FAST, fastpe_env
+from conftest import DEFAULT, FAST, fastpe_env
+from support.cli import assert_one_line_error, listing, read_table, run, same_bits
 
-DEFAULT = _backends.resolve(None)[0]
 D, L = 10, 203
 ROWS = 23  # rows per chunk: 9 chunks, the last of 19 rows
 
@@ -41,47 +39,9 @@ SUMMARY = re.compile(
 )
 
 
-def run(*args, env=None):
-    return CliRunner().invoke(main, list(args), env=env)
-
-
-def listing(directory=".") -> list[str]:
-    return sorted(os.listdir(directory))
-
-
 def chunk_mb(rows: int, d_model: int = D, dtype="float32") -> str:
     """A --chunk-mb that holds exactly ``rows`` rows (a fraction of a MiB)."""
     return repr(_save._chunk_bytes(rows, d_model, _dtypes.resolve(dtype)) / (1 << 20))
-
-
-def read_table(path, dtype="float32") -> np.ndarray:
-    path = os.fspath(path)
-    if path.endswith(".npy"):
-        array = np.load(path)
-    elif path.endswith(".npz"):
-        with np.load(path) as archive:
-            array = archive["table"]
-    else:
-        from safetensors import safe_open
-
-        with safe_open(path, framework="numpy") as f:
-            array = f.get_tensor("table")
-    if dtype == "bfloat16" and not str(path).endswith(".safetensors"):  # stored as its uint16 bits
-        assert array.dtype == np.dtype("<u2")
-        return array.view(_dtypes.resolve(dtype))
-    return array
-
-
-def same_bits(a, b) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def assert_one_line_error(result, code):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.stderr, result.stderr
-    assert result.stdout == ""
-    return lines[0]
 
 
 @pytest.fixture
@@ -421,13 +381,6 @@ def test_a_bar_only_on_a_terminal_and_never_with_q(monkeypatch, stdout_tty, stde
 # ======================================================================== real processes
 
 
-def child_env():
-    env = fastpe_env()
-    if "FASTPE_BACKEND" in os.environ:
-        env["FASTPE_BACKEND"] = os.environ["FASTPE_BACKEND"]
-    return env
-
-
 @pytest.mark.slow
 def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
     """A real SIGINT arriving between two chunks of a half-written file."""
@@ -454,7 +407,7 @@ def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
         """
     )
     for target in ("new.npy", "pe.npy", "new.npz"):
-        child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=child_env(),
+        child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=fastpe_env(keep_backend=True),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline() == "writing\n"

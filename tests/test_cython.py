@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from inputs import BASES, D_MODELS, POSITION_LIMIT, edge_positions, hard_positions, octave_positions
+from support.inputs import BASES, D_MODELS, POSITION_LIMIT, edge_positions, hard_positions, octave_positions
 
 from fastpe import _backends
 from fastpe._plans import poly as _poly

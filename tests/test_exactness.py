@@ -1,6 +1,6 @@
 """Every backend against exact values from mpmath: within 1 ULP, and ~always correctly rounded.
 
-The exact values are computed here, with mpmath (``inputs.exact_values``), not taken from
+The exact values are computed with mpmath (``support.oracle.exact_values``), not taken from
 the reference backend, so a fault in the reference cannot hide one in a fast backend.
 
 Samples per table (``CASES``): positions spread over every octave of the u32 range plus the
@@ -17,21 +17,15 @@ import functools
 
 import numpy as np
 import pytest
-from inputs import (
-    edge_positions,
-    exact_values,
-    f32_ulp_diff,
-    hard_positions,
-    octave_positions,
-    sample_columns,
-)
+from support.inputs import edge_positions, hard_positions, octave_positions, sample_columns
+from support.oracle import exact_values, ulp_distance
 
 import fastpe
 from fastpe import _backends
 
 from conftest import BACKEND_PARAMS as BACKENDS  # noqa: E402  (the default one only, in a default-only run)
 
-#: (d_model, base): odd and even widths up to the maximum, every base of inputs.BASES
+#: (d_model, base): odd and even widths up to the maximum, every base of support.inputs.BASES
 CASES = [
     (1, 10000.0),
     (2, 10000.0),
@@ -119,7 +113,7 @@ def test_within_one_ulp_and_correctly_rounded(backend, record_property):
     for d_model, base in cases_for(backend):
         pairs, exact = samples(d_model, base)
         got = backend_values(backend, pairs, d_model, base)
-        ulps = f32_ulp_diff(got, exact)
+        ulps = ulp_distance(got, exact)
         case_worst = int(ulps.max())
         total += ulps.size
         n_exact += int((ulps == 0).sum())
@@ -168,7 +162,7 @@ def test_hard_inputs_defeat_naive_float64(d_model, base, record_property):
     j = np.array([c for _, c in pairs])
     w = np.power(base, -2.0 * (j // 2) / d_model)
     naive = np.where(j % 2 == 0, np.sin(p * w), np.cos(p * w)).astype(np.float32)
-    wrong = float((f32_ulp_diff(naive, exact) > 0).mean())
+    wrong = float((ulp_distance(naive, exact) > 0).mean())
     record_property("naive_misrounded", wrong)
     print(
         f"\nnaive float64, d_model={d_model} base={base!r}: {wrong:.0%} of {len(pairs)} misrounded"
@@ -185,7 +179,7 @@ def test_hard_inputs_within_one_ulp(backend):
             continue
         pairs, exact = hard_samples(d_model, base)
         got = backend_values(backend, pairs, d_model, base)
-        ulps = f32_ulp_diff(got, exact)
+        ulps = ulp_distance(got, exact)
         assert ulps.max() <= MAX_ULP, "\n".join(describe(pairs, got, exact, ulps, d_model, base))
 
 
@@ -201,7 +195,7 @@ def test_range_path_exact_at_the_top(backend):
     _backends.load(backend).sinusoid_range(start, d_model, base, out)
     pairs = [(start + r, j) for r in range(n) for j in range(d_model)]
     exact = np.array(exact_values(pairs, d_model, base), dtype=np.float32)
-    ulps = f32_ulp_diff(out.ravel(), exact)
+    ulps = ulp_distance(out.ravel(), exact)
     assert ulps.max() <= MAX_ULP, "\n".join(
         describe(pairs, out.ravel(), exact, ulps, d_model, base)
     )

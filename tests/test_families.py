@@ -8,7 +8,6 @@ reference against mpmath, and the conventions against the peers' published formu
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -19,7 +18,8 @@ from fastpe import _dtypes
 from fastpe._plans.frequencies import Geometric
 
 from conftest import FAST
-from inputs import POSITION_LIMIT, check_out_contract, f32_ulp_diff, octave_positions
+from support.inputs import POSITION_LIMIT, check_out_contract, octave_positions
+from support.oracle import geometric_frequency, mp_round, sin_cos, ulp_distance
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -44,19 +44,10 @@ def test_reference_values_from_the_issue(backend):
     np.testing.assert_allclose(got, want, rtol=2e-6)
 
 
-def _mp_value(p, freqs: Geometric, k: int, want_cos: bool):
+def _mp_sin_cos(p, freqs: Geometric, k: int):
+    """The oracle's sine and cosine of ``p`` times frequency ``k`` of ``freqs``, at 60 digits."""
     with mpmath.workdps(60):
-        lo = mpmath.mpf(freqs.lo)
-        w = mpmath.mpf(freqs.scale) / lo * (mpmath.mpf(freqs.hi) / lo) ** (-mpmath.mpf(k) / mpmath.mpf(freqs.n))
-        theta = mpmath.mpf(p) * w
-        return mpmath.cos(theta) if want_cos else mpmath.sin(theta)
-
-
-def _round(x, fmt: str) -> float:
-    """The mpf ``x`` rounded exactly into ``fmt`` (from its binary form, no double)."""
-    sign, man, exp, _ = mpmath.mpf(x)._mpf_
-    value = Fraction(man) * (Fraction(2) ** exp)
-    return _dtypes.round_fraction(-value if sign else value, _dtypes.FORMATS[fmt])
+        return sin_cos(p, geometric_frequency(freqs, k))
 
 
 @pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16", "float64"])
@@ -73,8 +64,9 @@ def test_reference_against_mpmath(fmt):
         for x in xs:
             for k in range(freqs.count):
                 s, c = ref.sin_cos(x, freqs, k, _dtypes.FORMATS[fmt])
-                assert s == _round(_mp_value(x, freqs, k, False), fmt)
-                assert c == _round(_mp_value(x, freqs, k, True), fmt)
+                ms, mc = _mp_sin_cos(x, freqs, k)
+                assert s == mp_round(ms, fmt)
+                assert c == mp_round(mc, fmt)
 
 
 # ------------------------------------------------------------------ backends against the reference
@@ -92,7 +84,7 @@ def test_forward_agrees_with_reference(backend, layout, denominator, d_model):
     pos = _positions()
     ref = fastpe.forward(pos, config, np.empty((pos.size, d_model), np.float32), backend="python")
     got = fastpe.forward(pos, config, np.empty((pos.size, d_model), np.float32), backend=backend)
-    assert f32_ulp_diff(got, ref).max() <= 1
+    assert ulp_distance(got, ref).max() <= 1
     ref64 = fastpe.forward(pos, config, np.empty((pos.size, d_model)), backend="python")
     got64 = fastpe.forward(pos, config, np.empty((pos.size, d_model)), backend=backend)
     assert np.abs(got64 - ref64).max() <= 2.0**-45
@@ -140,8 +132,9 @@ def test_float32_exact_against_mpmath_at_large_positions(fast_backend):
     freqs = config.frequencies
     for r, p in enumerate(pos):
         for k in range(3):
-            assert got[r, k] == _round(_mp_value(p, freqs, k, False), "float32")
-            assert got[r, 3 + k] == _round(_mp_value(p, freqs, k, True), "float32")
+            ms, mc = _mp_sin_cos(p, freqs, k)
+            assert got[r, k] == mp_round(ms, "float32")
+            assert got[r, 3 + k] == mp_round(mc, "float32")
 
 
 def test_half_minus_one_odd_width_has_a_zero_last_column(backend):
@@ -155,7 +148,7 @@ def test_halves_odd_width_sine_block_is_wider(backend):
     t = fastpe.table(5, 3, layout="halves", backend=backend)
     inter = fastpe.table(5, 3, backend=backend)
     assert np.array_equal(t[:, :3], inter[:, 0::2])  # sines: the first ceil(5/2) columns
-    assert f32_ulp_diff(t[:, 3:], inter[:, 1::2]).max() <= 1  # cosines
+    assert ulp_distance(t[:, 3:], inter[:, 1::2]).max() <= 1  # cosines
 
 
 # ------------------------------------------------------------------ peers
@@ -349,7 +342,7 @@ def test_low_precision_is_correctly_rounded_not_double_rounded():
     freqs = fastpe.PosEncConfig(d, denominator="half-1").frequencies
     for r, j in differ:
         k, is_cos = (j, False) if j < 8 else (j - 8, True)
-        assert float(got[r, j]) == _round(_mp_value(int(r), freqs, int(k), is_cos), "float16")
+        assert float(got[r, j]) == mp_round(_mp_sin_cos(int(r), freqs, int(k))[is_cos], "float16")
 
 
 @pytest.mark.parametrize("target", ["float16", "bfloat16"])

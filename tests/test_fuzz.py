@@ -13,10 +13,10 @@ NaN, inf, near multiples of pi/2) and RoPE scaling dicts:
   mpmath at a few sampled elements.
 
 Reproducible: a fixed seed, no example database.  ``FASTPE_FUZZ_EXAMPLES=N`` runs N examples
-per property (the defaults keep the file near a minute).  Under
-``FASTPE_TEST_BACKENDS=default`` (``make test``'s runs after the first) the cross-backend
-properties skip: the first run crossed every backend already; the bad-input properties run
-on the default backend.
+per property (the defaults keep the file near a minute).  The cross-backend properties are
+marked ``any_backend``: ``make test``'s default-only runs (``FASTPE_TEST_BACKENDS=default``)
+leave them out, the first run having crossed every backend already; the bad-input properties
+run on the default backend.
 """
 
 from __future__ import annotations
@@ -35,7 +35,19 @@ from hypothesis import strategies as st
 import fastpe
 from conftest import AVAILABLE, BACKEND_PARAMS, FAST
 from fastpe import alibi, grid, relative, rope
-from fuzz_strategies import (
+from support.cli import run
+from support.inputs import POSITION_LIMIT, quarter_turns_of, real_near_quarter_turn
+from support.oracle import (
+    alibi_value_fn,
+    check_against_mpmath,
+    geometric,
+    grid_value_fn,
+    mp_exact,
+    rope_value_fn,
+    table_value_fn,
+    timestep_value_fn,
+)
+from support.strategies import (
     ANY,
     BAD_BACKENDS,
     BAD_BOOLS,
@@ -45,7 +57,6 @@ from fuzz_strategies import (
     BAD_POSITIONS,
     BAD_REALS,
     HUGE,
-    POSITION_LIMIT,
     REJECT,
     SAME,
     SCALING_BAD,
@@ -53,35 +64,24 @@ from fuzz_strategies import (
     SCALING_KEYS,
     SCALING_READS,
     SWAPPED_DTYPES,
-    alibi_value_fn,
     assert_near,
     assert_same_bits,
     call_text,
-    check_against_mpmath,
     fuzz,
-    grid_value_fn,
     int_array_form,
     judge,
-    mp_exact,
-    mp_geometric,
     names_one_of,
-    quarter_turns_of,
     real_array_form,
-    real_near_quarter_turn,
     rope_config,
-    rope_value_fn,
     short,
     st_dtype_arg,
     st_position,
     st_real_t,
-    table_value_fn,
-    timestep_value_fn,
 )
 
-#: the cross-backend properties run in the first run of ``make test`` only
-CROSS = os.environ.get("FASTPE_TEST_BACKENDS", "") != "default"
-crossing = pytest.mark.skipif(
-    not CROSS, reason="FASTPE_TEST_BACKENDS=default: the first run of make test crossed every backend")
+#: the cross-backend properties (every compiled backend against the reference, by name):
+#: decided by the first run of ``make test``, deselected in its default-only runs
+crossing = pytest.mark.any_backend
 
 HAS_BF16 = True
 try:
@@ -175,7 +175,7 @@ def table_frequency_fn(kw, k):
     d = kw["d_model"]
     n = d / 2 if kw.get("denominator", "d") == "d" else float(max(d // 2 - 1, 1))
     hi = kw.get("max_timescale") or float(kw.get("base", 10000.0))
-    return lambda: mp_geometric(k, n, hi, float(kw.get("min_timescale", 1.0)))
+    return lambda: geometric(k, n, hi, float(kw.get("min_timescale", 1.0)))
 
 
 @crossing
@@ -369,7 +369,7 @@ def timestep_frequency_fn(kw, k):
     half = kw["d_model"] // 2
 
     def fn():
-        return mp_exact(kw.get("scale", 1.0)) * mp_geometric(
+        return mp_exact(kw.get("scale", 1.0)) * geometric(
             k, half - float(kw.get("shift", 1.0)), float(kw.get("base", 10000.0)))
 
     return fn
@@ -1649,14 +1649,10 @@ PLOT_GARBAGE = tuple(v for v in CLI_GARBAGE if v not in (" 4", "0", "-0", "1.5")
 
 def run_cli(args, tmp):
     """``fastpe ARGS`` in-process with ``tmp`` as the working directory."""
-    from click.testing import CliRunner
-
-    from fastpe.cli import main
-
     cwd = os.getcwd()
     os.chdir(tmp)
     try:
-        return CliRunner().invoke(main, args)
+        return run(*args)
     finally:
         os.chdir(cwd)
 

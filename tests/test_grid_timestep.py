@@ -10,7 +10,9 @@ import pytest
 
 import fastpe
 from fastpe import _dtypes, grid
-from inputs import check_out_contract, f32_ulp_diff
+from conftest import AVAILABLE
+from support.inputs import check_out_contract, quarter_turn_reals
+from support.oracle import sin_cos, timestep_frequency, ulp_distance
 
 # ------------------------------------------------------------------ peers' formulas
 
@@ -102,7 +104,7 @@ def test_3d(backend, order):
 
 def test_grid_backends_identical_and_parallel_sized():
     a = grid.sincos_2d(96, 80, 256, backend="numba", cls_token=True)
-    for b in fastpe.available_backends():
+    for b in AVAILABLE:
         if b != "python":
             assert np.array_equal(a, grid.sincos_2d(96, 80, 256, backend=b, cls_token=True))
 
@@ -159,11 +161,9 @@ def test_timestep_matches_diffusers_itself():
 
 
 def _mp_sin_cos(t, d_model, k, shift=1.0, scale=1.0, base=10000.0):
+    """The oracle's sine and cosine of ``t`` times timestep frequency ``k``, at 60 digits."""
     with mpmath.workdps(60):
-        half = d_model // 2
-        w = mpmath.mpf(scale) * mpmath.mpf(base) ** (-mpmath.mpf(k) / (half - mpmath.mpf(shift)))
-        theta = mpmath.mpf(t) * w
-        return mpmath.sin(theta), mpmath.cos(theta)
+        return sin_cos(t, timestep_frequency(k, d_model, base, shift, scale))
 
 
 def test_timestep_exact_for_large_and_fractional_t(fast_backend):
@@ -174,10 +174,10 @@ def test_timestep_exact_for_large_and_fractional_t(fast_backend):
     for r, tv in enumerate(t):
         for k in range(3):
             s, c = _mp_sin_cos(tv, 6, k, scale=3.0)
-            assert f32_ulp_diff(got[r, k], np.float32(float(s))).max() <= 1
-            assert f32_ulp_diff(got[r, 3 + k], np.float32(float(c))).max() <= 1
+            assert ulp_distance(got[r, k], np.float32(float(s))).max() <= 1
+            assert ulp_distance(got[r, 3 + k], np.float32(float(c))).max() <= 1
     ref = fastpe.timestep(t, 6, scale=3.0, backend="python")
-    assert f32_ulp_diff(got, ref).max() <= 1
+    assert ulp_distance(got, ref).max() <= 1
     got64 = fastpe.timestep(t, 6, scale=3.0, dtype="float64", backend=fast_backend)
     ref64 = fastpe.timestep(t, 6, scale=3.0, dtype="float64", backend="python")
     assert np.abs(got64 - ref64).max() <= 2.0**-45
@@ -217,24 +217,15 @@ def test_timestep_underflowing_sines_keep_their_sign(backend, dt):
     assert [math.copysign(1.0, v) for v in big[:, 1]] == [1.0, -1.0]
 
 
-def _near_quarter_turns(n: int, seed: int) -> np.ndarray:
-    """Doubles nearest ``k * pi/2`` for random ``k < 2**22``: angles within ~1e-10 of a zero
-    of sin or cos, where the reduction must keep ~85 bits."""
-    rng = np.random.default_rng(seed)
-    with mpmath.workdps(40):
-        return np.array([float(int(k) * mpmath.pi / 2) for k in rng.integers(1, 2**22, n)])
-
-
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_timestep_exact_near_zeros_of_sin_and_cos(backend, sign):
     """Fractional t whose angle is near a multiple of pi/2 (the real-position path once lost
     a negative Veltkamp half's low bits there: 2,746 ULP off at t = 1712515.142194659)."""
-    t = sign * np.concatenate([[1712515.142194659], _near_quarter_turns(300, 11)])
+    t = sign * np.concatenate([[1712515.142194659], quarter_turn_reals(300, 11)])
     got = fastpe.timestep(t, 2, shift=0.0, backend=backend)  # one frequency, w = 1
     with mpmath.workdps(60):
-        want = np.array([[float(mpmath.sin(mpmath.mpf(x))), float(mpmath.cos(mpmath.mpf(x)))]
-                         for x in t], dtype=np.float32)
-    assert f32_ulp_diff(got, want).max() <= 1
+        want = np.array([[float(v) for v in sin_cos(x, 1)] for x in t], dtype=np.float32)
+    assert ulp_distance(got, want).max() <= 1
     if sign > 0:
         assert got[0, 1] == np.float32(3.616179e-12)
 

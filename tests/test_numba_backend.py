@@ -10,11 +10,10 @@ import textwrap
 import numpy as np
 import pytest
 
-import fastpe
-from conftest import fastpe_env
+from conftest import AVAILABLE, fastpe_env
 
 pytestmark = pytest.mark.skipif(
-    "numba" not in fastpe.available_backends(), reason="numba backend not available"
+    "numba" not in AVAILABLE, reason="numba backend not available"
 )
 
 

@@ -41,6 +41,7 @@ from fastpe._plans import alibi as _alibi  # noqa: E402
 from fastpe._plans import layouts as _layouts  # noqa: E402
 from fastpe._plans import words as _words  # noqa: E402
 from fastpe._plans.frequencies import Geometric  # noqa: E402
+from conftest import AVAILABLE  # noqa: E402
 
 
 def _ext_modules():
@@ -79,9 +80,7 @@ def test_the_numba_kernels_read_the_plans_constants():
 
 
 def _compiled_backends():
-    import fastpe
-
-    return [name for name in ("numba", "cython") if name in fastpe.available_backends()]
+    return [name for name in ("numba", "cython") if name in AVAILABLE]
 
 
 @pytest.mark.parametrize("d", [9, 10, 12])

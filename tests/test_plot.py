@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import os
 import re
 import subprocess
 import sys
@@ -16,12 +15,11 @@ import pytest
 
 pytest.importorskip("matplotlib")
 import matplotlib.image  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
 
 import fastpe  # noqa: E402
 from fastpe import _plot  # noqa: E402
-from fastpe.cli import main  # noqa: E402
 from conftest import fastpe_env  # noqa: E402
+from support.cli import assert_one_line_error, listing, run  # noqa: E402
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -29,21 +27,6 @@ SUMMARY = re.compile(
     r"wrote (?P<path>\S+): (?P<title>.+); (?P<extent>\d+x\d+ px|\S+ in (SVG|PDF)), [\d.]+ (B|KiB|MiB), "
     r"[\d.]+ ms compute \+ [\d.]+ ms draw"
 )
-
-
-def run(*args):
-    return CliRunner().invoke(main, ["plot", *map(str, args)])
-
-
-def listing(directory=".") -> list[str]:
-    return sorted(os.listdir(directory))
-
-
-def one_line_error(result) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def png_size(path) -> tuple[int, int]:
@@ -178,7 +161,7 @@ def test_rendered_pixels_show_the_data():
 
 
 def test_table_png(in_tmp):
-    result = run("--d-model", 128, "--max-len", 100, "-o", "pe.png")
+    result = run("plot", "--d-model", 128, "--max-len", 100, "-o", "pe.png")
     assert result.exit_code == 0, result.output
     m = SUMMARY.fullmatch(result.stdout.strip())
     assert m and m["path"] == "pe.png" and m["extent"] == "800x600 px"
@@ -190,13 +173,13 @@ def test_table_png(in_tmp):
 
 
 def test_dpi_sets_the_pixel_size(in_tmp):
-    assert run("--d-model", 8, "--max-len", 10, "--dpi", 30, "-o", "small.png").exit_code == 0
+    assert run("plot", "--d-model", 8, "--max-len", 10, "--dpi", 30, "-o", "small.png").exit_code == 0
     assert png_size("small.png") == (240, 180)
 
 
 @pytest.mark.parametrize("name, magic", [("pe.svg", b"<?xml"), ("pe.PDF", b"%PDF")])
 def test_vector_formats(in_tmp, name, magic):
-    result = run("--d-model", 8, "--max-len", 10, "-o", name)
+    result = run("plot", "--d-model", 8, "--max-len", 10, "-o", name)
     assert result.exit_code == 0, result.output
     assert SUMMARY.fullmatch(result.stdout.strip())
     with open(name, "rb") as f:
@@ -204,33 +187,33 @@ def test_vector_formats(in_tmp, name, magic):
 
 
 def test_default_output_names(in_tmp):
-    assert run("--d-model", 16, "--max-len", 20).exit_code == 0
-    assert run("--kind", "rope", "--head-dim", 8, "--max-len", 20, "--part", "sin").exit_code == 0
+    assert run("plot", "--d-model", 16, "--max-len", 20).exit_code == 0
+    assert run("plot", "--kind", "rope", "--head-dim", 8, "--max-len", 20, "--part", "sin").exit_code == 0
     assert listing() == ["pe_20x16.png", "rope_sin_20x8.png"]
 
 
 def test_npy_input(in_tmp):
     table = fastpe.table(40, 60)
     np.save("t.npy", table)
-    result = run("t.npy", "-o", "t.png", "--cmap", "coolwarm")
+    result = run("plot", "t.npy", "-o", "t.png", "--cmap", "coolwarm")
     assert result.exit_code == 0, result.output
     assert "t.npy: 60 x 40 float32" in result.stdout
     assert png_size("t.png") == (800, 600)
     # no -o: named after the input
-    assert run("t.npy").exit_code == 0
+    assert run("plot", "t.npy").exit_code == 0
     assert listing() == ["t.npy", "t.png"]
 
 
 def test_npy_input_3d_with_index(in_tmp):
     np.save("b.npy", np.stack([fastpe.table(8, 8), -fastpe.table(8, 8)]))
-    result = run("b.npy", "--index", 1, "-o", "b1.png")
+    result = run("plot", "b.npy", "--index", 1, "-o", "b1.png")
     assert result.exit_code == 0, result.output
     assert "b.npy[1]: 8 x 8 float32" in result.stdout
 
 
 @pytest.mark.parametrize("part", ["cos", "sin", "both"])
 def test_rope_kind(in_tmp, part):
-    result = run("--kind", "rope", "--head-dim", 16, "--max-len", 40, "--part", part, "--base", 100, "-o", "r.png")
+    result = run("plot", "--kind", "rope", "--head-dim", 16, "--max-len", 40, "--part", part, "--base", 100, "-o", "r.png")
     assert result.exit_code == 0, result.output
     assert "RoPE" in result.stdout and "head_dim=16" in result.stdout and "base=100" in result.stdout
     assert png_size("r.png") == (800, 600)
@@ -238,7 +221,7 @@ def test_rope_kind(in_tmp, part):
 
 @pytest.mark.parametrize("form", ["symmetric", "causal", "bloom", "mpt"])
 def test_alibi_kind(in_tmp, form):
-    result = run("--kind", "alibi", "--heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
+    result = run("plot", "--kind", "alibi", "--heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
     assert result.exit_code == 0, result.output
     assert "ALiBi" in result.stdout and "head 3 of 4" in result.stdout
     assert png_size("a.png") == (800, 600)
@@ -288,16 +271,16 @@ def test_bad_input_exits_2_and_writes_nothing(in_tmp, args, match):
     (in_tmp / "out.png").write_bytes(b"keep me")
     (in_tmp / "dir.png").mkdir()
     before = listing()
-    result = run(*args)
+    result = run("plot", *args)
     assert result.exit_code == 2, (result.exit_code, result.output)
-    assert match in one_line_error(result)
+    assert match in assert_one_line_error(result)
     assert listing() == before
     assert (in_tmp / "out.png").read_bytes() == b"keep me"
 
 
 def test_existing_file_is_replaced_and_quiet_prints_nothing(in_tmp):
     (in_tmp / "pe.png").write_bytes(b"old")
-    result = CliRunner().invoke(main, ["-q", "plot", "--d-model", "8", "--max-len", "8", "-o", "pe.png"])
+    result = run("-q", "plot", "--d-model", "8", "--max-len", "8", "-o", "pe.png")
     assert result.exit_code == 0 and result.stdout == ""
     assert png_size("pe.png") == (800, 600)
     assert listing() == ["pe.png"]
@@ -310,9 +293,9 @@ def test_without_matplotlib_the_error_names_the_install(in_tmp, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"pip install 'fastpe\[plot\]'"):
         importlib.import_module("fastpe._plot")
-    result = run("--d-model", 8, "--max-len", 8, "-o", "pe.png")
+    result = run("plot", "--d-model", 8, "--max-len", 8, "-o", "pe.png")
     assert result.exit_code == 1
-    assert "pip install 'fastpe[plot]'" in one_line_error(result)
+    assert "pip install 'fastpe[plot]'" in assert_one_line_error(result, 1)
     assert listing() == []
 
 

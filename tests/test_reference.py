@@ -14,15 +14,8 @@ from decimal import Decimal, localcontext
 import mpmath
 import numpy as np
 import pytest
-from inputs import (
-    POSITION_LIMIT,
-    edge_positions,
-    exact_value,
-    exact_values,
-    hard_positions,
-    mp_round_f32,
-    octave_positions,
-)
+from support.inputs import POSITION_LIMIT, edge_positions, hard_positions, octave_positions
+from support.oracle import exact_value, exact_values, mp_round
 
 from fastpe._exact import sinusoid_decimal as _reference
 from fastpe._exact.sinusoid_decimal import round_to_float32, sinusoid
@@ -116,10 +109,10 @@ MP_ROUNDING_CASES = [c for c in ROUNDING_CASES if not (c[0].is_zero() and c[0].i
     "x, expected", MP_ROUNDING_CASES, ids=[str(c[0])[:30] for c in MP_ROUNDING_CASES]
 )
 def test_mpmath_rounding_helper_tricky(x, expected):
-    """The tests' own rounding (inputs.mp_round_f32, binary) passes the same cases."""
+    """The tests' own rounding (support.oracle.mp_round, binary) passes the same cases."""
     with mpmath.workdps(400):  # every case is exact, or 1e-60 off a midpoint, at 400 digits
         y = mpmath.mpf(str(x)) if x.is_finite() else mpmath.mpf(float(x))
-        assert same_float(mp_round_f32(y), expected)
+        assert same_float(mp_round(y, "float32"), expected)
 
 
 def _random_doubles(n: int, seed: int) -> list[float]:
@@ -146,7 +139,7 @@ def test_round_to_float32_matches_numpy_on_doubles():
         expected = np.array(xs, dtype=np.float64).astype(np.float32)
     for name, helper in (
         ("reference", lambda x: round_to_float32(Decimal(x))),
-        ("mp", mp_round_f32),
+        ("mp", lambda x: mp_round(x, "float32")),
     ):
         got = np.array([helper(x) for x in xs], dtype=np.float64)
         mismatch = np.flatnonzero(got != expected.astype(np.float64))

@@ -15,7 +15,7 @@ import pytest
 from fastpe import relative
 from fastpe._plans import t5 as t5plan
 from conftest import AVAILABLE, FAST
-from inputs import check_out_contract
+from support.inputs import check_out_contract
 
 torch = pytest.importorskip("torch")
 t5 = pytest.importorskip("transformers.models.t5.modeling_t5")

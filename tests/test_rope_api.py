@@ -22,7 +22,8 @@ import pytest
 
 from fastpe import rope
 from conftest import fastpe_env
-from inputs import check_out_contract
+from support.cli import same_bits
+from support.inputs import check_out_contract
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
@@ -41,11 +42,6 @@ def core():
     from fastpe.rope import _core
 
     return _core
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def numpy_rotate(x, cos, sin, layout):

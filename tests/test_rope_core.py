@@ -30,16 +30,10 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from inputs import (
-    POSITION_LIMIT,
-    edge_positions,
-    f32_ulp_diff,
-    hard_positions_for_frequency,
-    mp_round_f32,
-    octave_positions,
-)
-
 from conftest import FAST, fastpe_env
+from support.cli import same_bits
+from support.inputs import POSITION_LIMIT, edge_positions, hard_positions_for_frequency, octave_positions
+from support.oracle import mp_round, rotate, sin_cos, ulp_distance
 from fastpe import _backends
 from fastpe._exact import rope as _reference_rope
 from fastpe._backends import _walk as _rope_plan
@@ -89,10 +83,6 @@ def exact_cos_sin(name: str, af: float, positions: np.ndarray) -> tuple[np.ndarr
     return _EXACT_CACHE[key]
 
 
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
 def ulp32(y: np.ndarray) -> np.ndarray:
     """The float32 spacing at ``|y|`` (2**-149 in the subnormal range)."""
     y = np.abs(np.asarray(y, dtype=np.float32))
@@ -112,7 +102,7 @@ def check_rotation(got, want, x_before, n_freq, layout, af) -> float:
     total, exact = 0, 0
     for cols in (c1, c2):
         g, w = got[..., cols], want[..., cols]
-        ulps = f32_ulp_diff(g, w)
+        ulps = ulp_distance(g, w)
         err = np.abs(g.astype(np.float64) - w.astype(np.float64))
         cancel = np.abs(w.astype(np.float64)) < 2.0**-20 * mag
         bound = ulp32(w) + 2.0**-44 * mag
@@ -127,11 +117,9 @@ def check_rotation(got, want, x_before, n_freq, layout, af) -> float:
 
 
 def _mp_pair(p, f, af, x1=1.0, x2=0.0):
+    """The oracle's rotation of ``(x1, x2)`` at 80 digits (``(af cos, af sin)`` by default)."""
     with mpmath.workdps(80):
-        t = mpmath.mpf(p) * mpmath.mpf(f)
-        c, s = mpmath.cos(t), mpmath.sin(t)
-        a = mpmath.mpf(af)
-        return a * (x1 * c - x2 * s), a * (x2 * c + x1 * s)
+        return rotate(p, f, af, x1, x2)
 
 
 def test_reference_matches_mpmath():
@@ -145,17 +133,17 @@ def test_reference_matches_mpmath():
             cases.append((int(p), f, float(rng.choice([1.0, 1.2, 1e6, 0.1]))))
     for p, f, af in cases:
         mc, ms = _mp_pair(p, f, af)
-        assert _reference_rope.cos_sin_f32(p, f, af) == (mp_round_f32(mc), mp_round_f32(ms)), (p, f, af)
+        assert _reference_rope.cos_sin_f32(p, f, af) == (mp_round(mc, "float32"), mp_round(ms, "float32")), (p, f, af)
         c64, s64 = _reference_rope.cos_sin_f64(p, f, af)
         with mpmath.workdps(80):
-            assert (c64, s64) == (float(mpmath.mpf(mc)), float(mpmath.mpf(ms))), (p, f, af)
+            assert (c64, s64) == (mp_round(mc, "float64"), mp_round(ms, "float64")), (p, f, af)
         # a random pair, and one built to cancel: x1 cos - x2 sin ~ 0
         x1, x2 = (float(np.float32(v)) for v in rng.standard_normal(2))
         _, sn = _reference_rope.cos_sin_f64(p, f, 1.0)
         cs, _ = _reference_rope.cos_sin_f64(p, f, 1.0)
         for u, v in ((x1, x2), (float(np.float32(sn)), float(np.float32(cs)))):
             y1, y2 = _mp_pair(p, f, af, u, v)
-            assert _reference_rope.rotate_f32(u, v, p, f, af) == (mp_round_f32(y1), mp_round_f32(y2))
+            assert _reference_rope.rotate_f32(u, v, p, f, af) == (mp_round(y1, "float32"), mp_round(y2, "float32"))
 
 
 def test_reference_exact_cases():
@@ -177,7 +165,7 @@ def test_reference_tiny_angles_keep_their_sign():
     assert [_bits_and_sign(v) for v in _reference_rope.cos_sin_f32(1, f)] == [(1.0, 1.0), (0.0, 1.0)]
     assert [_bits_and_sign(v) for v in _reference_rope.cos_sin_f32(1, f, -2.0)] == [(-2.0, -1.0), (0.0, -1.0)]
     assert _reference_rope.cos_sin_f64(3, 1e-300) == (1.0, 3e-300)
-    assert _reference_rope.cos_sin_f32(7, 2.0**-30) == (1.0, mp_round_f32(mpmath.sin(mpmath.mpf(7) * 2**-30)))
+    assert _reference_rope.cos_sin_f32(7, 2.0**-30) == (1.0, mp_round(sin_cos(7, 2.0**-30)[0], "float32"))
     assert _bits_and_sign(_reference_rope.rotate_f32(0.0, 1.0, 1, f)[0]) == (-0.0, -1.0)
 
 
@@ -215,8 +203,8 @@ def test_cos_sin_within_one_ulp(fast_backend, name, af):
         n = len(FREQS[name])
         a, b = pair_columns(n, layout)
         assert same_bits(got_c[:, a], got_c[:, b]) and same_bits(got_s[:, a], got_s[:, b])
-        worst = max(int(f32_ulp_diff(got_c[:, a], want_c[:, :n]).max()),
-                    int(f32_ulp_diff(got_s[:, a], want_s[:, :n]).max()))
+        worst = max(int(ulp_distance(got_c[:, a], want_c[:, :n]).max()),
+                    int(ulp_distance(got_s[:, a], want_s[:, :n]).max()))
         assert worst <= 1
         rounded = np.mean(np.concatenate([(got_c[:, a] == want_c[:, :n]).ravel(), (got_s[:, a] == want_s[:, :n]).ravel()]))
         assert rounded > 0.9999
@@ -230,7 +218,7 @@ def test_cos_sin_every_backend_small(backend):
         got = cos_sin_from_inv_freq(positions, inv, 1.5, layout=layout, backend=backend)
         for g, w in zip(got, want):
             assert g.dtype == np.float32 and g.shape == (6, 16)
-            assert f32_ulp_diff(g, w).max() <= 1
+            assert ulp_distance(g, w).max() <= 1
     # position 0: exactly af and 0
     c, s = cos_sin_from_inv_freq([0], inv, 1.5, backend=backend)
     assert (c == 1.5).all() and (s == 0).all()
@@ -803,7 +791,7 @@ def test_against_hf_float32(fast_backend):
         err_fastpe = np.abs(f.astype(np.float64) - e)
         err_hf = np.abs(h.astype(np.float64) - e)
         assert err_fastpe.sum() < err_hf.sum() / 100
-        assert f32_ulp_diff(f, e).max() <= 1 or (err_fastpe <= ulp32(e) + 2.0**-44 * mag).all()
+        assert ulp_distance(f, e).max() <= 1 or (err_fastpe <= ulp32(e) + 2.0**-44 * mag).all()
     cos, sin = cos_sin_from_inv_freq(positions, inv32, af, backend=fast_backend)
     ecos, esin = cos_sin_from_inv_freq(positions, inv32, af, backend="python")
     assert np.abs(cos - hcos).max() < 2.0**-10  # HF's float32 angles drift ~theta * 2**-24

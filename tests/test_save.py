@@ -29,6 +29,7 @@ from fastpe import sinusoid as _api, _dtypes
 from fastpe._io import save as _save
 from fastpe._dtypes import DTYPES
 from conftest import FAST, fastpe_env
+from support.cli import listing, read_table, same_bits
 
 D, L = 10, 203
 #: rows per chunk in most tests: 203 = 8 * 23 + 19, so 9 chunks, the last one ragged
@@ -44,35 +45,6 @@ CONFIGS = {
 def budget(rows: int, d_model: int = D, dtype="float32") -> int:
     """A chunk budget that holds exactly ``rows`` rows."""
     return _save._chunk_bytes(rows, d_model, _dtypes.resolve(dtype))
-
-
-def read_table(path, dtype="float32") -> np.ndarray:
-    """The table in ``path``, through the format's own reader."""
-    path = os.fspath(path)
-    if path.endswith(".npy"):
-        array = np.load(path, allow_pickle=False)
-    elif path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as archive:
-            assert sorted(archive.files) == ["spec", "table"]
-            array = archive["table"]
-    else:
-        from safetensors import safe_open
-
-        with safe_open(path, framework="numpy") as f:
-            assert list(f.keys()) == ["table"]
-            array = f.get_tensor("table")
-    if dtype == "bfloat16" and not path.endswith(".safetensors"):  # stored as its uint16 bits
-        assert array.dtype == np.dtype("<u2")
-        array = array.view(_dtypes.resolve(dtype))
-    return array
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def listing(directory) -> list[str]:
-    return sorted(os.listdir(directory))
 
 
 def expected_files(name: str) -> list[str]:

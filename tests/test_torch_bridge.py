@@ -27,14 +27,11 @@ from fastpe import rope  # noqa: E402
 from fastpe.torch import RotaryEmbedding, SinusoidalPositionalEncoding  # noqa: E402
 
 from conftest import fastpe_env  # noqa: E402
+from support.cli import same_bits  # noqa: E402
 
 
 def table(d_model: int, max_len: int) -> torch.Tensor:
     return torch.from_numpy(fastpe.table(d_model, max_len))
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
 # ================================================================== the tutorial's module

@@ -1,4 +1,4 @@
-"""What the fuzz suite (``tests/test_fuzz.py``) draws and how it judges a call.
+"""What the fuzz suite (``tests/fuzz/``) draws and how it judges a call.
 
 * :func:`fuzz` -- the settings every property runs under: a fixed seed, no deadline, no
   example database, ``$FASTPE_FUZZ_EXAMPLES`` examples per property when set (long runs).
@@ -6,12 +6,11 @@
   :class:`TypeError` / :class:`ValueError` whose message names the argument, and modifies
   nothing; any other exception is a failure.
 * comparisons with the ``python`` reference backend, within the accuracy the README claims
-  (float32 1 ULP, float16/bfloat16 exact, float64 ``2**-45``), and with mpmath.
+  (float32 1 ULP, float16/bfloat16 exact, float64 ``2**-45``); the comparisons with mpmath
+  are :mod:`support.oracle`'s, the hard values :mod:`support.inputs`'.
 * strategies: values (signs, zeros, tiny and huge, quarter turns of the frequencies), the
   array forms an equivalent argument may take (dtypes, byte order, views, negative strides,
   read-only), RoPE scaling dicts, and pools of values each argument must refuse.
-
-Import as ``from fuzz_strategies import ...`` (pytest puts ``tests/`` on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ import os
 import re
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from inputs import _quarter_turn_candidates, edge_positions, round_bits
+from support.inputs import POSITION_LIMIT, edge_positions
+from support.oracle import ulp_distance
 
 # --------------------------------------------------------------------------- settings
 
@@ -215,21 +214,6 @@ def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.flatnonzero((ua != ub).any(axis=1))
 
 
-def f32_ulps(a, b) -> np.ndarray:
-    """Distance in float32 steps between float32 arrays; -0.0 and 0.0 are 0 apart, two NaNs
-    0, a NaN and a number 2**32 (far beyond any tolerance)."""
-    a32 = np.ascontiguousarray(a, dtype=np.float32)
-    b32 = np.ascontiguousarray(b, dtype=np.float32)
-
-    def ordinal(x):
-        v = x.view(np.int32).astype(np.int64)
-        return np.where(v < 0, -(v & 0x7FFFFFFF), v)
-
-    d = np.abs(ordinal(a32) - ordinal(b32))
-    na, nb = np.isnan(a32), np.isnan(b32)
-    return np.where(na & nb, 0, np.where(na | nb, 1 << 32, d))
-
-
 def assert_near(fast, ref, what: str, *, scale=1.0, slack=None) -> None:
     """``fast`` (a compiled backend's array) against ``ref`` (the reference's): float32
     within 1 ULP, float16/bfloat16 bit for bit, float64 within ``2**-45 * scale``; integer
@@ -242,7 +226,7 @@ def assert_near(fast, ref, what: str, *, scale=1.0, slack=None) -> None:
     if fast.dtype.kind in "iu":
         bad = np.flatnonzero(fast.reshape(-1) != ref.reshape(-1))
     elif name == "float32":
-        ulps = f32_ulps(fast, ref).reshape(-1)
+        ulps = ulp_distance(fast, ref, nan="apart").reshape(-1)
         ok = ulps <= 1
         if slack is not None:
             with np.errstate(invalid="ignore", over="ignore"):
@@ -265,201 +249,8 @@ def assert_near(fast, ref, what: str, *, scale=1.0, slack=None) -> None:
             f"design's bound; first at {idx}: {fast.reshape(-1)[i]!r} vs reference {ref.reshape(-1)[i]!r}")
 
 
-# --------------------------------------------------------------------------- mpmath
-
-#: formats as (significand bits with the implicit one, least normal exponent, greatest)
-_FORMATS = {"float32": (24, -126, 127), "float64": (53, -1022, 1023),
-            "float16": (11, -14, 15), "bfloat16": (8, -126, 127)}
-
-#: two precisions: a value is taken only when both round alike (it is then far enough from
-#: a midpoint that mpmath's own error cannot decide it); angles reach 2**42 radians
-_DPS = (70, 110)
-
-
-def mp_round(x, fmt: str) -> float:
-    """The number of ``fmt`` nearest to the mpf ``x`` (ties to even; a tiny negative
-    value rounds to -0.0), as a Python float."""
-    x = mpmath.mpf(x)
-    if mpmath.isnan(x):
-        return math.nan
-    if mpmath.isinf(x):
-        return math.inf if x > 0 else -math.inf
-    sign, man, exp, _ = x._mpf_
-    value = round_bits(int(man), int(exp), *_FORMATS[fmt])
-    return -value if sign else value
-
-
-def mp_correct(fn, fmt: str) -> float | None:
-    """``fn()`` (an mpf computed at the current precision) correctly rounded to ``fmt``, or
-    ``None`` when the two precisions of :data:`_DPS` round differently (too close to call)."""
-    values = []
-    for dps in _DPS:
-        with mpmath.workdps(dps):
-            values.append(mp_round(fn(), fmt))
-    a, b = values
-    if a != b or math.copysign(1, a) != math.copysign(1, b):
-        return None
-    return a
-
-
-def mp_value(fn):
-    """``fn()`` at the higher precision of :data:`_DPS`, as an mpf (for float64 checks)."""
-    with mpmath.workdps(_DPS[1]):
-        return +fn()
-
-
-def check_against_mpmath(got, fn, fmt: str, what: str, *, scale=1.0, exact=False) -> None:
-    """One value ``got`` against the true value ``fn()``.  ``exact=True`` (the reference,
-    which rounds the exact value once): equal to the correctly rounded value, sign of zero
-    included.  Otherwise (a compiled backend): float32 within 1 ULP of it, float16/bfloat16
-    equal to it, float64 within ``2**-45 * scale`` of the true value."""
-    got = float(got)
-    if fmt == "float64" and not exact:
-        true = mp_value(fn)
-        if mpmath.isinf(true) or math.isinf(got):
-            assert got == float(true), f"{what}: {got!r}, true value {true}"
-            return
-        with mpmath.workdps(_DPS[1]):
-            err = abs(mpmath.mpf(got) - true)
-        bound = 2.0**-45 * abs(scale)
-        assert err <= bound, (
-            f"{what}: float64 {got!r} is {mpmath.nstr(err, 5)} from the true value "
-            f"{mpmath.nstr(true, 20)} (bound {bound:.3g})")
-        return
-    want = mp_correct(fn, fmt)
-    if want is None:  # too close to a midpoint to call at these precisions
-        return
-    if fmt == "float32" and not exact:
-        d = int(f32_ulps(np.float32(got), np.float32(want)).reshape(-1)[0])
-        assert d <= 1, f"{what}: float32 {got!r} is {d} ULP from the correctly rounded {want!r}"
-        return
-    same = (got == want and math.copysign(1, got) == math.copysign(1, want)) or (
-        math.isnan(got) and math.isnan(want))
-    assert same, f"{what}: {fmt} {got!r}, correctly rounded {want!r}"
-
-
-def mp_exact(x: float):
-    """The exact value of the double ``x`` as an mpf (at the current precision, which
-    holds every double exactly)."""
-    return mpmath.mpf(float(x))
-
-
-def mp_geometric(k: int, n: float, hi: float, lo: float = 1.0, scale: float = 1.0):
-    """``w_k = (scale / lo) * (hi / lo) ** (-k / n)`` of the exact doubles (the frequency
-    sets of the README: tables, grids and timesteps)."""
-    lo_, hi_ = mp_exact(lo), mp_exact(hi)
-    return mp_exact(scale) / lo_ * mpmath.power(hi_ / lo_, -mpmath.mpf(k) / mp_exact(n))
-
-
-def table_column(j: int, d_model: int, layout: str, denominator: str):
-    """``(k, is_cos)`` of column ``j`` of a table row, or ``None`` for a zero column, from the
-    README's description of the layouts and denominators."""
-    count = (d_model + 1) // 2 if denominator == "d" else d_model // 2
-    if layout == "interleaved":
-        k, is_cos = j // 2, bool(j & 1)
-    elif j < count:
-        k, is_cos = j, False
-    else:
-        k, is_cos = j - count, True
-    return None if k >= count else (k, is_cos)
-
-
-def table_value_fn(p, j, d_model, base, layout, denominator, min_ts, max_ts):
-    """A function giving the true value of table column ``j`` at position ``p`` (an mpf)."""
-    owner = table_column(j, d_model, layout, denominator)
-    if owner is None:
-        return lambda: mpmath.mpf(0)
-    k, is_cos = owner
-    n = d_model / 2 if denominator == "d" else float(max(d_model // 2 - 1, 1))
-    hi = base if max_ts is None else max_ts
-
-    def fn():
-        theta = mp_exact(p) * mp_geometric(k, n, hi, min_ts)
-        return mpmath.cos(theta) if is_cos else mpmath.sin(theta)
-
-    return fn
-
-
-def timestep_value_fn(t, j, d_model, base, shift, scale, flip):
-    """The true value of column ``j`` of diffusers' embedding at real ``t`` (``base`` is
-    diffusers' ``max_period``)."""
-    half = d_model // 2
-    if j >= 2 * half:
-        return lambda: mpmath.mpf(0)
-    first = j < half
-    k = j if first else j - half
-    is_cos = first == flip
-
-    def fn():
-        w = mp_exact(scale) * mpmath.power(mp_exact(base), -mpmath.mpf(k) / (half - mp_exact(shift)))
-        theta = mp_exact(t) * w
-        return mpmath.cos(theta) if is_cos else mpmath.sin(theta)
-
-    return fn
-
-
-def grid_value_fn(row, j, sizes, d_model, base, order, cls_token):
-    """The true value of column ``j`` of row ``row`` of a 2-D/3-D grid (README's orders)."""
-    n_axes = len(sizes)
-    if cls_token:
-        if row == 0:
-            return lambda: mpmath.mpf(0)
-        row -= 1
-    coords, rem = [], row
-    for size in reversed(sizes):
-        coords.append(rem % size)
-        rem //= size
-    coords.reverse()  # coords[0] the slowest axis (t or y), coords[-1] x
-    q = d_model // (2 * n_axes)
-    block, k = divmod(j, q)
-    if order == "mae":  # [sin x | cos x | sin y | cos y (| sin t | cos t)]
-        axis, is_cos = n_axes - 1 - block // 2, bool(block % 2)
-    else:  # timm: [sin t | sin y | sin x | cos t | cos y | cos x]
-        axis, is_cos = (block, False) if block < n_axes else (block - n_axes, True)
-
-    def fn():
-        theta = mpmath.mpf(coords[axis]) * mpmath.power(mp_exact(base), -mpmath.mpf(k) / q)
-        return mpmath.cos(theta) if is_cos else mpmath.sin(theta)
-
-    return fn
-
-
-def rope_value_fn(p, f, af, is_cos):
-    def fn():
-        theta = mp_exact(p) * mp_exact(f)
-        return mp_exact(af) * (mpmath.cos(theta) if is_cos else mpmath.sin(theta))
-
-    return fn
-
-
-def alibi_exponent(n_heads: int, max_bias: float, h: int) -> Fraction:
-    """The paper's slope exponent of head ``h``: slope ``2 ** -e``."""
-    m = 1 << (n_heads.bit_length() - 1)
-    if h < m:
-        return Fraction(max_bias) * (h + 1) / m
-    return Fraction(max_bias) * (2 * (h - m) + 1) / (2 * m)
-
-
-def alibi_value_fn(n_heads, max_bias, h, i, j, q_len, k_len, form):
-    """The true ALiBi value at (head, query, key) as a function, or a float for -inf."""
-    e = alibi_exponent(n_heads, max_bias, h)
-
-    def slope():
-        return mpmath.power(2, -mpmath.mpf(e.numerator) / e.denominator)
-
-    p = i + k_len - q_len
-    if form == "bloom":
-        return lambda: slope() * j
-    if form == "mpt":
-        return lambda: slope() * (j - (k_len - 1))
-    if form == "causal" and j > p:
-        return lambda: mpmath.mpf("-inf")
-    return lambda: -slope() * abs(p - j)
-
-
 # --------------------------------------------------------------------------- value strategies
 
-POSITION_LIMIT = 1 << 32
 EDGE_POSITIONS = tuple(edge_positions())
 
 #: every (positive) integer argument must refuse these, whatever its range
@@ -496,31 +287,6 @@ def st_position(hard=()):
     if hard:
         options.append(st.sampled_from(sorted(hard)))
     return st.one_of(*options)
-
-
-def quarter_turn_positions(w, limit: int = POSITION_LIMIT) -> tuple[int, ...]:
-    """Integer positions ``p < limit`` where ``p * w`` (``w`` an mpf) lies near a multiple of
-    pi/2, so that a sine or cosine is tiny (the continued fraction of ``(pi/2) / w``)."""
-    return tuple(p for p, _ in _quarter_turn_candidates(w, limit, 2.0**-10))
-
-
-_QUARTER_CACHE: dict = {}
-
-
-def quarter_turns_of(key, w_fn, limit: int = POSITION_LIMIT) -> tuple[int, ...]:
-    """:func:`quarter_turn_positions` of the frequency ``w_fn()``, cached under ``key``."""
-    if key not in _QUARTER_CACHE:
-        with mpmath.workdps(60):
-            w = w_fn()
-        _QUARTER_CACHE[key] = quarter_turn_positions(w, limit) if w > 0 else ()
-    return _QUARTER_CACHE[key]
-
-
-def real_near_quarter_turn(n: int, w_fn) -> float:
-    """The double nearest ``n * (pi/2) / w``: an angle within half an ULP of ``t`` times ``w``
-    of a zero of sin or cos."""
-    with mpmath.workdps(60):
-        return float(n * mpmath.pi / 2 / w_fn())
 
 
 #: reals a timestep may be: signs, zeros, the tiniest and the largest, fractions

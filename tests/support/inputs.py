@@ -1,40 +1,36 @@
-"""The one generator of test inputs, and the exact values they are checked against.
+"""The one generator of hard test inputs, and the ``out=`` contract every family keeps.
 
 Every test that needs positions, columns, table sizes or bases takes them from here, so
-"hard" means the same thing everywhere.  All choices are seeded and reproducible.
-
-Exact values come from mpmath at :data:`EXACT_DPS` digits and are rounded to float32 from
-mpmath's own binary representation -- independently of :mod:`fastpe._exact.sinusoid_decimal`, which
-works in :mod:`decimal`, so the two check each other.
-
-Import as ``from inputs import ...`` (pytest puts ``tests/`` on ``sys.path``).
+"hard" means the same thing everywhere.  All choices are seeded and reproducible.  The
+exact values they are checked against come from :mod:`support.oracle`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import random
 
 import mpmath
 import numpy as np
 
+from support.oracle import EXACT_DPS, spec_frequency
+
 __all__ = [
     "POSITION_LIMIT",
     "D_MODELS",
     "BASES",
-    "EXACT_DPS",
     "octave_positions",
     "edge_positions",
     "sample_columns",
     "default_columns",
     "hard_positions",
-    "mp_frequency",
-    "mp_round_f32",
-    "exact_value",
-    "exact_values",
-    "f32_ulp_diff",
     "hard_positions_for_frequency",
+    "quarter_turn_candidates",
+    "quarter_turn_positions",
+    "quarter_turns_of",
+    "real_near_quarter_turn",
+    "quarter_turn_reals",
+    "near_midpoints",
     "check_out_contract",
 ]
 
@@ -46,9 +42,6 @@ D_MODELS = (1, 2, 3, 7, 8, 63, 64, 255, 512, 1023, 65536)
 
 #: the classic base, the long-context ones (RoPE-style 5e5, 1e6), and two awkward ones
 BASES = (10000.0, 500000.0, 1e6, 2.0, 10.5)
-
-#: mpmath digits for exact values: ~200 bits, against ~100 bits the hardest inputs need
-EXACT_DPS = 60
 
 # --------------------------------------------------------------------------- positions
 
@@ -117,134 +110,27 @@ def default_columns(d_model: int, n_freq: int = 16) -> list[int]:
     return [2 * i for i in freqs]
 
 
-# --------------------------------------------------------------------------- exact values
-
-
-@functools.cache
-def mp_frequency(i: int, d_model: int, base: float) -> mpmath.mpf:
-    """``w_i = base ** (-2i / d_model)`` at :data:`EXACT_DPS` digits (``base`` exact)."""
-    with mpmath.workdps(EXACT_DPS + 5):
-        w = mpmath.power(mpmath.mpf(base), mpmath.mpf(-2 * i) / d_model)
-    with mpmath.workdps(EXACT_DPS):
-        return +w
-
-
-def round_bits(man: int, exp: int, mant: int = 24, emin: int = -126, emax: int = 127) -> float:
-    """``man * 2**exp`` (``man >= 0``) to the nearest number of a binary format (``mant``
-    significand bits with the implicit one, normal exponents ``emin .. emax``; float32 by
-    default), ties to even: keep the top ``mant`` bits (fewer below ``2**emin``, where the
-    quantum stays ``2**(emin - mant + 1)``), round on those dropped."""
-    if man == 0:
-        return 0.0
-    top = exp + man.bit_length() - 1  # floor(log2 x)
-    if top > emax:
-        return math.inf
-    q = max(top, emin) - (mant - 1)  # log2 of the quantum at x
-    shift = q - exp
-    if shift <= 0:
-        m = man << -shift
-    else:
-        m = man >> shift
-        dropped = man & ((1 << shift) - 1)
-        half = 1 << (shift - 1)
-        if dropped > half or (dropped == half and m & 1):
-            m += 1
-    if m.bit_length() - 1 + q > emax:  # rounded up past the largest finite number
-        return math.inf
-    return math.ldexp(m, q)
-
-
-def mp_round_f32(x) -> float:
-    """The float32 nearest to the mpf ``x`` exactly (ties to even), as a Python float.
-
-    Works on mpmath's exact binary form ``(-1)**sign * man * 2**exp`` -- a different route
-    from the reference's decimal one.
-    """
-    x = mpmath.mpf(x)
-    if mpmath.isnan(x):
-        return math.nan
-    sign, man, exp, _ = x._mpf_
-    if mpmath.isinf(x):
-        value = math.inf
-    else:
-        value = round_bits(man, exp)
-    return -value if sign else value
-
-
-def _checked_round(x, theta, what: str) -> float:
-    """``mp_round_f32(x)`` after making sure ``x``'s own error cannot change it.
-
-    That error is below ~1e-49 (see :func:`exact_value`), and below ``theta * 2**-190`` when
-    ``theta < 1`` (no argument reduction: mpmath is then accurate relative to ``theta``).
-    Both ends of ``x -+ margin``, ``margin = 2**-150 * min(1, theta)``, must round the same
-    (rounding is monotonic, so everything between does).
-    """
-    sign, man, exp, _ = x._mpf_
-    _, _, theta_exp, theta_bc = theta._mpf_
-    margin_log2 = -150 + min(0, theta_exp + theta_bc - 1)  # floor(log2 theta), theta > 0
-    k = margin_log2 - exp
-    if k >= 0:
-        lo, hi = man - (1 << k), man + (1 << k)
-    else:  # a short mantissa: bring it to the margin's scale
-        man <<= -k
-        exp = margin_log2
-        lo, hi = man - 1, man + 1
-    f = round_bits(hi, exp)
-    if lo <= 0 or round_bits(lo, exp) != f:
-        raise AssertionError(f"{what} is too close to a float32 midpoint or 0; raise EXACT_DPS")
-    return -f if sign else f
-
-
-@functools.cache
-def _exact_pair(p: int, i: int, d_model: int, base: float) -> tuple[float, float]:
-    """Correctly rounded float32 ``(sin(p * w_i), cos(p * w_i))``."""
-    if p == 0:
-        return 0.0, 1.0
-    with mpmath.workdps(EXACT_DPS):
-        theta = p * mp_frequency(i, d_model, base)
-        c, s = mpmath.cos_sin(theta)
-        what = f"value at p={p}, i={i}, d_model={d_model}, base={base!r}"
-        return _checked_round(s, theta, "sine " + what), _checked_round(c, theta, "cosine " + what)
-
-
-def exact_value(p: int, j: int, d_model: int, base: float) -> float:
-    """The correctly rounded float32 of column ``j`` at position ``p``, via mpmath.
-
-    Error of the mpmath value: ``theta = p * w`` is carried at 200 bits (absolute error
-    below ``2**32 * 2**-200``) and mpmath's sine and cosine are accurate to a few units of
-    that precision, so the value is within ~1e-49 -- far inside the ``2**-150`` (7e-46)
-    margin checked against every float32 midpoint before rounding (relative to ``theta``
-    when ``theta < 1``, where the error is relative too).
-    """
-    s, c = _exact_pair(int(p), j // 2, d_model, float(base))
-    return c if j & 1 else s
-
-
-def exact_values(pairs, d_model: int, base: float) -> list[float]:
-    """:func:`exact_value` for each ``(position, column)`` of ``pairs``."""
-    return [exact_value(p, j, d_model, base) for p, j in pairs]
-
-
-# --------------------------------------------------------------------------- hard inputs
+# --------------------------------------------------------------------------- near pi/2
 
 
 @functools.cache
 def _near_quarter_turns(
     i: int, d_model: int, base: float, limit: int, max_angle: float
 ) -> tuple[tuple[int, int], ...]:
-    """``(p, n)`` with ``0 < p < limit`` and ``|p * w_i - n * pi/2| <= max_angle``.
+    """``(p, n)`` with ``0 < p < limit`` and ``|p * w_i - n * pi/2| <= max_angle`` for the
+    spec's frequency ``w_i`` (:func:`quarter_turn_candidates`)."""
+    return quarter_turn_candidates(spec_frequency(i, d_model, base), limit, max_angle)
 
-    Candidates are the best rational approximations ``p / n`` of ``x = (pi/2) / w_i``:
+
+def quarter_turn_candidates(w, limit: int, max_angle: float) -> tuple[tuple[int, int], ...]:
+    """``(p, n)`` with ``0 < p < limit`` and ``|p * w - n * pi/2| <= max_angle`` (``w`` an mpf).
+
+    Candidates are the best rational approximations ``p / n`` of ``x = (pi/2) / w``:
     the convergents of its continued fraction, the largest semiconvergents of each level
     (``(p' + t p) / (n' + t n)`` for the top few ``t``), the largest that still fit below
     ``limit``, and the top multiples of the last convergent, which land near the top of
     the range with a small multiple of its (already tiny) error.
     """
-    return _quarter_turn_candidates(mp_frequency(i, d_model, base), limit, max_angle)
-
-
-def _quarter_turn_candidates(w, limit: int, max_angle: float) -> tuple[tuple[int, int], ...]:
-    """The search of :func:`_near_quarter_turns` for the frequency ``w`` (an mpf)."""
     with mpmath.workdps(EXACT_DPS):
         half_pi = mpmath.pi / 2
         x = half_pi / w
@@ -312,30 +198,6 @@ def hard_positions(
     return sorted(out)
 
 
-# --------------------------------------------------------------------------- comparing
-
-
-def f32_ulp_diff(a, b) -> np.ndarray:
-    """Elementwise distance in float32 steps between two float32 arrays (or array-likes of
-    values already representable in float32); ``-0.0`` and ``0.0`` are 0 apart.
-
-    Written here rather than taken from fastpe, so the tests do not trust code they test.
-    """
-    a32 = np.asarray(a, dtype=np.float32)
-    b32 = np.asarray(b, dtype=np.float32)
-    for name, orig, conv in (("a", a, a32), ("b", b, b32)):
-        if not np.array_equal(np.asarray(orig, dtype=np.float64), conv.astype(np.float64)):
-            raise ValueError(f"f32_ulp_diff: {name} holds values that are not float32")
-    if np.isnan(a32).any() or np.isnan(b32).any():
-        raise ValueError("f32_ulp_diff: NaN has no distance")
-
-    def ordinal(x):
-        bits = x.view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-
-    return np.abs(ordinal(a32) - ordinal(b32))
-
-
 @functools.cache
 def hard_positions_for_frequency(f: float, limit: int = POSITION_LIMIT, max_angle: float = 2.0**-10) -> tuple[int, ...]:
     """Positions ``0 < p < limit`` where ``p * f`` (``f`` the exact value of the double, e.g. a
@@ -345,7 +207,76 @@ def hard_positions_for_frequency(f: float, limit: int = POSITION_LIMIT, max_angl
         return ()
     with mpmath.workdps(EXACT_DPS):
         w = mpmath.mpf(f)
-    return tuple(sorted({p for p, _ in _quarter_turn_candidates(w, int(limit), float(max_angle))}))
+    return tuple(sorted({p for p, _ in quarter_turn_candidates(w, int(limit), float(max_angle))}))
+
+
+def quarter_turn_positions(w, limit: int = POSITION_LIMIT) -> tuple[int, ...]:
+    """Integer positions ``p < limit`` where ``p * w`` (``w`` an mpf) lies near a multiple of
+    pi/2, so that a sine or cosine is tiny (the continued fraction of ``(pi/2) / w``)."""
+    return tuple(p for p, _ in quarter_turn_candidates(w, limit, 2.0**-10))
+
+
+_QUARTER_CACHE: dict = {}
+
+
+def quarter_turns_of(key, w_fn, limit: int = POSITION_LIMIT) -> tuple[int, ...]:
+    """:func:`quarter_turn_positions` of the frequency ``w_fn()``, cached under ``key``."""
+    if key not in _QUARTER_CACHE:
+        with mpmath.workdps(60):
+            w = w_fn()
+        _QUARTER_CACHE[key] = quarter_turn_positions(w, limit) if w > 0 else ()
+    return _QUARTER_CACHE[key]
+
+
+def real_near_quarter_turn(n: int, w_fn) -> float:
+    """The double nearest ``n * (pi/2) / w``: an angle within half an ULP of ``t`` times ``w``
+    of a zero of sin or cos."""
+    with mpmath.workdps(60):
+        return float(n * mpmath.pi / 2 / w_fn())
+
+
+def quarter_turn_reals(n: int, seed: int) -> np.ndarray:
+    """Doubles nearest ``k * pi/2`` for random ``k < 2**22``: angles within ~1e-10 of a zero
+    of sin or cos, where the reduction must keep ~85 bits."""
+    rng = np.random.default_rng(seed)
+    with mpmath.workdps(40):
+        return np.array([float(int(k) * mpmath.pi / 2) for k in rng.integers(1, 2**22, n)])
+
+
+# --------------------------------------------------------------------------- near midpoints
+
+
+def _convergents(x, count=60):
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    for _ in range(count):
+        a = int(mpmath.floor(x))
+        p0, q0, p1, q1 = p1, q1, a * p1 + p0, a * q1 + q0
+        yield p1, q1
+        frac = x - a
+        if frac == 0:
+            return
+        x = 1 / frac
+
+
+def near_midpoints(s, bits: int, limit: int = 1 << 32) -> list[int]:
+    """Integers ``n < limit`` with ``s * n`` (``s`` an mpf, e.g. an ALiBi slope) closest to a
+    midpoint of a ``bits``-bit format: the convergents ``p/q`` (``p`` odd) of
+    ``s * 2**(bits + 1 - E)`` for each binade ``E`` (at the current precision)."""
+    found = set()
+    for e in range(-70, 34):
+        lo = max(1, int(mpmath.ceil(mpmath.ldexp(1, e - 1) / s)))
+        hi = min(limit - 1, int(mpmath.floor(mpmath.ldexp(1, e) / s)))
+        if lo > hi:
+            continue
+        for p, q in _convergents(s * mpmath.ldexp(1, bits + 1 - e)):
+            if q > hi:
+                break
+            if q >= lo and p % 2:
+                found.add(q)
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- out= contract
 
 
 def _scribbled(shape, dtype) -> np.ndarray:
