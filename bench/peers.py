@@ -124,7 +124,7 @@ class Workload:
     def operations(self) -> tuple[str, ...]:
         """The backend operations (``fastpe._backends.registry.OPERATIONS``) this workload
         exercises: a registry operation no workload names has no benchmark, and
-        ``tests/test_contract.py`` says so."""
+        ``tests/backends/test_contract.py`` says so."""
         ops = KIND_OPERATIONS[self.kind]
         if self.dtype in ("float16", "bfloat16"):
             ops += ("narrow16",)

@@ -29,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="simulates a missing compiler with /bin/false"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: what an install needs from the source tree (the optional ones are copied if present)
 SOURCES = ("pyproject.toml", "setup.py", "fastpe", "csrc", "README.md", "LICENSE", "MANIFEST.in")
 NO_COMPILER = {"CC": "/bin/false"}
