@@ -11,8 +11,10 @@ crossed by the fixtures; then with ``FASTPE_BACKEND=cython`` and ``=python`` und
 default-only run therefore leaves out what it cannot add: every test marked ``any_backend``
 -- its outcome does not depend on ``$FASTPE_BACKEND`` (it names every backend it calls, or
 calls none, and starts no child that inherits the choice), so the first run decided it --
-is deselected (:func:`pytest_collection_modifyitems`).  Mark a module with
-``pytestmark = pytest.mark.any_backend``, or a test with ``@pytest.mark.any_backend``.
+is deselected (:func:`pytest_collection_modifyitems`).  Mark a test with
+``@pytest.mark.any_backend``; mark a whole module (``pytestmark = pytest.mark.any_backend``)
+only where every test names its backends by nature (the reference, the contract, the plans),
+so that a new test elsewhere runs in every run until it is shown not to need it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ from fastpe import PosEncConfig
 from fastpe._diagnostics import ulp_distance
 from conftest import fastpe_env
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 N_THREADS = 16
 N_CALLS = 50
 

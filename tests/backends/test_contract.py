@@ -22,6 +22,10 @@ from fastpe._backends.registry import OPERATIONS, Backend
 
 from conftest import AVAILABLE, FAST
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 
 def test_every_operation_has_cases_and_every_case_is_an_operation():
     assert set(CASES) == set(OPERATIONS)

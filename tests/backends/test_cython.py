@@ -20,6 +20,10 @@ from fastpe import _backends
 from fastpe._plans import poly as _poly
 from fastpe._plans.words import sinusoid_turns
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 REQUIRE_EXT = os.environ.get("FASTPE_REQUIRE_EXT", "").strip() == "1"
 
 try:

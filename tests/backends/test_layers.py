@@ -8,7 +8,13 @@ import ast
 import os
 from pathlib import Path
 
+import pytest
+
 import fastpe
+
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
 
 ROOT = Path(fastpe.__file__).parent
 

@@ -12,9 +12,12 @@ import pytest
 
 from conftest import AVAILABLE, fastpe_env
 
-pytestmark = pytest.mark.skipif(
-    "numba" not in AVAILABLE, reason="numba backend not available"
-)
+#: every child it starts names its backend: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = [
+    pytest.mark.skipif("numba" not in AVAILABLE, reason="numba backend not available"),
+    pytest.mark.any_backend,
+]
 
 
 def _run(code: str, tmp_path, **env_extra) -> subprocess.CompletedProcess:

@@ -7,6 +7,10 @@ import pytest
 
 from fastpe._exact import rounding
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 
 def test_ziv_doubles_the_precision_until_decided():
     tried = []

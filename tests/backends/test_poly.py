@@ -4,9 +4,14 @@ each the nearest double, and short enough a series for the kernels' error analys
 from __future__ import annotations
 
 import mpmath
+import pytest
 
 from fastpe._plans.poly import COS_COEFFS, SIN_COEFFS
 from support.oracle import taylor_coefficient
+
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
 
 
 def test_sine_coefficients_are_the_nearest_doubles():

@@ -38,6 +38,7 @@ def k_for(form: str, q_len: int) -> int:
 # ------------------------------------------------------------------------------ slopes
 
 
+@pytest.mark.any_backend
 def test_slopes_of_twelve_heads_follow_the_paper():
     want = [2.0**-k for k in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
     got = alibi.slopes(12)
@@ -48,6 +49,7 @@ def test_slopes_of_twelve_heads_follow_the_paper():
     np.testing.assert_allclose(got, want, rtol=2**-24)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("max_bias", [8.0, 7.3, 0.1, 16.0, 64.0])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_slopes_are_correctly_rounded(max_bias, dtype):
@@ -58,6 +60,7 @@ def test_slopes_are_correctly_rounded(max_bias, dtype):
         np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
+@pytest.mark.any_backend
 def test_slopes_bfloat16():
     pytest.importorskip("ml_dtypes")
     got = alibi.slopes(24, dtype="bfloat16")
@@ -65,6 +68,7 @@ def test_slopes_bfloat16():
     np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("n_heads, max_bias", [(65535, 8.0), (65536, 64.0), (40000, 7.3), (65535, alibi.MIN_BIAS)])
 def test_slopes_of_the_most_heads(n_heads, max_bias):
     """The largest head counts (one decimal exponential and a chain of 2**17 products, where
@@ -84,6 +88,7 @@ def test_slopes_of_the_most_heads(n_heads, max_bias):
         assert abs(total / s - 1) <= mpmath.mpf(2) ** -114
 
 
+@pytest.mark.any_backend
 def test_slopes_undecided_by_the_chain_take_the_reference(monkeypatch):
     """A head whose bracket straddles a rounding boundary (forced here by a huge radius:
     float16's subnormal slopes take the bracket) is the reference's."""
@@ -101,6 +106,7 @@ def test_slopes_undecided_by_the_chain_take_the_reference(monkeypatch):
 # ------------------------------------------------------------------- values, every backend
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("n_heads, q_len, max_bias", [(5, 6, 8.0), (12, 4, 7.3), (1, 3, 0.5), (16, 5, 64.0)])
 def test_every_backend_matches_mpmath(form, n_heads, q_len, max_bias, backend):
@@ -114,6 +120,7 @@ def test_every_backend_matches_mpmath(form, n_heads, q_len, max_bias, backend):
         assert not np.signbit(got[got == 0]).any()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("form", FORMS)
 def test_backends_write_the_same_bits_as_the_reference(form, backend):
     q_len = 7
@@ -124,6 +131,7 @@ def test_backends_write_the_same_bits_as_the_reference(form, backend):
         assert same_bits(got, want)
 
 
+@pytest.mark.any_backend
 def test_defaults_and_forms_by_definition(backend):
     """k_len defaults to q_len; causal = symmetric below the diagonal and -inf above;
     mpt = bloom shifted by the last key; symmetric is -|i - j| times the slope."""
@@ -143,6 +151,7 @@ def test_defaults_and_forms_by_definition(backend):
     np.testing.assert_array_equal(mpt[:, 0, :], (s[:, None] * (np.arange(9) - 8)).astype(np.float32))
 
 
+@pytest.mark.any_backend
 def test_queries_sit_at_the_end_of_the_keys(backend):
     """q_len < k_len: query i is key position i + k_len - q_len (decoding with a cache)."""
     full = alibi.bias(5, 9, form="causal", backend=backend)
@@ -172,6 +181,7 @@ def _line(backend: str, words, dtype, first: int, length: int) -> np.ndarray:
 COMPILED = [b for b in ("numba", "cython") if b in AVAILABLE]
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not COMPILED, reason="no compiled backend")
 @pytest.mark.parametrize("name, bits", [("float32", 24), ("float64", 53)])
 def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
@@ -200,6 +210,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
         assert naive_wrong > 0  # the cases are hard: one double product does not do
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not COMPILED, reason="no compiled backend")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_largest_distances(dtype):
@@ -219,6 +230,7 @@ def test_largest_distances(dtype):
 # ---------------------------------------------------------------- parallel, numba vs C
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(len(FAST) < 1, reason="no compiled backend")
 @pytest.mark.parametrize("form", FORMS)
 def test_large_output_takes_the_parallel_path(form, monkeypatch):
@@ -266,6 +278,7 @@ def _tie_cases(name: str, n_keys: int):
     return x32, got, _dtypes._ties(x32, _dtypes.FORMATS[name])
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not FAST, reason="needs a compiled backend for the long rows")
 @pytest.mark.parametrize("name, n_keys", [("float16", 20000), ("bfloat16", 200000)])
 def test_narrow_dtypes_resolve_ties_by_the_exact_value(name, n_keys):
@@ -289,6 +302,7 @@ def test_narrow_dtypes_resolve_ties_by_the_exact_value(name, n_keys):
     np.testing.assert_array_equal(flat[rest], naive[rest])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("form", FORMS)
 def test_float16_every_backend(form, backend):
     k_len = k_for(form, 5)
@@ -302,6 +316,7 @@ def _narrow16(backend: str):
     return _backends.resolve(backend)[1].narrow16
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not COMPILED, reason="no compiled backend")
 @pytest.mark.parametrize("name, bits", [("float16", 11), ("bfloat16", 8)])
 def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
@@ -338,6 +353,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
     assert half_even_wrong > 0  # the float32 was a tie there, and the exact value decided
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not FAST, reason="needs a compiled backend")
 def test_narrow_ties_too_near_to_call_go_to_the_reference(monkeypatch):
     """A tie the double-double cannot settle (forced here: every one) is decided by the exact
@@ -353,6 +369,7 @@ def test_narrow_ties_too_near_to_call_go_to_the_reference(monkeypatch):
     assert len(asked) >= 8 and same_bits(got, want)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 def test_narrow_exact_slopes_round_true_ties_to_even(name, fast_backend):
     """Slopes that are powers of two: a product that is a 16-bit midpoint *is* the exact
@@ -370,6 +387,7 @@ def test_narrow_exact_slopes_round_true_ties_to_even(name, fast_backend):
     assert ties.size > 100
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not FAST, reason="needs a compiled backend")
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("form", FORMS)
@@ -398,6 +416,7 @@ def test_narrow_large_output_every_compiled_backend(name, form):
             np.testing.assert_array_equal(np.signbit(got[:, i][zero]), np.broadcast_to(distance < 0, zero.shape)[zero])
 
 
+@pytest.mark.any_backend
 def test_narrow_output_needs_no_scratch_of_its_size(fast_backend):
     """float16 and bfloat16 are spread from one narrowed line per head: the memory a call
     takes is the output and little more (it was a float32 copy, its flags and more: 10x)."""
@@ -427,6 +446,7 @@ def _hf_slope_powers(n_heads: int) -> np.ndarray:
     return np.array(powers, dtype=np.float64)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("n_heads", [1, 2, 3, 5, 8, 12, 16, 30, 32, 48, 64, 71])
 def test_bloom_parity(n_heads, fast_backend):
     """HF's build_alibi_tensor: float32 ``base ** k`` (the base rounded once: relative error
@@ -441,6 +461,7 @@ def test_bloom_parity(n_heads, fast_backend):
     assert (np.abs(hf[:, 0].astype(np.float64) - ours[:, 0]) <= bound).all()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("n_heads", [1, 2, 3, 5, 8, 12, 16, 30, 32, 48, 64, 71])
 def test_mpt_parity(n_heads, fast_backend):
     """HF's build_mpt_alibi_tensor: ``1 / 2**x`` and the product in float32, a few ULPs; the
@@ -458,6 +479,7 @@ def test_mpt_parity(n_heads, fast_backend):
 # ---------------------------------------------------------------------------- out= and errors
 
 
+@pytest.mark.any_backend
 def test_out_is_filled_in_place(backend):
     for dtype in ("float32", "float64", "float16"):
         out = np.full((3, 4, 6), np.nan, dtype=dtype)
@@ -466,6 +488,7 @@ def test_out_is_filled_in_place(backend):
         assert same_bits(out, alibi.bias(3, 4, 6, form="causal", dtype=dtype, backend="python"))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "out, error, match",
     [
@@ -480,6 +503,7 @@ def test_bad_out(out, error, match):
         alibi.bias(3, 4, 6, out=out)
 
 
+@pytest.mark.any_backend
 def test_bias_out_contract(backend):
     """out= as every fastpe out=: filled, returned, the no-out array's bits; dtype=None means
     out's dtype, another dtype beside it is refused; nothing written when refused."""
@@ -491,6 +515,7 @@ def test_bias_out_contract(backend):
     assert same_bits(out, alibi.bias(3, 4, 6, dtype="float16", backend=backend))
 
 
+@pytest.mark.any_backend
 def test_slopes_out_contract():
     for n_heads, max_bias in ((1, 8.0), (12, 8.0), (7, 0.5)):
         want = check_out_contract(lambda **kw: alibi.slopes(n_heads, max_bias, **kw), other_dtype="float64",
@@ -501,6 +526,7 @@ def test_slopes_out_contract():
     assert same_bits(out, alibi.slopes(4, dtype="bfloat16"))
 
 
+@pytest.mark.any_backend
 def test_one_vocabulary():
     """bias and slopes take dtype=None and out=None; slopes runs no kernel and takes no backend."""
     import inspect
@@ -515,6 +541,7 @@ def test_one_vocabulary():
         alibi.slopes(4, backend="python")
 
 
+@pytest.mark.any_backend
 def test_read_only_out():
     out = np.empty((2, 3, 3), np.float32)
     out.setflags(write=False)
@@ -522,6 +549,7 @@ def test_read_only_out():
         alibi.bias(2, 3, out=out)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
@@ -563,6 +591,7 @@ def test_bad_arguments(kwargs, error, match):
         alibi.bias(args.pop("n_heads"), args.pop("q_len"), args.pop("k_len"), **args)
 
 
+@pytest.mark.any_backend
 def test_long_double_beyond_the_float_range():
     big = np.longdouble(2) ** 2000  # inf as a float, where long double is wider than double
     if not np.isfinite(big):
@@ -573,6 +602,7 @@ def test_long_double_beyond_the_float_range():
         alibi.slopes(2, -big)
 
 
+@pytest.mark.any_backend
 def test_max_bias_bounds_and_exact_types(backend):
     """2**-16 and 64 are accepted, as are ints, fractions and NumPy scalars (each taken as its
     nearest float)."""
@@ -585,6 +615,7 @@ def test_max_bias_bounds_and_exact_types(backend):
                                       [mp_round(alibi_slope(3, edge, h), "float64") for h in range(3)])
 
 
+@pytest.mark.any_backend
 def test_no_array_argument_can_alias_out():
     """bias(..., out=) takes no input array: every other argument is a number, and a 0-d
     array (a view of ``out``, say) is refused before anything is written."""
@@ -598,6 +629,7 @@ def test_no_array_argument_can_alias_out():
     assert np.isnan(out).all()
 
 
+@pytest.mark.any_backend
 def test_short_keys_are_fine_where_the_form_ignores_the_query(backend):
     for form in ("bloom", "mpt"):
         got = alibi.bias(3, 5, 2, form=form, backend=backend)
@@ -605,6 +637,7 @@ def test_short_keys_are_fine_where_the_form_ignores_the_query(backend):
         np.testing.assert_array_equal(got, np.broadcast_to(got[:, :1], got.shape))
 
 
+@pytest.mark.any_backend
 def test_bad_slope_arguments():
     with pytest.raises(ValueError, match="n_heads must be >= 1"):
         alibi.slopes(0)

@@ -89,6 +89,7 @@ def fresh_plans():
 # ------------------------------------------------------------------------------ values
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_reference_values(backend, dtype):
     rel = [-200, -20, -8, -1, 0, 1, 7, 8, 20, 127, 1000]
@@ -110,16 +111,19 @@ def _equal_to_hf(backend, fragile):
         assert got.dtype == want.dtype == np.int64
 
 
+@pytest.mark.any_backend
 def test_equal_to_hf_everywhere(fast_backend):
     """Every relative position in a wide range, over a grid of configurations."""
     _equal_to_hf(fast_backend, fragile=False)
 
 
+@pytest.mark.any_backend
 def test_fragile_configurations_equal_to_hf_with_its_log(fast_backend, torch_log):
     """With torch's float32 log at the fragile arguments, the plan is HF's to the bit."""
     _equal_to_hf(fast_backend, fragile=True)
 
 
+@pytest.mark.any_backend
 def test_reference_equal_to_hf(torch_log):
     """The python reference (HF's float32 formula emulated exactly) on a smaller scan."""
     picked = [(True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 19, 10), (True, 33, 100)]
@@ -157,6 +161,7 @@ def test_fragile_arguments_take_the_correctly_rounded_log(monkeypatch, fresh_pla
     assert abs(int(got.view(np.int32)) - int(np.float32(t5plan._log32(y)).view(np.int32))) <= 1
 
 
+@pytest.mark.any_backend
 def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
     """T5's own configurations have no fragile argument: their plans never ask torch."""
 
@@ -171,6 +176,7 @@ def test_common_configurations_consult_no_log(monkeypatch, fresh_plans):
         assert (np.diff(thresholds) >= 0).all() and thresholds[0] > n // 2
 
 
+@pytest.mark.any_backend
 def test_widest_configurations(fast_backend, fresh_plans, monkeypatch):
     """num_buckets=4096 and max_distance=2**32, the largest allowed, where each float32
     argument stands for up to 256 distances.  Without the log hook the plan never scans for
@@ -195,6 +201,7 @@ def test_widest_configurations(fast_backend, fresh_plans, monkeypatch):
         np.testing.assert_array_equal(got[sure], hf(rel[sure], bidirectional, 4096, 2**32))
 
 
+@pytest.mark.any_backend
 def test_shapes_and_input_forms(backend):
     rel = np.arange(-6, 6).reshape(3, 4)
     want = relative.t5_bucket(rel.reshape(-1), backend=backend).reshape(3, 4)
@@ -213,6 +220,7 @@ def test_shapes_and_input_forms(backend):
                                   hf([3, 2**63 - 1], True, 32, 128))
 
 
+@pytest.mark.any_backend
 def test_backends_agree_on_random_positions(backend):
     rng = np.random.default_rng(7)
     rel = np.concatenate([rng.integers(-300, 300, 500), rng.integers(-(2**62), 2**62, 50),
@@ -238,6 +246,7 @@ def _hf_compute_bias(q_len, k_len, bidirectional, num_buckets, max_distance, pas
     return values[0, 0].numpy().astype(np.int64)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("q_len, k_len, bidirectional, offset", [
     (7, 7, True, 0), (5, 9, True, 0), (9, 5, True, 0), (1, 300, False, 299), (4, 200, False, 196), (3, 3, False, 0),
 ])
@@ -247,6 +256,7 @@ def test_matrix_equals_hf_compute_bias(q_len, k_len, bidirectional, offset, back
     np.testing.assert_array_equal(got, _hf_compute_bias(q_len, k_len, bidirectional, 32, 128, offset))
 
 
+@pytest.mark.any_backend
 def test_matrix_equals_buckets_of_the_positions(backend):
     for kwargs in (dict(), dict(bidirectional=False, offset=40), dict(num_buckets=36, max_distance=50),
                    dict(offset=2**62, bidirectional=False)):
@@ -258,6 +268,7 @@ def test_matrix_equals_buckets_of_the_positions(backend):
     assert small.dtype == np.int32 and small.shape == (6, 6)
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not FAST, reason="no compiled backend")
 def test_large_matrix_takes_the_parallel_path(monkeypatch):
     """1500 x 1600 buckets (2.4M): the parallel twins (numba) and threads (cython) run;
@@ -291,6 +302,7 @@ def test_large_matrix_takes_the_parallel_path(monkeypatch):
 # ------------------------------------------------------------------------------ errors
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "rel, kwargs, error, match",
     [
@@ -329,6 +341,7 @@ def test_bad_bucket_arguments(rel, kwargs, error, match):
         relative.t5_bucket(rel, **kwargs)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "args, kwargs, error, match",
     [
@@ -351,6 +364,7 @@ def test_bad_matrix_arguments(args, kwargs, error, match):
 # ------------------------------------------------------------------------------ out= and the keywords
 
 
+@pytest.mark.any_backend
 def test_bucket_out_contract(backend):
     rel = np.arange(-300, 300, 6).reshape(4, -1)
     for kwargs in (dict(), dict(bidirectional=False, num_buckets=36, max_distance=50)):
@@ -371,6 +385,7 @@ def test_bucket_out_contract(backend):
     assert np.array_equal(flat, np.arange(20))
 
 
+@pytest.mark.any_backend
 def test_matrix_out_contract(backend):
     for kwargs in (dict(), dict(bidirectional=False, offset=40), dict(offset=2**62, bidirectional=False)):
         check_out_contract(
@@ -389,6 +404,7 @@ def test_dtype_spellings():
     assert relative.t5_bucket([1], dtype="Int64").dtype == np.int64
 
 
+@pytest.mark.any_backend
 def test_one_vocabulary():
     import inspect
 
@@ -401,6 +417,7 @@ def test_one_vocabulary():
         relative.t5_bucket_matrix(4, query_offset=2)
 
 
+@pytest.mark.any_backend
 def test_lazy_attribute():
     import fastpe
 

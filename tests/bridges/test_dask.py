@@ -44,6 +44,7 @@ def _blocks_equal(x, expected: np.ndarray) -> None:
         row0 += rows
 
 
+@pytest.mark.any_backend
 def test_irregular_blocks_match_table(backend):
     x = fd.table(50, 163, chunks=IRREGULAR, base=500.0, backend=backend)
     assert isinstance(x, da.Array)
@@ -53,6 +54,7 @@ def test_irregular_blocks_match_table(backend):
     assert x.compute(scheduler="sync").tobytes() == expected.tobytes()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("chunks", [50, (50, -1), ((200, 113), (33, 31)), {0: 129, 1: -1}, {-2: 129}, ("auto", 17)])
 def test_chunk_forms(fast_backend, chunks):
     x = fd.table(64, 313, chunks=chunks, backend=fast_backend)
@@ -61,6 +63,7 @@ def test_chunk_forms(fast_backend, chunks):
     _blocks_equal(x, expected)
 
 
+@pytest.mark.any_backend
 def test_odd_d_model_and_far_positions(fast_backend):
     # the last rows of a 2**32-row table: the largest positions there are
     x = fd.table(33, 2**32, chunks=((2**32 - 1000, 1000), -1), backend=fast_backend)
@@ -80,6 +83,7 @@ def test_auto_rows_are_multiples_of_64():
     assert x.compute().tobytes() == fastpe.table(100, 1000).tobytes()
 
 
+@pytest.mark.any_backend
 def test_auto_rows_never_below_64_and_short_tables_are_one_block():
     with dask.config.set({"array.chunk-size": "1KiB"}):
         assert fd.table(4096, 1000).chunks[0][:2] == (64, 64)
@@ -100,6 +104,7 @@ def test_processes_scheduler():
     assert got.tobytes() == fastpe.table(16, 200).tobytes()
 
 
+@pytest.mark.any_backend
 def test_tasks_pickle_and_are_small():
     x = fd.table(1024, 2**24, chunks=(4096, -1), base=12345.0, backend=QUICK)
     (one,) = dask.optimize(x.blocks[1000, 0])
@@ -141,6 +146,7 @@ def test_to_zarr_round_trip(tmp_path):
     assert back.tobytes() == fastpe.table(40, 300, base=777.0).tobytes()
 
 
+@pytest.mark.any_backend
 def test_building_a_huge_table_is_lazy(monkeypatch):
     calls = []
     real = fastpe.sinusoid.table_rows
@@ -169,6 +175,7 @@ def test_building_a_huge_table_is_lazy(monkeypatch):
     assert part.tobytes() == want.tobytes()
 
 
+@pytest.mark.any_backend
 def test_same_arguments_same_name_different_arguments_different_name():
     assert fd.table(8, 100).name == fd.table(8, 100).name
     assert fd.table(8, 100).name != fd.table(8, 100, base=2.0).name
@@ -195,6 +202,7 @@ def test_other_dtypes(dtype):
     _blocks_equal(x, expected)
 
 
+@pytest.mark.any_backend
 def test_extra_config_fields_reach_posencconfig():
     with pytest.raises(TypeError, match="no_such_field"):
         fd.table(8, 100, no_such_field=1)
@@ -211,6 +219,7 @@ def test_config_fields_pass_through():
         fd.table(8, 100, layout="sideways")
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
@@ -272,6 +281,7 @@ def test_forward_other_dtypes(dtype):
     assert x.compute().tobytes() == want.tobytes()
 
 
+@pytest.mark.any_backend
 def test_forward_bad_input():
     config = fastpe.PosEncConfig(4)
     with pytest.raises(TypeError, match="config"):
@@ -287,6 +297,7 @@ def test_forward_bad_input():
         fd.forward(da.from_array(np.array([1, -1])), config).compute()
 
 
+@pytest.mark.any_backend
 def test_without_dask_the_error_names_the_install(monkeypatch):
     for name in ("dask", "dask.array", "fastpe.dask"):
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -295,6 +306,7 @@ def test_without_dask_the_error_names_the_install(monkeypatch):
         importlib.import_module("fastpe.dask")
 
 
+@pytest.mark.any_backend
 def test_import_fastpe_does_not_import_dask(tmp_path):
     code = "import sys, fastpe; print(sorted(m for m in sys.modules if m.split('.')[0] == 'dask'))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(), capture_output=True,
@@ -306,6 +318,7 @@ def test_import_fastpe_does_not_import_dask(tmp_path):
 # --------------------------------------------------------------------------- bounded graphs
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("chunks", [(37, -1), [37, -1], 37, {0: 37}, {0: 37, 1: -1}, (37.0, -1)])
 def test_too_many_blocks_are_refused_before_any_is_built(monkeypatch, chunks):
     """2**32 rows in blocks of 37: 116 million blocks took a minute and 7.4 GiB to build."""
@@ -325,6 +338,7 @@ def test_too_many_blocks_are_refused_before_any_is_built(monkeypatch, chunks):
     assert peak < 1 << 20
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("d_model", "max_len", "chunks", "fits"), [
     (128, 130, (10, -1), {"max_len": 120}),                   # counted from the spec: 13 row blocks
     (128, 130, ((10,) * 13, -1), {"chunks": ((10,) * 12, -1), "max_len": 120}),  # explicit sizes
@@ -352,12 +366,14 @@ def test_the_suggested_chunks_fit_and_compute_the_table(monkeypatch):
     assert x.compute().tobytes() == fastpe.table(16, 1000).tobytes()
 
 
+@pytest.mark.any_backend
 def test_a_long_explicit_chunks_tuple_is_shortened_in_messages():
     with pytest.raises(ValueError, match=r"^chunks \(\(1, 1, 1, 1, \.\.\.\), -1\) do not fit") as info:
         fd.table(8, 100, chunks=((1,) * 99, -1))
     assert len(str(info.value)) < 400
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_byte_swapped_dtypes_are_refused_when_the_array_is_made(dtype):
     swapped = np.dtype(dtype).newbyteorder()  # the non-native order, whatever this machine's is
@@ -367,6 +383,7 @@ def test_byte_swapped_dtypes_are_refused_when_the_array_is_made(dtype):
         fd.forward(np.arange(3), fastpe.PosEncConfig(8), dtype=swapped)
 
 
+@pytest.mark.any_backend
 def test_a_dict_may_name_the_axes_from_the_end():
     assert fd.table(8, 300, chunks={-2: 129}).chunks == ((129, 129, 42), (8,))
     assert fd.table(8, 300, chunks={-1: 3, 0: 100}).chunks == ((100, 100, 100), (3, 3, 2))

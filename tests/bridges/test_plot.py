@@ -78,11 +78,13 @@ def test_alibi_heatmap_is_one_head_with_the_mask(form):
     assert (h.xlabel, h.ylabel) == ("key position", "query position")
 
 
+@pytest.mark.any_backend
 def test_alibi_head_out_of_range():
     with pytest.raises(ValueError, match="head"):
         _plot.alibi_heatmap(4, 20, head=4)
 
 
+@pytest.mark.any_backend
 def test_prepare_masks_non_finite_and_centres_the_limits():
     a = np.array([[0.0, -np.inf, 2.5], [np.nan, -4.0, np.inf]], dtype=np.float32)
     h = _plot.prepare(a, title="t")
@@ -91,11 +93,13 @@ def test_prepare_masks_non_finite_and_centres_the_limits():
     assert (h.vmin, h.vmax) == (-4.0, 4.0)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("values", [np.zeros((3, 4)), np.full((2, 2), -np.inf)])
 def test_limits_never_collapse(values):
     assert _plot.prepare(values, title="t").vmax == 1.0
 
 
+@pytest.mark.any_backend
 def test_array_heatmap_and_index():
     a = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
     h = _plot.array_heatmap(a, name="dir/bias.npy", index=1)
@@ -109,6 +113,7 @@ def test_array_heatmap_and_index():
         _plot.array_heatmap(a[0], name="x.npy", index=0)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "array, error, match",
     [
@@ -125,6 +130,7 @@ def test_array_heatmap_rejects(array, error, match):
         _plot.array_heatmap(array, name="a.npy")
 
 
+@pytest.mark.any_backend
 def test_size_limit_is_checked_before_computing():
     with pytest.raises(ValueError, match="at most"):
         _plot.table_heatmap(65536, 2**20)
@@ -142,6 +148,7 @@ def test_render_png_svg_pdf():
         _plot.render(h, io.BytesIO(), fmt="jpg")
 
 
+@pytest.mark.any_backend
 def test_rendered_pixels_show_the_data():
     # one column of +1 and one of -1, drawn with a colormap whose ends are pure colours
     a = np.array([[1.0, -1.0]] * 4)
@@ -286,6 +293,7 @@ def test_existing_file_is_replaced_and_quiet_prints_nothing(in_tmp):
     assert listing() == ["pe.png"]
 
 
+@pytest.mark.any_backend
 def test_without_matplotlib_the_error_names_the_install(in_tmp, monkeypatch):
     # as if never imported: neither in sys.modules nor bound on the package
     monkeypatch.delitem(sys.modules, "fastpe._plot", raising=False)
@@ -299,6 +307,7 @@ def test_without_matplotlib_the_error_names_the_install(in_tmp, monkeypatch):
     assert listing() == []
 
 
+@pytest.mark.any_backend
 def test_help_and_import_do_not_load_matplotlib(tmp_path):
     code = textwrap.dedent(
         """

@@ -253,6 +253,7 @@ def test_to_float64_and_back():
 # ============================================================================= bad input
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
@@ -483,6 +484,7 @@ def test_empty_inputs():
         assert out_q.shape == q.shape and out_k.shape == k.shape
 
 
+@pytest.mark.any_backend
 def test_state_dict_is_empty_and_repr():
     module = RotaryEmbedding(64, base=5e5, layout="gptj")
     assert len(module.state_dict()) == 0
@@ -490,6 +492,7 @@ def test_state_dict_is_empty_and_repr():
     assert module.base == 5e5 and module.head_dim == 64
 
 
+@pytest.mark.any_backend
 def test_base_none_takes_rope_theta_from_the_dict():
     scaling = {"rope_type": "default", "rope_theta": 5e5}
     assert RotaryEmbedding(16, base=None, scaling=scaling).base == 5e5
@@ -578,6 +581,7 @@ def test_matches_hf_with_torch_float32_caches(hf_apply):
 # --------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
@@ -594,6 +598,7 @@ def test_rotary_bad_construction(kwargs, exc, message):
         RotaryEmbedding(**kwargs)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "q, k, args, kwargs, exc, message",
     [
@@ -644,6 +649,7 @@ def test_rotary_offset_is_an_int_as_in_fastpe_rope():
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
+@pytest.mark.any_backend
 def test_rotary_shared_memory_is_refused():
     qk = torch.randn(2, 1, 4, 8)
     with pytest.raises(ValueError, match="share memory"):
@@ -658,6 +664,7 @@ def run(code: str, tmp_path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.any_backend
 def test_import_fastpe_does_not_import_torch(tmp_path):
     proc = run(
         """
@@ -671,6 +678,7 @@ def test_import_fastpe_does_not_import_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.any_backend
 def test_without_torch_the_bridge_says_to_install_it(tmp_path):
     proc = run(
         """

@@ -51,6 +51,7 @@ def test_table_writes_the_default_file_and_one_summary_line(in_tmp):
     assert match["backend"] == DEFAULT
 
 
+@pytest.mark.any_backend
 def test_table_with_every_option(in_tmp, backend):
     (in_tmp / "sub").mkdir()
     result = run("table", "--d-model", "7", "--max-len", "9", "--base", "500.5", "--backend", backend,
@@ -111,6 +112,7 @@ BAD_TABLE_ARGS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, message", BAD_TABLE_ARGS)
 def test_table_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, message):
     (in_tmp / "adir").mkdir()
@@ -121,6 +123,7 @@ def test_table_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, 
     assert listing() == ["adir"] and listing("adir") == []
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("name", BACKENDS)
 def test_table_unavailable_backend_exits_2(in_tmp, monkeypatch, name):
     make_unavailable(monkeypatch, name)
@@ -142,6 +145,7 @@ def test_table_bad_env_backend_exits_2(in_tmp, monkeypatch, value, message):
     assert listing() == []
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("exc, shown", [
     (ValueError("base must be finite, got nan"), "Invalid value for '--base': must be finite, got nan"),
     (TypeError("d_model must be an integer"), "Invalid value for '--d-model': must be an integer"),
@@ -217,6 +221,7 @@ def test_table_interrupted_exits_130_leaving_no_partial_file(in_tmp, monkeypatch
         assert listing() == []
 
 
+@pytest.mark.any_backend
 def test_unexpected_errors_are_one_line_exit_1_and_v_shows_the_traceback(in_tmp, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("something broke")
@@ -295,6 +300,7 @@ def test_info_with_a_bad_env_backend_reports_it():
 # ======================================================================== check
 
 
+@pytest.mark.any_backend
 def test_check_runs_the_real_comparison():
     result = run("check", "--d-model", "8", "--d-model", "5", "--per-octave", "1")
     assert result.exit_code == 0, result.output
@@ -309,6 +315,7 @@ def test_check_runs_the_real_comparison():
     assert lines[-1].startswith("ok: all ")
 
 
+@pytest.mark.any_backend
 def test_check_passes_its_options_to_run_check(monkeypatch):
     seen = {}
 
@@ -323,6 +330,7 @@ def test_check_passes_its_options_to_run_check(monkeypatch):
     assert "99.900% (999)" in result.stdout
 
 
+@pytest.mark.any_backend
 def test_check_reports_more_than_1_ulp_and_exits_1(monkeypatch):
     results = [_check.CheckResult("numba", 8, 100, 0, 100), _check.CheckResult("numba", 63, 100, 3, 90)]
     monkeypatch.setattr(_check, "run_check", lambda **kwargs: results)
@@ -336,18 +344,21 @@ def test_check_reports_more_than_1_ulp_and_exits_1(monkeypatch):
     assert quiet.exit_code == 1 and len(quiet.stdout.splitlines()) == 3
 
 
+@pytest.mark.any_backend
 def test_check_quiet_success_prints_nothing(monkeypatch):
     monkeypatch.setattr(_check, "run_check", lambda **kwargs: [_check.CheckResult("numba", 8, 10, 0, 10)])
     result = run("-q", "check")
     assert result.exit_code == 0 and result.output == ""
 
 
+@pytest.mark.any_backend
 def test_check_python_alone_has_nothing_to_compare():
     result = run("check", "--backend", "python", "--d-model", "4", "--per-octave", "1")
     assert result.exit_code == 0, result.output
     assert "nothing to check" in result.stdout
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "args", [["--d-model", "0"], ["--per-octave", "0"], ["--seed", "-1"], ["--base", "nan"], ["--backend", "gpu"]]
 )
@@ -357,6 +368,7 @@ def test_check_bad_input_exits_2(args):
     assert_one_line_error(result)
 
 
+@pytest.mark.any_backend
 def test_check_that_cannot_fit_in_memory_exits_2_before_any_work(monkeypatch):
     def never(**kwargs):  # pragma: no cover - reached only if the size check is missing
         raise AssertionError("run_check was called")
@@ -373,12 +385,14 @@ def test_check_that_cannot_fit_in_memory_exits_2_before_any_work(monkeypatch):
 # ======================================================================== group
 
 
+@pytest.mark.any_backend
 def test_version():
     for flag in ("--version", "-V"):
         result = run(flag)
         assert result.exit_code == 0 and result.stdout == f"fastpe {fastpe.__version__}\n"
 
 
+@pytest.mark.any_backend
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.exit_code == 0
@@ -387,12 +401,14 @@ def test_help_lists_the_commands():
     assert run("-h").stdout == result.stdout
 
 
+@pytest.mark.any_backend
 def test_bare_fastpe_shows_the_help():
     result = run()
     assert result.exit_code in (0, 2)  # click < 8.2 exits 0, later versions 2
     assert "Commands:" in result.output and "Error" not in result.output
 
 
+@pytest.mark.any_backend
 def test_unknown_command_exits_2_with_one_line():
     result = run("tabel")
     assert result.exit_code == 2

@@ -155,6 +155,7 @@ def test_t5_options_reach_the_library(in_tmp, cli, kwargs):
     assert not same_bits(got, relative.t5_bucket_matrix(20, backend=DEFAULT))
 
 
+@pytest.mark.any_backend
 def test_t5_summary_and_backend(in_tmp):
     m = ok(run("t5-buckets", "--q-len", 1, "--k-len", 7, "--unidirectional", "--offset", 6,
                "--backend", "python", "-o", "d.npy"))
@@ -184,6 +185,7 @@ def test_t5_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     assert os.listdir(in_tmp) == []
 
 
+@pytest.mark.any_backend
 def test_help_lists_both_commands():
     result = run("--help")
     assert result.exit_code == 0

@@ -452,5 +452,6 @@ def test_every_command_of_the_group_is_in_commands():
     assert {case.command for case in CASES.values()} <= set(main.commands)
 
 
+@pytest.mark.any_backend
 def test_every_writer_is_tested():
     assert FORMATS == tuple(WRITERS) == (".npy", ".npz", ".safetensors")

@@ -294,6 +294,7 @@ def test_interrupt_or_failure_leaves_no_file_and_keeps_the_old_one(in_tmp, monke
     assert os.listdir(in_tmp) == ["old.npy"] and (in_tmp / "old.npy").read_bytes() == b"previous"
 
 
+@pytest.mark.any_backend
 def test_help_lists_both_commands_and_the_bfloat16_storage():
     listing = run("--help")
     assert listing.exit_code == 0
@@ -357,6 +358,7 @@ def test_an_array_larger_than_the_free_space_exits_1_before_any_work(in_tmp, mon
     assert os.path.getsize(next(name for name in os.listdir(in_tmp) if name.endswith(".npy"))) == 128 + 16 * 8 * 4
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 def test_timestep_from_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
     os.mkfifo("t.npy")

@@ -15,6 +15,10 @@ from fastpe.cli import options
 from conftest import AVAILABLE
 from support.cli import make_unavailable
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 
 def call(handler, value):
     return handler(None, None, value)

@@ -246,6 +246,7 @@ BAD = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, message", BAD)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, message):
     (in_tmp / "adir").mkdir()
@@ -270,6 +271,7 @@ def test_the_default_output_path_must_be_usable(in_tmp):
 # ============================================================================ the helpers
 
 
+@pytest.mark.any_backend
 def test_read_scaling_tells_configs_from_rope_dicts(tmp_path):
     assert read_scaling('{"rope_type": "linear", "factor": 2}') == ("scaling", {"rope_type": "linear", "factor": 2})
     assert read_scaling(' {"rope_theta": 5e5}') == ("scaling", {"rope_theta": 5e5})
@@ -278,6 +280,7 @@ def test_read_scaling_tells_configs_from_rope_dicts(tmp_path):
     assert read_scaling(str(path)) == ("config", LLAMA3_CONFIG)
 
 
+@pytest.mark.any_backend
 def test_from_model_config_follows_hf_precedence():
     found = from_model_config({**LLAMA3_CONFIG, "rope_parameters": {"rope_type": "linear", "factor": 3.0}})
     assert found == {"scaling": {**LLAMA3_SCALING, "rope_theta": 500000.0}, "head_dim": 64,
@@ -289,6 +292,7 @@ def test_from_model_config_follows_hf_precedence():
     assert config == LLAMA3_CONFIG  # the loaded config is not modified
 
 
+@pytest.mark.any_backend
 def test_check_output(tmp_path):
     assert check_output(str(tmp_path / "x.npz"), "fastpe rope") == str(tmp_path / "x.npz")
     for bad in ("", str(tmp_path), str(tmp_path / ".npz"), str(tmp_path / "x.txt"), str(tmp_path / "no" / "x.npz")):
@@ -297,6 +301,7 @@ def test_check_output(tmp_path):
         assert type(info.value).__name__ == "BadParameter"
 
 
+@pytest.mark.any_backend
 def test_help_lists_rope():
     result = run("--help")
     assert result.exit_code == 0 and "rope" in result.stdout
@@ -307,6 +312,7 @@ def test_help_lists_rope():
 # ============================================================================ real processes
 
 
+@pytest.mark.any_backend
 def test_rope_help_imports_no_kernels(tmp_path):
     code = textwrap.dedent(
         """
@@ -353,6 +359,7 @@ def test_caches_larger_than_memory_are_refused_before_any_work(tmp_path, monkeyp
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.any_backend
 def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
@@ -360,6 +367,7 @@ def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
     assert result.exit_code == 2 and "is not a regular file" in result.stderr, result.output
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("text", ['{"a": ' * 3000 + "1" + "}" * 3000, "[" * 5000])
 def test_scaling_nested_too_deeply_is_exit_2(tmp_path, text):
     path = tmp_path / "deep.json"

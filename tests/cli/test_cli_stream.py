@@ -99,6 +99,7 @@ def test_verbose_names_the_sidecar(in_tmp):
     assert result.stdout.splitlines()[1] == "spec in pe_3x4.npy.json"
 
 
+@pytest.mark.any_backend
 def test_help_lists_the_new_options():
     result = run("table", "--help")
     assert result.exit_code == 0
@@ -148,6 +149,7 @@ def test_a_default_given_explicitly_also_overrides(in_tmp):
     assert _save.load_spec("b.npy")["params"]["layout"] == "interleaved"
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -163,6 +165,7 @@ def test_bad_specs_exit_2_with_one_line(in_tmp, content, message):
     assert listing() == ["spec.json"]
 
 
+@pytest.mark.any_backend
 def test_from_spec_of_a_missing_file_or_a_file_without_a_spec(in_tmp):
     assert "does not exist" in assert_one_line_error(run("table", "--from-spec", "nope.json"), 2)
     np.save("plain.npy", np.zeros(3))
@@ -170,6 +173,7 @@ def test_from_spec_of_a_missing_file_or_a_file_without_a_spec(in_tmp):
     assert listing() == ["plain.npy"]
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 def test_from_spec_of_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
     os.mkfifo("spec.json")
@@ -218,6 +222,7 @@ BAD = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, message", BAD)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, message):
     (in_tmp / "adir").mkdir()
@@ -227,6 +232,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, messag
     assert listing() == ["adir", "side.npy.json"] and listing("adir") == []
 
 
+@pytest.mark.any_backend
 def test_safetensors_without_its_package_exits_2(in_tmp, monkeypatch):
     monkeypatch.setitem(sys.modules, "safetensors", None)
     line = assert_one_line_error(run("table", "--d-model", "8", "-o", "pe.safetensors"), 2)
@@ -367,6 +373,7 @@ def test_the_progress_bar_follows_the_chunks(in_tmp, monkeypatch):
     assert SUMMARY.fullmatch(result.stdout.strip())
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("stdout_tty, stderr_tty, verbosity, wanted", [
     (True, True, 0, True), (True, True, 1, True), (True, True, -1, False),
     (False, True, 0, False), (True, False, 0, False), (False, False, 0, False),

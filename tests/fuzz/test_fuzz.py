@@ -521,6 +521,7 @@ def test_add_is_x_times_scale_plus_the_table(case):
         assert_same_bits({b: results[b] for b in FAST}, f"add_ {call_text(fastpe.add_, call)}")
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(case=add_case(max_d=8), data=st.data())
 def test_add_refuses_bad_arguments(case, data):
@@ -630,6 +631,7 @@ def test_fairseq_embedding_agrees(d_model, data):
                      "fairseq_embedding vs the half-1 table's rows")
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(data=st.data())
 def test_fairseq_refuses_bad_arguments(data):
@@ -961,6 +963,7 @@ def test_rope_scaling_sweep():
         failures.values())
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(cfg=rope_config(max_head_dim=16), data=st.data())
 def test_rope_refuses_bad_arguments(cfg, data):
@@ -1051,6 +1054,7 @@ def test_rope_positions_inside_x(data, backend):
         assert np.array_equal(result, x_copy, equal_nan=True), "apply_ with positions inside x"
 
 
+@pytest.mark.any_backend
 @fuzz(150)
 @given(data=st.data())
 def test_permute_qk_weight(data):
@@ -1149,6 +1153,7 @@ def test_rope_cos_sin_from_inv_freq_agrees(inv, data):
                        scale=max(1.0, abs(af)))
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(data=st.data())
 def test_rope_array_level_refuses_bad_arguments(data):
@@ -1230,6 +1235,7 @@ def test_alibi_agrees_across_backends_and_with_mpmath(n_heads, q_len, extra, for
                              exact=True)
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(data=st.data())
 def test_alibi_refuses_bad_arguments(data):
@@ -1307,6 +1313,7 @@ def test_t5_buckets_agree_across_backends(cfg, data):
         assert ok and got is out and np.array_equal(out, want), f"{fn.__name__} with out {out_dtype.__name__}"
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(cfg=t5_config(), data=st.data())
 def test_t5_refuses_bad_arguments(cfg, data):
@@ -1396,6 +1403,7 @@ def test_grids_agree_across_backends_and_with_mpmath(case, dtype, data):
                    dtype, f"{fn.__name__} {call}")
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(case=grid_case(), data=st.data())
 def test_grids_refuse_bad_arguments(case, data):
@@ -1453,6 +1461,7 @@ def test_save_table_writes_the_table(kw, max_len, dtype, ext, chunk):
         assert saved.shape == want.shape
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(kw=table_kwargs(max_d=8), data=st.data())
 def test_save_table_refuses_bad_arguments_and_leaves_nothing(kw, data):
@@ -1476,6 +1485,7 @@ def test_save_table_refuses_bad_arguments_and_leaves_nothing(kw, data):
         assert os.listdir(tmp) == [], f"save_table left {os.listdir(tmp)} after refusing {name}"
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(kw=table_kwargs(max_d=8), data=st.data())
 def test_spec_parsing_refuses_malformed_specs(kw, data):
@@ -1597,6 +1607,7 @@ def test_info_and_available_backends():
     json.dumps(info)  # plain data, printable by `fastpe info`
 
 
+@pytest.mark.any_backend
 @fuzz(200)
 @given(data=st.data())
 def test_posencconfig_refuses_bad_fields(data):

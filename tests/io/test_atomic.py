@@ -19,6 +19,10 @@ from fastpe._io import atomic as _atomic
 from fastpe._io.atomic import atomic_write
 from support.cli import listing
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 
 def test_writes_the_data_and_leaves_no_temp(tmp_path):
     target = tmp_path / "out.bin"

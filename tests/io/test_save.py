@@ -54,6 +54,7 @@ def expected_files(name: str) -> list[str]:
 # ======================================================================== round trips
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_and_dtype_round_trips_bit_identical(tmp_path, backend, fmt, dtype):
@@ -181,6 +182,7 @@ def test_zip_size_is_exact_past_the_zip64_limits(tmp_path, monkeypatch):
 # ======================================================================== memory
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(not FAST, reason="the python reference allocates per value; the budget is a compiled-backend figure")
 @pytest.mark.parametrize("dtype, chunk", [("float32", 256 << 10), ("float64", 256 << 10), ("float16", 2 << 20),
                                           ("bfloat16", 2 << 20)])
@@ -200,6 +202,7 @@ def test_memory_stays_within_the_chunk_budget(tmp_path, fast_backend, dtype, chu
     assert peak <= chunk + workspace, (peak, chunk)
 
 
+@pytest.mark.any_backend
 def test_rows_per_chunk_is_the_most_that_fit():
     for dtype in map(_dtypes.resolve, DTYPES):
         for d_model in (1, 10, 4096):
@@ -413,6 +416,7 @@ BAD_SPECS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("spec, message", BAD_SPECS)
 def test_malformed_specs_are_refused_with_the_reason(tmp_path, spec, message):
     path = write_spec(tmp_path, spec)
@@ -421,18 +425,21 @@ def test_malformed_specs_are_refused_with_the_reason(tmp_path, spec, message):
     assert str(info.value).startswith(path)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000])
 def test_a_spec_nested_past_the_recursion_limit_is_a_value_error(text):
     with pytest.raises(ValueError, match="the spec is not a fastpe spec: its JSON nests too deeply to read"):
         _save.parse_spec(text, "the spec")
 
 
+@pytest.mark.any_backend
 def test_a_minor_version_difference_is_accepted(tmp_path):
     major = fastpe.__version__.split(".")[0]
     spec = _save.load_spec(write_spec(tmp_path, good_spec(fastpe=f"{major}.99.7")))
     assert spec["fastpe"] == f"{major}.99.7" and spec["params"] == _spec_params(D, L)
 
 
+@pytest.mark.any_backend
 def test_files_without_a_spec(tmp_path):
     np.save(tmp_path / "plain.npy", np.zeros(3))
     with pytest.raises(FileNotFoundError, match="plain.npy has no spec: its sidecar .*plain.npy.json does not exist"):

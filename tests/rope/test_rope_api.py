@@ -77,6 +77,7 @@ SCALINGS = [
 # ================================================================================ cos_sin
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, extra", SCALINGS)
 @pytest.mark.parametrize("layout", ["neox", "gptj"])
 def test_cos_sin_is_the_core_fed_with_inv_freq(core, backend, kwargs, extra, layout):
@@ -123,6 +124,7 @@ def test_cos_sin_float64_is_the_kernels_doubles(core):
     assert np.max(np.abs(c64.astype(np.float32).astype(np.float64) - c32)) <= np.max(np.spacing(np.abs(c32)))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "args, kwargs, exc, message",
     [
@@ -264,6 +266,7 @@ def test_apply_implicit_positions_and_offset(core):
     assert same_bits(x, y)
 
 
+@pytest.mark.any_backend
 def test_apply_qk_equals_two_applies(core, backend):
     q, k = rand(6, 8, 32, seed=1), rand(6, 2, 32, seed=2)  # grouped-query: 8 q heads, 2 k heads
     q2, k2 = q.copy(), k.copy()
@@ -327,6 +330,7 @@ BAD_APPLY = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, exc, message", BAD_APPLY)
 def test_bad_input_leaves_x_untouched(core, kwargs, exc, message):
     kwargs = dict(kwargs)
@@ -343,6 +347,7 @@ def test_bad_input_leaves_x_untouched(core, kwargs, exc, message):
     assert same_bits(q, q0) and same_bits(k, k0)
 
 
+@pytest.mark.any_backend
 def test_bad_k_leaves_q_untouched(core):
     q = rand(4, 2, 16)
     q0 = q.copy()
@@ -351,11 +356,13 @@ def test_bad_k_leaves_q_untouched(core):
     assert same_bits(q, q0)
 
 
+@pytest.mark.any_backend
 def test_apply_rejects_non_arrays():
     with pytest.raises(TypeError, match="x must be"):
         rope.apply_([[1.0, 2.0]], [0])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("x, exc, message", [
     # a 0-d array has an empty shape: it was "x must be a numpy.ndarray, got ndarray"
     pytest.param(np.array(1.0, np.float32), ValueError, r"^x must have shape .* got a 0-D array of shape \(\)",
@@ -391,6 +398,7 @@ def test_apply_qk_refuses_inputs_sharing_memory_with_what_it_writes():
 # ================================================================================ permutation
 
 
+@pytest.mark.any_backend
 def test_permutation_round_trips_numpy_and_torch():
     w = rand(3 * 8, 5)
     g = rope.permute_qk_weight(w, 3, to="gptj")
@@ -434,6 +442,7 @@ def test_permuted_weights_give_the_same_attention_scores(core, rotary_dim):
     assert not np.allclose(scores(wq, wk, "gptj"), neox, rtol=0, atol=1e-3 * np.abs(neox).max())
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "args, kwargs, exc, message",
     [
@@ -526,6 +535,7 @@ BAD_COS_SIN_OUT = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("make, kwargs, exc, message", BAD_COS_SIN_OUT)
 def test_cos_sin_bad_out_writes_nothing(core, make, kwargs, exc, message):
     out = make()
@@ -538,6 +548,7 @@ def test_cos_sin_bad_out_writes_nothing(core, make, kwargs, exc, message):
         assert all(np.array_equal(np.asarray(a), b) for a, b in zip(out, before))
 
 
+@pytest.mark.any_backend
 def test_cos_sin_out_must_not_hold_the_positions(core):
     cos, sin = _pair((4, 16), np.float64)
     cos.reshape(-1)[:4] = [0, 1, 2, 3]
@@ -547,6 +558,7 @@ def test_cos_sin_out_must_not_hold_the_positions(core):
     assert same_bits(cos, before)
 
 
+@pytest.mark.any_backend
 def test_inv_freq_out(core):
     check_out_contract(lambda **kw: rope.inv_freq(32, scaling=LLAMA3, base=5e5, **kw)[0], bad_dtype=np.float32,
                        bad_input=lambda out: rope.inv_freq(32, scaling={"rope_type": "ntk"}, out=out))
@@ -558,6 +570,7 @@ def test_inv_freq_out(core):
         rope.inv_freq(16, rotary_dim=8, out=np.empty(8))  # rotary_dim / 2 frequencies
 
 
+@pytest.mark.any_backend
 def test_permute_qk_weight_out(core):
     w = rand(24, 5)
     check_out_contract(lambda **kw: rope.permute_qk_weight(w, 3, to="gptj", **kw), bad_dtype=np.float64,
@@ -569,6 +582,7 @@ def test_permute_qk_weight_out(core):
     assert same_bits(out, rope.permute_qk_weight(bias, 3, rotary_dim=4, to="neox"))
 
 
+@pytest.mark.any_backend
 def test_permute_qk_weight_out_of_a_tensor(core):
     torch = pytest.importorskip("torch")
     w = torch.randn(24, 5)
@@ -588,6 +602,7 @@ def test_permute_qk_weight_out_of_a_tensor(core):
             assert torch.equal(bad.detach(), before.detach())
 
 
+@pytest.mark.any_backend
 def test_one_vocabulary():
     """dtype=None, out=None, backend last; offset an int 0; no backend where no kernel runs."""
     import inspect
@@ -605,6 +620,7 @@ def test_one_vocabulary():
 # ================================================================================ imports
 
 
+@pytest.mark.any_backend
 def test_import_fastpe_rope_loads_no_kernels(tmp_path):
     code = textwrap.dedent(
         """

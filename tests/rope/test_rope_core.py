@@ -39,6 +39,10 @@ from fastpe._exact import rope as _reference_rope
 from fastpe._backends import _walk as _rope_plan
 from fastpe.rope._core import apply_from_inv_freq, apply_qk_from_inv_freq, cos_sin_from_inv_freq
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 # --------------------------------------------------------------------------- inputs
 
 

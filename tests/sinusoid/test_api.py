@@ -19,12 +19,14 @@ def small(backend):
 # ---------------------------------------------------------------- PosEncConfig
 
 
+@pytest.mark.any_backend
 def test_config_defaults_follow_the_spec():
     cfg = PosEncConfig(512)
     assert (cfg.d_model, cfg.max_len, cfg.base) == (512, 2048, 10000.0)
     assert fastpe.DEFAULT_MAX_LEN == 2048
 
 
+@pytest.mark.any_backend
 def test_config_is_frozen_and_normalised():
     cfg = PosEncConfig(np.int64(8), np.uint16(4), np.float32(2.5))
     assert type(cfg.d_model) is int and type(cfg.max_len) is int and type(cfg.base) is float
@@ -33,6 +35,7 @@ def test_config_is_frozen_and_normalised():
     assert cfg == PosEncConfig(8, 4, 2.5) and hash(cfg) == hash(PosEncConfig(8, 4, 2.5))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
@@ -74,6 +77,7 @@ def _out(n, d=6, dtype=np.float32):
     return np.zeros((n, d), dtype=dtype)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "positions, exc, match",
     [
@@ -101,6 +105,7 @@ def test_bad_positions(positions, exc, match, backend):
     assert not out.any(), "nothing may be written before validation passes"
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "make_out, exc, match",
     [
@@ -126,11 +131,13 @@ def _readonly(a):
     return a
 
 
+@pytest.mark.any_backend
 def test_bad_config_object():
     with pytest.raises(TypeError, match="config must be a fastpe.PosEncConfig, got dict"):
         fastpe.forward([1], {"d_model": 6}, _out(1))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("name, exc", [("cuda", ValueError), ("", ValueError), (3, TypeError)])
 def test_bad_backend(name, exc):
     out = _out(2)
@@ -139,6 +146,7 @@ def test_bad_backend(name, exc):
     assert not out.any()
 
 
+@pytest.mark.any_backend
 def test_out_sharing_memory_with_positions_is_refused():
     buf = np.zeros((2, 6), dtype=np.float32)
     positions = buf.view(np.uint32)[0, :2]
@@ -166,11 +174,13 @@ def test_native_numpy_spellings_of_dtypes(dt):
     assert fastpe.table(4, 3, dtype=dt).dtype == np.dtype(dt)
 
 
+@pytest.mark.any_backend
 def test_positions_mixing_bools_are_refused():
     with pytest.raises(TypeError, match="positions must hold numbers, got a bool"):
         fastpe.forward([1, True], CFG, np.empty((2, 6), np.float32))
 
 
+@pytest.mark.any_backend
 def test_huge_integers_are_named():
     with pytest.raises(ValueError, match="base must be finite"):
         fastpe.table(4, 3, base=10**400)
@@ -186,6 +196,7 @@ def test_table_dtype_beside_out():
     assert fastpe.table(4, 3, out=np.empty((3, 4))).dtype == np.float64
 
 
+@pytest.mark.any_backend
 def test_bad_table_out(backend):
     with pytest.raises(ValueError, match=r"out must have shape \(4, 6\)"):
         fastpe.table(6, 4, out=np.zeros((4, 5), np.float32), backend=backend)
@@ -196,6 +207,7 @@ def test_bad_table_out(backend):
 # ---------------------------------------------------------------- forward: accepted input
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "positions",
     [
@@ -216,6 +228,7 @@ def test_accepted_position_forms_agree(positions, backend):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.float32])
 def test_small_dtypes(dtype, backend):
     positions = np.array([0, 3, 100], dtype=dtype)
@@ -224,12 +237,14 @@ def test_small_dtypes(dtype, backend):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.any_backend
 def test_empty_positions(backend):
     out = np.empty((0, 6), np.float32)
     assert fastpe.forward([], CFG, out, backend=backend) is out
     assert fastpe.forward(np.array([], dtype=np.uint64), CFG, out, backend=backend) is out
 
 
+@pytest.mark.any_backend
 def test_forward_returns_out_and_leaves_inputs_untouched(backend):
     positions = np.array([5, 2**31, 7], dtype=np.int64)
     before = positions.copy()
@@ -239,6 +254,7 @@ def test_forward_returns_out_and_leaves_inputs_untouched(backend):
     assert out.any()
 
 
+@pytest.mark.any_backend
 def test_table_is_forward_on_arange(backend):
     n, d = small(backend)
     for dm in (d, d + 1):
@@ -248,17 +264,20 @@ def test_table_is_forward_on_arange(backend):
         np.testing.assert_array_equal(t.view(np.uint32), f.view(np.uint32))
 
 
+@pytest.mark.any_backend
 def test_table_fills_given_out(backend):
     out = np.full((3, 4), np.nan, np.float32)
     assert fastpe.table(4, 3, out=out, backend=backend) is out
     np.testing.assert_array_equal(out, fastpe.table(4, 3, backend=backend))
 
 
+@pytest.mark.any_backend
 def test_table_row_zero_is_exact(backend):
     t = fastpe.table(9, 1, backend=backend)
     np.testing.assert_array_equal(t[0], [0, 1, 0, 1, 0, 1, 0, 1, 0])
 
 
+@pytest.mark.any_backend
 def test_huge_numbers_are_named_in_short():
     """An int of more than 4300 digits cannot even be printed; a huge Fraction has no
     bit_length: both are reported by the argument's name."""

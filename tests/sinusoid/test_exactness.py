@@ -25,6 +25,10 @@ from fastpe import _backends
 
 from conftest import BACKEND_PARAMS as BACKENDS  # noqa: E402  (the default one only, in a default-only run)
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 #: (d_model, base): odd and even widths up to the maximum, every base of support.inputs.BASES
 CASES = [
     (1, 10000.0),

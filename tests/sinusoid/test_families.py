@@ -30,6 +30,7 @@ DENOMINATORS = ("d", "half-1")
 # ------------------------------------------------------------------ published reference values
 
 
+@pytest.mark.any_backend
 def test_reference_values_from_the_issue(backend):
     """The values the published formulas give, as printed (8 significant digits at most:
     0.003 stands for sin(0.003) = 0.0029999955), so compared to 2e-6."""
@@ -50,6 +51,7 @@ def _mp_sin_cos(p, freqs: Geometric, k: int):
         return sin_cos(p, geometric_frequency(freqs, k))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16", "float64"])
 def test_reference_against_mpmath(fmt):
     """The reference's values are mpmath's, correctly rounded into every format."""
@@ -76,6 +78,7 @@ def _positions():
     return np.array(octave_positions(2, seed=5)[::3] + [POSITION_LIMIT - 1], dtype=np.uint32)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("denominator", DENOMINATORS)
 @pytest.mark.parametrize("d_model", [2, 5, 8, 13])
@@ -94,6 +97,7 @@ def test_forward_agrees_with_reference(backend, layout, denominator, d_model):
         assert np.array_equal(out.view(np.uint16), want.view(np.uint16)), dt
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("denominator", DENOMINATORS)
 def test_table_rows_equal_forward(backend, layout, denominator):
@@ -108,6 +112,7 @@ def test_table_rows_equal_forward(backend, layout, denominator):
         assert np.array_equal(rows, t[60:70])
 
 
+@pytest.mark.any_backend
 @pytest.mark.skipif(len(FAST) < 2, reason="needs both compiled backends")
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dt", ["float32", "float64"])
@@ -125,6 +130,7 @@ def test_compiled_backends_write_identical_bits(layout, dt):
     assert np.array_equal(a, b)
 
 
+@pytest.mark.any_backend
 def test_float32_exact_against_mpmath_at_large_positions(fast_backend):
     config = fastpe.PosEncConfig(6, layout="halves", denominator="half-1", min_timescale=2.0, max_timescale=1e4)
     pos = [3, 2**20 + 1, 2**31 + 12345, POSITION_LIMIT - 1]
@@ -144,6 +150,7 @@ def test_half_minus_one_odd_width_has_a_zero_last_column(backend):
     assert (t[:, 6] == 0).all()
 
 
+@pytest.mark.any_backend
 def test_halves_odd_width_sine_block_is_wider(backend):
     t = fastpe.table(5, 3, layout="halves", backend=backend)
     inter = fastpe.table(5, 3, backend=backend)
@@ -206,6 +213,7 @@ def test_matches_tensor2tensor_timescales():
 # ------------------------------------------------------------------ add_
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_add_equals_numpy_expression(backend, dt):
     rng = np.random.default_rng(0)
@@ -224,12 +232,14 @@ def test_add_equals_numpy_expression(backend, dt):
     assert np.array_equal(y, x + table[pos1])
 
 
+@pytest.mark.any_backend
 def test_add_large_goes_in_blocks(fast_backend):
     x = np.zeros((1, 3000, 512), np.float32)
     fastpe.add_(x, offset=10, backend=fast_backend)
     assert np.array_equal(x[0], fastpe.table(512, 3010, backend=fast_backend)[10:])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "call, exc, match",
     [
@@ -259,6 +269,7 @@ def test_add_bad_input(call, exc, match):
         call()
 
 
+@pytest.mark.any_backend
 def test_add_refuses_positions_inside_x():
     """Positions read from the array being written: the result would depend on the order
     the backend writes rows in (173 of 600 rows differed between backends)."""
@@ -270,11 +281,13 @@ def test_add_refuses_positions_inside_x():
     assert np.array_equal(x, before)
 
 
+@pytest.mark.any_backend
 def test_add_of_no_rows_returns_x(backend):
     x = np.zeros((2, 0, 6), np.float32)
     assert fastpe.add_(x, backend=backend) is x
 
 
+@pytest.mark.any_backend
 def test_add_leaves_x_untouched_on_bad_input():
     x = np.ones((2, 3, 6), np.float32)
     with pytest.raises(ValueError):
@@ -305,6 +318,7 @@ def test_table_bad_input(kwargs, exc, match):
         fastpe.table(8, 4, **kwargs)
 
 
+@pytest.mark.any_backend
 def test_half_minus_one_needs_two_columns():
     with pytest.raises(ValueError, match="d_model must be >= 2 with denominator='half-1'"):
         fastpe.PosEncConfig(1, denominator="half-1")
@@ -345,6 +359,7 @@ def test_low_precision_is_correctly_rounded_not_double_rounded():
         assert float(got[r, j]) == mp_round(_mp_sin_cos(int(r), freqs, int(k))[is_cos], "float16")
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("target", ["float16", "bfloat16"])
 def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target):
     """The narrowing operation: the cast's bits (NumPy's float16, ml_dtypes' bfloat16) and
@@ -380,6 +395,7 @@ def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target
     assert np.array_equal(ties, want_ties) and ties.sum() >= 8
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "freqs",
     [Geometric(257, 256.0, 10000.0), Geometric(40, 39.0, 1e300, 1e-3), Geometric(7, 2.5, 1.5, 1.0, 1024.0),
@@ -418,6 +434,7 @@ def test_add_gives_ieee_results_without_warnings_on_every_backend(backend):
     assert np.isinf(y[0, 0]) and y[0, 1] == np.float32(1e10) + np.float32(1.0)
 
 
+@pytest.mark.any_backend
 def test_fairseq_positions_of_ragged_tokens_names_tokens():
     with pytest.raises(ValueError, match=r"tokens must be an integer array of shape \(\.\.\., seq\)"):
         fastpe.fairseq_positions([[1], [1, 2]], 1)
@@ -429,6 +446,7 @@ def test_fairseq_positions_of_ragged_tokens_names_tokens():
 TOKENS = np.array([[1, 1, 5, 6, 7, 9], [5, 6, 1, 7, 8, 1], [2, 2, 2, 2, 2, 2]])
 
 
+@pytest.mark.any_backend
 def test_fairseq_embedding_out(backend):
     for tokens, d_model in ((TOKENS, 8), (TOKENS[0], 7), (TOKENS[:, :0], 4)):
         want = check_out_contract(
@@ -443,6 +461,7 @@ def test_fairseq_embedding_out(backend):
         assert out.tobytes() == fastpe.fairseq_embedding(TOKENS, 8, 1, dtype=dt, backend=backend).tobytes()
 
 
+@pytest.mark.any_backend
 def test_fairseq_embedding_out_must_not_hold_the_tokens():
     buf = np.zeros((2, 3, 4), np.int64)
     tokens = buf.reshape(-1)[:6].reshape(2, 3)
@@ -453,6 +472,7 @@ def test_fairseq_embedding_out_must_not_hold_the_tokens():
     assert np.array_equal(buf, before)
 
 
+@pytest.mark.any_backend
 def test_fairseq_positions_out():
     for tokens, offset in ((TOKENS, 0), (TOKENS, 5), (TOKENS[1], 2**40), (np.ones((2, 0), np.int32), 0)):
         want = check_out_contract(
@@ -465,6 +485,7 @@ def test_fairseq_positions_out():
         np.testing.assert_array_equal(want, (np.cumsum(tokens != 1, axis=-1) + offset) * (tokens != 1) + 1)
 
 
+@pytest.mark.any_backend
 def test_one_vocabulary():
     """The shared keywords of the sinusoid functions: dtype=None, out=None, backend last;
     fairseq_positions runs no kernel and takes no backend; the old names are gone."""

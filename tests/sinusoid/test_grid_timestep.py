@@ -61,6 +61,7 @@ def diffusers_timestep(t, dim, flip=False, shift=1.0, scale=1.0, max_period=1000
 # ------------------------------------------------------------------ grids
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("hw", [(1, 1), (3, 5), (14, 14), (7, 2)])
 @pytest.mark.parametrize("cls_token", [False, True])
 def test_mae_order(backend, hw, cls_token):
@@ -69,12 +70,14 @@ def test_mae_order(backend, hw, cls_token):
     assert got.shape == (hw[0] * hw[1] + cls_token, 16) and got.dtype == np.float32
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("hw", [(3, 5), (8, 8)])
 def test_timm_order(backend, hw):
     got = grid.sincos_2d(*hw, 24, order="timm", backend=backend)
     np.testing.assert_allclose(got, timm_2d(24, *hw), atol=1e-7)
 
 
+@pytest.mark.any_backend
 def test_values_are_the_exact_1d_values(backend):
     """Each block of a token is the exact table row of its coordinate."""
     h, w, dim = 5, 9, 32
@@ -85,6 +88,7 @@ def test_values_are_the_exact_1d_values(backend):
     assert np.array_equal(g[:, :, 16:], np.broadcast_to(row[:h, None], (h, w, 16)))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("order", ["mae", "timm"])
 def test_3d(backend, order):
     t, h, w, dim = 2, 3, 4, 12
@@ -102,6 +106,7 @@ def test_3d(backend, order):
             assert np.array_equal(g[..., (3 + a) * q:(4 + a) * q], vals[..., q:])
 
 
+@pytest.mark.any_backend
 def test_grid_backends_identical_and_parallel_sized():
     a = grid.sincos_2d(96, 80, 256, backend="numba", cls_token=True)
     for b in AVAILABLE:
@@ -109,6 +114,7 @@ def test_grid_backends_identical_and_parallel_sized():
             assert np.array_equal(a, grid.sincos_2d(96, 80, 256, backend=b, cls_token=True))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", ["float64", "float16", "bfloat16"])
 def test_grid_dtypes(backend, dt):
     pytest.importorskip("ml_dtypes")
@@ -118,6 +124,7 @@ def test_grid_dtypes(backend, dt):
     assert np.array_equal(g.reshape(4, 6, 8)[:, :, :4], np.broadcast_to(row[None, :6], (4, 6, 4)))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "call, exc, match",
     [
@@ -141,6 +148,7 @@ def test_grid_bad_input(call, exc, match):
 # ------------------------------------------------------------------ timesteps
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dim", [8, 9, 320])
 @pytest.mark.parametrize("flip, shift", [(False, 1.0), (True, 0.0), (True, 1.0)])
 def test_timestep_matches_diffusers(backend, dim, flip, shift):
@@ -166,6 +174,7 @@ def _mp_sin_cos(t, d_model, k, shift=1.0, scale=1.0, base=10000.0):
         return sin_cos(t, timestep_frequency(k, d_model, base, shift, scale))
 
 
+@pytest.mark.any_backend
 def test_timestep_exact_for_large_and_fractional_t(fast_backend):
     """float64 t taken exactly: exact against mpmath where the float32-cast or float64
     product of the usual implementations has lost digits."""
@@ -183,6 +192,7 @@ def test_timestep_exact_for_large_and_fractional_t(fast_backend):
     assert np.abs(got64 - ref64).max() <= 2.0**-45
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_timestep_tiny_negative_t_keeps_its_sign(backend, dt):
     """A negative product's fraction was once taken as ``a - floor(a)``, which rounds to 1.0
@@ -203,6 +213,7 @@ def test_timestep_tiny_negative_t_keeps_its_sign(backend, dt):
     assert np.array_equal(got[0, :2], -got[4, :2])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
 def test_timestep_underflowing_sines_keep_their_sign(backend, dt):
     """The sine of a negative angle that underflows is -0.0 (the compiled backends once gave
@@ -217,6 +228,7 @@ def test_timestep_underflowing_sines_keep_their_sign(backend, dt):
     assert [math.copysign(1.0, v) for v in big[:, 1]] == [1.0, -1.0]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_timestep_exact_near_zeros_of_sin_and_cos(backend, sign):
     """Fractional t whose angle is near a multiple of pi/2 (the real-position path once lost
@@ -230,6 +242,7 @@ def test_timestep_exact_near_zeros_of_sin_and_cos(backend, sign):
         assert got[0, 1] == np.float32(3.616179e-12)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_timestep_low_precision_matches_reference(fast_backend, dt):
     pytest.importorskip("ml_dtypes")
@@ -239,6 +252,7 @@ def test_timestep_low_precision_matches_reference(fast_backend, dt):
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.any_backend
 def test_timestep_scalar_and_out(backend):
     one = fastpe.timestep(5.0, 8, backend=backend)
     assert one.shape == (1, 8)
@@ -286,12 +300,14 @@ def test_timestep_refuses_t_inside_out():
     assert np.array_equal(buf, before)
 
 
+@pytest.mark.any_backend
 def test_timestep_dtype_follows_out(backend):
     out = np.empty((2, 8), np.float64)
     assert fastpe.timestep([0.5, 2.0], 8, out=out, backend=backend).dtype == np.float64
     assert np.array_equal(out, fastpe.timestep([0.5, 2.0], 8, dtype="float64", backend=backend))
 
 
+@pytest.mark.any_backend
 def test_timestep_base_is_diffusers_max_period(backend):
     t = np.array([0.0, 3.0, 17.25, 999.0])
     got = fastpe.timestep(t, 10, base=50.0, flip_sin_to_cos=True, shift=0.0, backend=backend)
@@ -301,6 +317,7 @@ def test_timestep_base_is_diffusers_max_period(backend):
 # ------------------------------------------------------------------ out= and the shared keywords
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("cls_token", [False, True])
 @pytest.mark.parametrize("order", grid.ORDERS)
 def test_grid_out(backend, order, cls_token):
@@ -313,6 +330,7 @@ def test_grid_out(backend, order, cls_token):
         assert want.shape == (math.prod(sizes) + cls_token, d) and want.dtype == np.float32
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dt", ["float16", "bfloat16", "float64"])
 def test_grid_out_of_every_dtype(backend, dt):
     pytest.importorskip("ml_dtypes")
@@ -332,6 +350,7 @@ def test_timestep_out(backend):
     )
 
 
+@pytest.mark.any_backend
 def test_grid_and_timestep_signatures():
     """The shared keywords, in one order: width d_model, then base, ..., dtype, out, backend."""
     import inspect
@@ -345,6 +364,7 @@ def test_grid_and_timestep_signatures():
         assert params["dtype"].default is None and params["out"].default is None and params["base"].default == 10000.0
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(
     "call, name",
     [

@@ -20,6 +20,10 @@ from support.oracle import exact_value, exact_values, mp_round
 from fastpe._exact import sinusoid_decimal as _reference
 from fastpe._exact.sinusoid_decimal import round_to_float32, sinusoid
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 FLT_MAX = float.fromhex("0x1.fffffep+127")
 TINY = 2.0**-149  # smallest subnormal float32
 

@@ -9,6 +9,10 @@ import pytest
 
 import fastpe
 
+#: every backend it calls is named, or it calls none: the first run of make test decides it
+#: (tests/conftest.py deselects it in the default-only runs)
+pytestmark = pytest.mark.any_backend
+
 # the `backend` fixture (tests/conftest.py) runs each test on every available backend
 
 
