@@ -21,6 +21,7 @@ from fastpe._backends.cases import CASES
 from fastpe._backends.registry import OPERATIONS, Backend
 
 from conftest import AVAILABLE, FAST
+from support.oracle import ulp_distance
 
 #: every backend it calls is named, or it calls none: the first run of make test decides it
 #: (tests/conftest.py deselects it in the default-only runs)
@@ -69,17 +70,6 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" or a.dtype.itemsize == 2 and a.dtype.kind == "V" else a
 
 
-def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|a - b| in units in the last place of a's format, by the ordered bit patterns."""
-    bits = np.dtype(f"i{a.dtype.itemsize}")
-    ia = np.ascontiguousarray(a).view(bits).astype(np.int64)
-    ib = np.ascontiguousarray(b).view(bits).astype(np.int64)
-    top = np.int64(1) << (8 * a.dtype.itemsize - 1)
-    ia = np.where(ia < 0, -top - ia, ia)  # sign-magnitude to two's complement order
-    ib = np.where(ib < 0, -top - ib, ib)
-    return np.abs(ia - ib)
-
-
 def _agree(op: str, label: str, got, want) -> None:
     for name, g in got.items():
         w = want[name]
@@ -97,7 +87,7 @@ def _agree(op: str, label: str, got, want) -> None:
                 assert np.array_equal(np.isfinite(g), np.isfinite(w)), f"{op} [{label}] {name}"
                 assert np.abs(g - w).max(initial=0) <= 2.0**-45, f"{op} [{label}] {name}: off by more than 2**-45"
             else:
-                assert _ulps(g, w).max(initial=0) <= 1, f"{op} [{label}] {name}: more than 1 ULP off"
+                assert ulp_distance(g, w, g.dtype).max(initial=0) <= 1, f"{op} [{label}] {name}: more than 1 ULP off"
 
 
 @pytest.mark.parametrize("backend", FAST or [pytest.param("none", marks=pytest.mark.skip("no compiled backend"))])
