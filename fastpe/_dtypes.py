@@ -81,7 +81,7 @@ def format_of(dtype: np.dtype) -> Format:
 # --------------------------------------------------------------------------- narrowing
 
 
-def _ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
+def narrow_ties(x32: np.ndarray, fmt: Format) -> np.ndarray:
     """Flat indices of the finite float32 values lying exactly halfway between two
     neighbouring numbers of ``fmt`` (a narrower format).
 
@@ -142,7 +142,7 @@ def narrow(
     tie in ``dtype``, their correctly rounded values in ``dtype`` (as floats), computed from
     the exact values (the reference).  float32 and float64 targets pass through ``astype``.
     ``module``, a backend, does the rounding and finds the ties in one parallel pass (its
-    ``narrow16`` operation); without it, NumPy's cast and :func:`_ties` do.
+    ``narrow16`` operation); without it, NumPy's cast and :func:`narrow_ties` do.
     """
     dtype = np.dtype(dtype)
     if dtype == np.float32:
@@ -152,7 +152,7 @@ def narrow(
         return x32.astype(dtype)
     if module is None:
         out = x32.astype(dtype)
-        idx = _ties(x32, fmt)
+        idx = narrow_ties(x32, fmt)
     else:
         flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1)
         bits = np.empty(flat.size, dtype=np.uint16)

@@ -38,11 +38,11 @@ midpoint.  For each slope the tests take the distances below ``2**32`` whose pro
 nearest a midpoint (the convergents of its continued fraction) and compare them with mpmath.
 float64 output is the double-double's leading double: correctly rounded under the same
 proviso, checked the same way.  float16 and bfloat16: a head's line of float32 values
-narrowed (:func:`fastpe._plans.alibi._narrow_line`), where a float32 halfway between two 16-bit numbers goes
+narrowed (:func:`fastpe._plans.alibi.narrow_line`), where a float32 halfway between two 16-bit numbers goes
 the side the exact product lies on (the double-double says which, the exact reference
 where it cannot), then spread over the rows as the bit patterns.  Slopes come from one
 :mod:`decimal` exponential and a chain of 256-bit products
-(:func:`fastpe._plans.alibi._slope_chain`).
+(:func:`fastpe._plans.alibi.slope_chain`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ import numbers
 import numpy as np
 
 from . import _backends, _dtypes
-from ._plans.alibi import _SIG, FORMS, _slope_chain
+from ._plans.alibi import FORMS, slope_chain
+from ._plans.words import SIG
 from ._validate import _short, check_choice, check_int
 from .sinusoid import output_array
 
@@ -95,16 +96,16 @@ def _round_slopes(n_heads: int, max_bias: float, fmt: _dtypes.Format) -> np.ndar
     """
     from ._exact.bias import slope
 
-    exact, sigs, exps = _slope_chain(n_heads, max_bias)
+    exact, sigs, exps = slope_chain(n_heads, max_bias)
     p = fmt.mant_bits
-    shift = _SIG - p  # bits below the kept p
+    shift = SIG - p  # bits below the kept p
     keep = np.fromiter((s >> shift for s in sigs), dtype=np.int64, count=n_heads)
     low_cut = shift - 64  # the top 64 of the dropped bits (2**(low_cut) >> the chain's error)
     top = np.fromiter(((s >> low_cut) & ((1 << 64) - 1) for s in sigs), dtype=np.uint64, count=n_heads)
     mid = np.uint64(1 << 63)  # half a unit
     up = top >= mid
     unsure = (top == mid) | (top == mid - np.uint64(1))
-    e2 = np.fromiter(exps, dtype=np.int64, count=n_heads) + _SIG  # slope in [2**(e2-1), 2**e2)
+    e2 = np.fromiter(exps, dtype=np.int64, count=n_heads) + SIG  # slope in [2**(e2-1), 2**e2)
     unsure |= e2 - 1 < fmt.emin
     unsure |= np.fromiter(exact, dtype=np.int64, count=n_heads) >= 0
     values = np.ldexp((keep + up).astype(np.float64), e2 - p)
@@ -128,7 +129,7 @@ def _check_heads(n_heads) -> int:
     return check_int("n_heads", n_heads, low=1, high=MAX_HEADS)
 
 
-def _check_max_bias(max_bias) -> float:
+def check_max_bias(max_bias) -> float:
     """A real number in ``[MIN_BIAS, MAX_BIAS]``, as the nearest Python float.  The bounds are
     compared before anything is converted: a Python int or fraction too large for a float
     (``10**400``) is out of range, not an OverflowError, as is a long double beyond it."""
@@ -169,7 +170,7 @@ def slopes(n_heads, max_bias=8.0, *, dtype=None, out=None) -> np.ndarray:
     as in :func:`bias`; no ``backend``, as no kernel runs.
     """
     n_heads = _check_heads(n_heads)
-    max_bias = _check_max_bias(max_bias)
+    max_bias = check_max_bias(max_bias)
     out = output_array(out, (n_heads,), dtype)
     out[...] = _round_slopes(n_heads, max_bias, _dtypes.format_of(out.dtype)).astype(out.dtype)
     return out
@@ -203,7 +204,7 @@ def bias(
     n_heads = _check_heads(n_heads)
     form = check_choice("form", form, FORMS)
     q_len, k_len = _check_lengths(q_len, k_len, form)
-    max_bias = _check_max_bias(max_bias)
+    max_bias = check_max_bias(max_bias)
     shape = (n_heads, q_len, k_len)
     if n_heads * q_len * k_len > MAX_ELEMENTS:
         raise ValueError(

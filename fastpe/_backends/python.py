@@ -155,4 +155,4 @@ def narrow16(bits32, bf16, out, ties) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         out[...] = x.astype(_dtypes.resolve(name)).view(np.uint16)
     ties[...] = False
-    ties[_dtypes._ties(x, _dtypes.FORMATS[name])] = True
+    ties[_dtypes.narrow_ties(x, _dtypes.FORMATS[name])] = True

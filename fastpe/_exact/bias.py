@@ -4,7 +4,7 @@ The oracle the fast kernels are checked against, and the ``python`` backend's op
 It takes a different and obvious route from theirs:
 
 ALiBi.  The compiled kernels multiply a distance by the slope's four split words
-(:func:`fastpe._plans.alibi._slope_words`, from a chain of 256-bit products of one :mod:`decimal`
+(:func:`fastpe._plans.alibi.slope_words`, from a chain of 256-bit products of one :mod:`decimal`
 exponential) in double-double and round once.  Here each value is taken on its own: the slope ``2**-e`` (``e`` an exact dyadic
 rational, see :func:`slope_exponent`) is bracketed as ``exp(-e ln 2)`` in :mod:`decimal`,
 the bracket is multiplied by the integer distance as exact fractions, and the value is the

@@ -38,10 +38,9 @@ import math
 from fractions import Fraction
 
 from .constants import pi_fixed
-from .rounding import settled, ziv
-from .sinusoid_decimal import _round_ratio_to_float32
+from .rounding import F32, round_fraction, round_ratio, settled, ziv
 
-__all__ = ["cos_sin_f32", "cos_sin_f64", "rotate_f32", "FIRST_BITS"]
+__all__ = ["cos_sin_f32", "cos_sin_f64", "cos_sin_rounded", "rotate_f32", "FIRST_BITS"]
 
 #: fixed-point bits of the first pass; each retry doubles them
 FIRST_BITS = 96
@@ -190,7 +189,7 @@ def _settle(values, rounder):
 
 
 def _f32(x: Fraction) -> float:
-    return _round_ratio_to_float32(x.numerator, x.denominator)
+    return round_ratio(x.numerator, x.denominator, F32)
 
 
 def _f64(x: Fraction) -> float:
@@ -217,6 +216,12 @@ def cos_sin_f32(p: int, f: float, af: float = 1.0) -> tuple[float, float]:
 def cos_sin_f64(p: int, f: float, af: float = 1.0) -> tuple[float, float]:
     """Correctly rounded float64 ``af * cos(p f)`` and ``af * sin(p f)``."""
     return _settle(_scaled_cos_sin(int(p), float(f), float(af)), _f64)
+
+
+def cos_sin_rounded(p: int, f: float, af: float, fmt) -> tuple[float, float]:
+    """``af * cos(p f)`` and ``af * sin(p f)`` correctly rounded to ``fmt`` (a
+    :class:`fastpe._exact.rounding.Format`: float16 and bfloat16 caches decide their ties by it)."""
+    return _settle(_scaled_cos_sin(int(p), float(f), float(af)), lambda x: round_fraction(x, fmt))
 
 
 def rotate_f32(x1: float, x2: float, p: int, f: float, af: float = 1.0) -> tuple[float, float]:

@@ -55,12 +55,6 @@ _SCALE_GUARD = 5  # a value is read as an integer with this many digits to spare
 # --------------------------------------------------------------------------- rounding
 
 
-def _round_ratio_to_float32(num: int, den: int) -> float:
-    """``num / den`` (``den > 0``) rounded to the nearest float32, ties to even (as a Python
-    float; ``±inf`` on overflow, a signed zero on underflow)."""
-    return round_ratio(num, den, F32)
-
-
 def round_to_float32(x: Decimal) -> float:
     """The float32 nearest to ``x`` exactly (ties to even), as a Python float.
 
@@ -76,7 +70,7 @@ def round_to_float32(x: Decimal) -> float:
     if x.is_zero():
         return -0.0 if x.is_signed() else 0.0
     num, den = x.as_integer_ratio()
-    return _round_ratio_to_float32(num, den)
+    return round_ratio(num, den, F32)
 
 
 # --------------------------------------------------------------------------- constants
@@ -222,8 +216,8 @@ def _settle(value: Decimal, digits: int, relative: bool) -> float | None:
             f = math.ldexp(m + 1 if off > 0 else m, q)
             return -f if x < 0 else f
     # near a midpoint or a binade edge: round both ends of the interval exactly
-    f = _round_ratio_to_float32(x - eps_units, unit)
-    if f == _round_ratio_to_float32(x + eps_units, unit):
+    f = round_ratio(x - eps_units, unit, F32)
+    if f == round_ratio(x + eps_units, unit, F32):
         return f
     return None
 

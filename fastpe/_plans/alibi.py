@@ -13,7 +13,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from .. import _dtypes
-from .words import _SIG, PLAN_PREC, _chain, _significand, _words  # _SIG: the chain's significand bits
+from .words import PLAN_PREC, significand_chain, significand, words_of
 
 __all__ = ["FORMS", "FORM_CODES", "NEG_INF16", "dd_product"]
 
@@ -23,7 +23,7 @@ FORM_CODES = {name: code for code, name in enumerate(FORMS)}
 
 
 @functools.lru_cache(maxsize=64)
-def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """``(exact, sigs, exps)`` per head: ``exact[h]`` is ``e`` when the slope is exactly
     ``2**-e`` (an integer exponent), else ``-1``; otherwise the slope is ``sigs[h] *
     2**exps[h]`` (``2**255 <= sigs[h] < 2**256``) to a relative ``2**-220``.
@@ -42,8 +42,8 @@ def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[
     with localcontext() as ctx:
         ctx.prec = PLAN_PREC + 40
         base = (-(Decimal(num) / Decimal(denominator)) * Decimal(2).ln()).exp()
-    r, er = _significand(base)
-    sigs, exps = _chain(r, er, r, er, 2 * m)  # base**1 .. base**(2m)
+    r, er = significand(base)
+    sigs, exps = significand_chain(r, er, r, er, 2 * m)  # base**1 .. base**(2m)
     powers_sig, powers_exp = [0, *sigs], [0, *exps]
     exact = []
     for k in ks:
@@ -53,17 +53,17 @@ def _slope_chain(n_heads: int, max_bias: float) -> tuple[tuple[int, ...], tuple[
 
 
 @functools.lru_cache(maxsize=64)
-def _slope_words(n_heads: int, max_bias: float) -> np.ndarray:
+def slope_words(n_heads: int, max_bias: float) -> np.ndarray:
     """The split slopes every compiled kernel reads, shape ``(4, n_heads)``, read-only.
 
     Column ``h`` holds ``(w1, w2, w3, w4)``: three 21-bit doubles and a remainder whose sum is
     head ``h``'s slope to a relative ``2**-115`` (exactly, when the slope is a power of two),
     so ``n * w1``, ``n * w2``, ``n * w3`` are exact for every integer ``n < 2**32``: the top
-    116 bits of the slope chain (:func:`_slope_chain`), cut as :func:`fastpe._plans.words.split_turns`
+    116 bits of the slope chain (:func:`slope_chain`), cut as :func:`fastpe._plans.words.split_turns`
     cuts.
     """
-    exact, sigs, exps = _slope_chain(n_heads, max_bias)
-    words = _words(list(sigs), list(exps))
+    exact, sigs, exps = slope_chain(n_heads, max_bias)
+    words = words_of(list(sigs), list(exps))
     for h, e in enumerate(exact):
         if e >= 0:
             words[:, h] = (math.ldexp(1.0, -e), 0.0, 0.0, 0.0)
@@ -86,7 +86,7 @@ def dd_product(d, w1, w2, w3, w4):
 
     Plain arithmetic, so the one definition serves scalars and arrays: the numba line
     kernels compile it (:mod:`fastpe._backends.numba.bias`; their disk cache does not see an
-    edit here: clear it), :func:`_narrow_line` runs it on NumPy arrays for the ties, and
+    edit here: clear it), :func:`narrow_line` runs it on NumPy arrays for the ties, and
     ``csrc/fastpe_bias.h``'s ``fastpe_dd_product`` is its C twin.
     """
     a = d * w1
@@ -103,7 +103,7 @@ def dd_product(d, w1, w2, w3, w4):
     return hi, lo
 
 
-def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.ndarray,
+def narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.ndarray,
                  dtype: np.dtype, first: int = 0) -> np.ndarray:
     """The compiled backends' float16 / bfloat16 line: ``line`` (float32, ``(n_heads,
     length)``, ``line[h, n]`` the correctly rounded ``slope_h * (first + n)``, as the line
@@ -130,7 +130,7 @@ def _narrow_line(narrow16, exact_value, n_heads: int, max_bias: float, line: np.
     narrow16(bits32=bits32, bf16=bf16, out=bits, ties=ties)
     idx = np.flatnonzero(ties)
     if idx.size:
-        words = _slope_words(n_heads, max_bias)
+        words = slope_words(n_heads, max_bias)
         h, n = np.divmod(idx, line.shape[1])
         w1, w2, w3, w4 = words[:, h]
         n += first

@@ -79,7 +79,7 @@ def split_turns(v: Decimal) -> tuple[float, float, float, float]:
 
 
 #: bits of the integer significands the chain carries (the words keep 116)
-_SIG = 256
+SIG = 256
 _MASK64 = (1 << 64) - 1
 
 
@@ -101,22 +101,22 @@ def _top_bits(v: Decimal, bits: int, prec: int, e2: int) -> tuple[int, int]:
                 return m, e2 - bits
 
 
-def _significand(v: Decimal) -> tuple[int, int]:
+def significand(v: Decimal) -> tuple[int, int]:
     """``(m, e)`` with ``2**255 <= m < 2**256`` and ``m * 2**e <= v`` the truncation of a
     positive ``v`` (known to the current context's precision) to 256 bits."""
     e2 = int(math.floor((v.adjusted() + 1) * 3.321928094887362))  # ~log2(v)
-    return _top_bits(v, _SIG, PLAN_PREC + 40, e2)
+    return _top_bits(v, SIG, PLAN_PREC + 40, e2)
 
 
-def _words(sigs: list[int], exps: list[int]) -> np.ndarray:
+def words_of(sigs: list[int], exps: list[int]) -> np.ndarray:
     """The words :func:`split_turns` cuts, shape ``(4, n)``, for ``v_k = sigs[k] *
     2**exps[k]`` (256-bit significands), by vectorised bit operations: the top 116 bits of
     each significand, split into three 21-bit words and a 53-bit remainder."""
     n = len(sigs)
-    shift = _SIG - _TOTAL_BITS
+    shift = SIG - _TOTAL_BITS
     hi = np.fromiter(((m >> shift) >> 64 for m in sigs), dtype=np.uint64, count=n)  # 52 bits
     lo = np.fromiter(((m >> shift) & _MASK64 for m in sigs), dtype=np.uint64, count=n)
-    e2 = np.fromiter(exps, dtype=np.int64, count=n) + _SIG  # v = f * 2**e2, f in [1/2, 1)
+    e2 = np.fromiter(exps, dtype=np.int64, count=n) + SIG  # v = f * 2**e2, f in [1/2, 1)
     mask21 = np.uint64(_MASK21)
     w1 = hi >> np.uint64(31)  # bits 95..115 of the 116
     w2 = (hi >> np.uint64(10)) & mask21  # bits 74..94
@@ -136,17 +136,17 @@ def chain_turns(v0: Decimal, ratio: Decimal, count: int) -> np.ndarray:
     integer significands: each step one integer product, truncated back to 256 bits."""
     if count == 0:
         return np.empty((4, 0), dtype=np.float64)
-    return _words(*_chain(*_significand(v0), *_significand(ratio), count))
+    return words_of(*significand_chain(*significand(v0), *significand(ratio), count))
 
 
-def _chain(m: int, e: int, r: int, er: int, count: int) -> tuple[list[int], list[int]]:
+def significand_chain(m: int, e: int, r: int, er: int, count: int) -> tuple[list[int], list[int]]:
     """``(sigs, exps)``: the 256-bit significands and exponents of ``(m 2**e) (r 2**er)**k``,
-    ``k < count`` (both factors as :func:`_significand` gives them); each step one integer
+    ``k < count`` (both factors as :func:`significand` gives them); each step one integer
     product, truncated back to 256 bits."""
     sigs, exps = [m], [e]
     for _ in range(count - 1):
         prod = m * r  # in [2**510, 2**512)
-        cut = prod.bit_length() - _SIG
+        cut = prod.bit_length() - SIG
         m = prod >> cut
         e += er + cut
         sigs.append(m)

@@ -21,23 +21,6 @@ ENTRY = "bias"
 FORMS = ("symmetric", "causal", "bloom", "mpt")
 
 
-def _checked(name: str, check):
-    """A click callback running the library's check of argument ``name`` (exit status 2)."""
-
-    def callback(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return check(value)
-        except (TypeError, ValueError) as exc:
-            message = str(exc)
-            if message.startswith(name + " "):
-                message = message[len(name) + 1:]
-            raise click.BadParameter(message) from None
-
-    return callback
-
-
 def _heads(value):
     from ..alibi import MAX_HEADS
     from .._validate import check_int
@@ -56,23 +39,23 @@ def _length(name: str):
 
 
 def _max_bias(value):
-    from ..alibi import _check_max_bias
+    from ..alibi import check_max_bias
 
-    return _check_max_bias(value)
+    return check_max_bias(value)
 
 
 @click.command(short_help="Write an ALiBi bias (heads, queries, keys) to .npy, .npz or .safetensors.")
-@click.option("--heads", "n_heads", type=int, required=True, callback=_checked("n_heads", _heads), metavar="N",
+@click.option("--heads", "n_heads", type=int, required=True, callback=options.library_check("n_heads", _heads), metavar="N",
               help="Attention heads, 1 to 65536 (the slopes depend on the count).")
-@click.option("--q-len", "q_len", type=int, required=True, callback=_checked("q_len", _length("q_len")),
+@click.option("--q-len", "q_len", type=int, required=True, callback=options.library_check("q_len", _length("q_len")),
               metavar="L", help="Queries (rows).")
-@click.option("--k-len", "k_len", type=int, default=None, callback=_checked("k_len", _length("k_len")),
+@click.option("--k-len", "k_len", type=int, default=None, callback=options.library_check("k_len", _length("k_len")),
               metavar="K", help="Keys (columns). Default: L. symmetric and causal need K >= L.")
 @click.option("--form", type=click.Choice(FORMS, case_sensitive=False), default="symmetric", show_default=True,
               help="symmetric -slope*|p-j|; causal the same with -inf for j > p; bloom slope*j; "
               "mpt slope*(j-K+1) (query i at key position p = i + K - L).")
 @click.option("--max-bias", "max_bias", type=float, default=8.0, show_default=True,
-              callback=_checked("max_bias", _max_bias), metavar="B",
+              callback=options.library_check("max_bias", _max_bias), metavar="B",
               help="The slope schedule's maximum bias, in [2**-16, 64].")
 @dtype_opt
 @options.backend_opt

@@ -40,6 +40,7 @@ __all__ = [
     "human_size",
     "milliseconds",
     "d_model_handler",
+    "library_check",
     "max_len_handler",
     "base_handler",
     "backend_handler",
@@ -84,6 +85,23 @@ def _bad(exc: Exception, name: str) -> click.BadParameter:
     if message.startswith(name + " "):
         message = message[len(name) + 1 :]
     return click.BadParameter(message)
+
+
+def library_check(name: str, check):
+    """A click callback running the library's check of argument ``name`` (exit status 2)."""
+
+    def callback(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except (TypeError, ValueError) as exc:
+            message = str(exc)
+            if message.startswith(name + " "):
+                message = message[len(name) + 1:]
+            raise click.BadParameter(message) from None
+
+    return callback
 
 
 def d_model_handler(ctx, param, value):

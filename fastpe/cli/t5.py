@@ -11,7 +11,6 @@ from __future__ import annotations
 import click
 
 from . import options
-from .alibi import _checked
 from ._write import check_size, default_path, entry, output_opt, summary, write_arrays
 
 __all__ = ["t5_buckets", "ENTRY"]
@@ -49,20 +48,20 @@ def _offset(value):
 
 @click.command("t5-buckets",
                short_help="Write T5 relative-position buckets (queries, keys) to .npy, .npz or .safetensors.")
-@click.option("--q-len", "q_len", type=int, required=True, callback=_checked("q_len", _length("q_len")),
+@click.option("--q-len", "q_len", type=int, required=True, callback=options.library_check("q_len", _length("q_len")),
               metavar="L", help="Queries (rows).")
-@click.option("--k-len", "k_len", type=int, default=None, callback=_checked("k_len", _length("k_len")),
+@click.option("--k-len", "k_len", type=int, default=None, callback=options.library_check("k_len", _length("k_len")),
               metavar="K", help="Keys (columns). Default: L.")
 @click.option("--num-buckets", "num_buckets", type=int, default=32, show_default=True,
-              callback=_checked("num_buckets", _count("num_buckets", 2, "MAX_BUCKETS")), metavar="N",
+              callback=options.library_check("num_buckets", _count("num_buckets", 2, "MAX_BUCKETS")), metavar="N",
               help="Buckets in all (halved per direction unless --unidirectional).")
 @click.option("--max-distance", "max_distance", type=int, default=128, show_default=True,
-              callback=_checked("max_distance", _count("max_distance", 1, "MAX_DISTANCE")), metavar="D",
+              callback=options.library_check("max_distance", _count("max_distance", 1, "MAX_DISTANCE")), metavar="D",
               help="Distances from D on share the last bucket.")
 @click.option("--unidirectional", is_flag=True,
               help="T5's decoder (causal) buckets: future positions share bucket 0.")
 @click.option("--offset", "offset", type=int, default=0, show_default=True,
-              callback=_checked("offset", _offset), metavar="P",
+              callback=options.library_check("offset", _offset), metavar="P",
               help="Position of the first query (tokens already in the cache when decoding).")
 @options.backend_opt
 @output_opt("fastpe t5-buckets", "t5_buckets_<L>x<K>.npy")

@@ -197,17 +197,13 @@ def _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin) -> None:
     module.rope_table(positions=pos, inv_freq=freqs, attention_factor=af, out=table)
     margin = _DECIDE * max(1.0, abs(af))
 
-    def rounder(x):
-        return _dtypes.round_fraction(x, fmt)
-
     for which, x32, out in ((0, c32, out_cos), (1, s32, out_sin)):
         def ties(idx, which=which, x32=x32, out=out):
             rows, cols = np.divmod(idx, width)
             freq = cols % n_freq if layout == "neox" else cols // 2
 
             def exact(t):
-                values = _reference_rope._scaled_cos_sin(int(pos[rows[t]]), freqs[freq[t]], af)
-                return _reference_rope._settle(values, rounder)[which]
+                return _reference_rope.cos_sin_rounded(int(pos[rows[t]]), freqs[freq[t]], af, fmt)[which]
 
             return _dtypes.decide_ties(x32.reshape(-1)[idx], out.dtype, table[rows, which, freq],
                                        margin, exact)

@@ -76,7 +76,7 @@ def test_slopes_of_the_most_heads(n_heads, max_bias):
     every dtype, against mpmath; the split words within 2**-114 of the slope."""
     dtypes = ["float32", "float64", "float16"] + (["bfloat16"] if importlib.util.find_spec("ml_dtypes") else [])
     got = {name: alibi.slopes(n_heads, max_bias, dtype=name) for name in dtypes}
-    words = aplan._slope_words(n_heads, max_bias)
+    words = aplan.slope_words(n_heads, max_bias)
     m = 1 << (n_heads.bit_length() - 1)
     exact = [h for h in range(n_heads) if (Fraction(max_bias) * (h + 1) / m if h < m else 0).denominator == 1]
     rng = np.random.default_rng(n_heads)
@@ -191,7 +191,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
     cases = 0
     # 2**-16 (the least max_bias): slopes within 2**-17 of 1
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5), (3, alibi.MIN_BIAS)]:
-        words = aplan._slope_words(n_heads, max_bias)
+        words = aplan.slope_words(n_heads, max_bias)
         for h in range(n_heads):
             s = alibi_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
@@ -216,7 +216,7 @@ def test_products_nearest_a_midpoint_are_correctly_rounded(name, bits):
 def test_largest_distances(dtype):
     """Distances just below 2**31 and 2**32, 13 heads (not a power of two), against the
     reference; numba and cython identical."""
-    words = aplan._slope_words(13, 8.0)
+    words = aplan.slope_words(13, 8.0)
     fmt = _dtypes.FORMATS[dtype]
     for first in (2**31 - 40, 2**32 - 80):
         lines = [_line(b, words, dtype, first, 80) for b in COMPILED]
@@ -275,7 +275,7 @@ def _tie_cases(name: str, n_keys: int):
     returns the float32 bias, the narrow one, and the flat indices of the ties."""
     x32 = alibi.bias(12, 1, n_keys, form="bloom", max_bias=7.3, backend=FAST[0])
     got = alibi.bias(12, 1, n_keys, form="bloom", max_bias=7.3, dtype=name, backend=FAST[0])
-    return x32, got, _dtypes._ties(x32, _dtypes.FORMATS[name])
+    return x32, got, _dtypes.narrow_ties(x32, _dtypes.FORMATS[name])
 
 
 @pytest.mark.any_backend
@@ -330,7 +330,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
     fmt = _dtypes.FORMATS[name]
     half_even_wrong = cases = 0
     for n_heads, max_bias in [(12, 8.0), (12, 7.3), (6, 5.0), (24, 6.5)]:
-        words = aplan._slope_words(n_heads, max_bias)
+        words = aplan.slope_words(n_heads, max_bias)
         for h in range(n_heads):
             s = alibi_slope(n_heads, max_bias, h)
             if mpmath.isint(mpmath.log(s, 2)):
@@ -343,7 +343,7 @@ def test_narrow_products_nearest_a_tie_are_correctly_rounded(name, bits):
                 got = []
                 for backend in COMPILED:
                     line = _line(backend, words, "float32", n, 1)
-                    narrowed = aplan._narrow_line(_narrow16(backend), alibi_value, n_heads, max_bias, line, dtype, first=n)
+                    narrowed = aplan.narrow_line(_narrow16(backend), alibi_value, n_heads, max_bias, line, dtype, first=n)
                     got.append(float(narrowed[h:h + 1, 0].view(dtype)[0]))
                 assert got == [want] * len(COMPILED), (n_heads, max_bias, h, n)
                 with np.errstate(over="ignore"):  # 65520 and up: inf
@@ -383,7 +383,7 @@ def test_narrow_exact_slopes_round_true_ties_to_even(name, fast_backend):
     for h in range(8):  # slope 2**-(h + 1): the product is exact in float64
         exact = np.ldexp(j.astype(np.float64), -(h + 1))
         np.testing.assert_array_equal(got[h, 0].astype(np.float64), exact.astype(got.dtype).astype(np.float64))
-    ties = _dtypes._ties(alibi.bias(8, 1, n_keys, form="bloom", max_bias=8.0, backend=fast_backend), _dtypes.FORMATS[name])
+    ties = _dtypes.narrow_ties(alibi.bias(8, 1, n_keys, form="bloom", max_bias=8.0, backend=fast_backend), _dtypes.FORMATS[name])
     assert ties.size > 100
 
 

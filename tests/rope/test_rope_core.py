@@ -808,7 +808,6 @@ def test_against_hf_float32(fast_backend):
 def test_low_precision_caches_are_correctly_rounded(backend, dt, layout):
     """float16/bfloat16 caches: every value the correctly rounded one of the exact value
     (the reference's own rounding into that format), not float32 rounded again."""
-    from fractions import Fraction
 
     from fastpe import _dtypes
     from fastpe._exact import rope as _reference_rope
@@ -828,8 +827,7 @@ def test_low_precision_caches_are_correctly_rounded(backend, dt, layout):
     rows = set(np.flatnonzero(naive.any(axis=1)).tolist()) | {0, 1, n - 1}
     for r in sorted(rows):
         for i, f in enumerate(inv):
-            exact = _reference_rope._settle(_reference_rope._scaled_cos_sin(int(r), float(f), af),
-                                            lambda x: _dtypes.round_fraction(Fraction(x), fmt))
+            exact = _reference_rope.cos_sin_rounded(int(r), float(f), af, fmt)
             j = i if layout == "neox" else 2 * i
             assert (float(cos[r, j]), float(sin[r, j])) == exact, (r, i)
     if dt == "float16" and backend != "python":

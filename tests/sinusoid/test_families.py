@@ -391,7 +391,7 @@ def test_narrow16_agrees_with_numpy_casts_on_every_kind_of_float(backend, target
     assert np.array_equal(out[~nan], want[~nan])
     assert np.isnan(out[nan].view(dtype).astype(np.float32)).all()
     want_ties = np.zeros(bits.size, bool)
-    want_ties[_dtypes._ties(x, _dtypes.FORMATS[target])] = True
+    want_ties[_dtypes.narrow_ties(x, _dtypes.FORMATS[target])] = True
     assert np.array_equal(ties, want_ties) and ties.sum() >= 8
 
 

@@ -263,9 +263,9 @@ LINE_COST = 8
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
     from ..._exact.bias import alibi_value
-    from ..._plans.alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
 
-    words = _slope_words(n_heads, max_bias)
+    words = slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
     wide = out.dtype in (np.float32, np.float64)
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
@@ -275,7 +275,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
         _split(lambda lo, hi: _ext_bias.alibi_fill(line, code, out, lo, hi), n_heads * q_len, out.size)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
-    bits = _narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
+    bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
     _split(lambda lo, hi: _ext_bias.alibi_fill16(bits, code, neg_inf, target, lo, hi), n_heads * q_len, out.size)
 

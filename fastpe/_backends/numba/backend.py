@@ -129,9 +129,9 @@ def add_rows(x, pe, scale) -> None:
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
     from ..._exact.bias import alibi_value
-    from ..._plans.alibi import FORM_CODES, NEG_INF16, _narrow_line, _slope_words
+    from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
 
-    words = _slope_words(n_heads, max_bias)
+    words = slope_words(n_heads, max_bias)
     k_len = out.shape[2]
     wide = out.dtype in (np.float32, np.float64)
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
@@ -142,7 +142,7 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
         _run(_kb.alibi_fill_parallel, _kb.alibi_fill_serial, out.size, line, FORM_CODES[form], out)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
-    bits = _narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
+    bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     _run(_kb.alibi_fill16_parallel, _kb.alibi_fill16_serial, out.size,
          bits, FORM_CODES[form], np.uint16(NEG_INF16[out.dtype.name]), out.view(np.uint16))
 

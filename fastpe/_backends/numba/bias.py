@@ -7,7 +7,7 @@ slope, see :mod:`fastpe.alibi`), and :func:`_alibi_fill` copies each output row 
 head's line, negated and masked as the form says -- a memory-bound gather.  Negation is
 exact, so ``-round(x) == round(-x)``; ``0.0 - v`` keeps a zero distance ``+0.0``.  float16
 and bfloat16 take the float32 line, narrowed with every tie decided by the exact product
-(:func:`fastpe._plans.alibi._narrow_line`), and :func:`_alibi_fill16` spreads its bit patterns.
+(:func:`fastpe._plans.alibi.narrow_line`), and :func:`_alibi_fill16` spreads its bit patterns.
 
 T5 likewise: a bucket is ``max_exact`` plus the number of plan thresholds at or below the
 distance (a binary search over a few dozen integers); the matrix fills a line of the
