@@ -21,7 +21,7 @@
 #endif
 
 /* the ALiBi forms' codes: fastpe/_plans/alibi.py's FORM_CODES, which the cython backend and
- * tests/test_one_home.py compare with the extension's FORM_CODES, built from these */
+ * tests/backends/test_one_home.py compare with the extension's FORM_CODES, built from these */
 enum { FASTPE_SYMMETRIC = 0, FASTPE_CAUSAL = 1, FASTPE_BLOOM = 2, FASTPE_MPT = 3, FASTPE_N_FORMS };
 
 /* d * (w1 + w2 + w3 + w4) as a double-double (hi, lo), for an integer |d| < 2**32: the first

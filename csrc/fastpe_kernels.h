@@ -180,7 +180,7 @@ static inline void fastpe_sincos_turns(double p, double v1, double v2, double v3
  * (< 2**-46) would be too large a relative error: then the pair comes from the exact path at
  * p directly.  One definition for forward and for tables, as in the numba kernels.
  * FASTPE_STEPS and the threshold 2**-14 are fastpe/_plans/words.py's STEPS and TINY: the
- * cython backend refuses a build whose values differ, and tests/test_one_home.py checks them.
+ * cython backend refuses a build whose values differ, and tests/backends/test_one_home.py checks them.
  */
 #define FASTPE_STEPS 64
 /* the threshold as a double (RoPE's unscaled products) and as a float (float32 row values) */

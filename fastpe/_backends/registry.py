@@ -7,7 +7,7 @@ kernels assume valid input) and what the operation writes.  :data:`OPERATIONS` i
 from it, so a new operation is one method here; each :class:`Operation` also says which of
 its arguments it writes and how a fast backend must agree with the ``python`` one
 (bit for bit, or within an ULP where the design says so).  Test cases for every operation
-are in :mod:`fastpe._backends.cases`; ``tests/test_contract.py`` runs every operation on
+are in :mod:`fastpe._backends.cases`; ``tests/backends/test_contract.py`` runs every operation on
 every available backend on those cases, and the benchmark workloads name the operations
 they exercise.
 

@@ -107,7 +107,7 @@ _SPEC_KEYS = ("fastpe", "function", "params")
 #: tracemalloc: :func:`fastpe.sinusoid.table_rows` computes them in float32 a block of at most
 #: ``_api._NARROW_VALUES`` values at a time and narrows each block (the float32 scratch, the
 #: narrowed copy and the float64 tie scan of :func:`fastpe._dtypes.narrow`: ~51 bytes a
-#: value).  float32 and float64 rows are computed in place.  tests/test_save.py checks the
+#: value).  float32 and float64 rows are computed in place.  tests/io/test_save.py checks the
 #: peak against the budget.
 _NARROW_BYTES_PER_VALUE = 52
 

@@ -4,7 +4,7 @@ The kernels evaluate ``sin(2*pi*r)`` and ``cos(2*pi*r)`` for a reduced argument 
 turns, ``|r| <= 1/8 + 2**-30``.  Folding ``2*pi`` into the coefficients saves a multiply and
 a rounding.  The coefficients are the Taylor ones, ``(-1)**k (2*pi)**n / n!`` with
 ``n = 2k+1`` (sine) or ``n = 2k`` (cosine), rounded to the nearest double (values computed
-with mpmath at 40 digits; ``tests/test_poly.py`` recomputes and compares them).
+with mpmath at 40 digits; ``tests/backends/test_poly.py`` recomputes and compares them).
 
 Why these degrees: at ``|r| = 1/8`` the first omitted term is 4.6e-17 for the sine (degree 17)
 and 1.0e-15 for the cosine (degree 16), against results >= 0.7 there, i.e. relative errors

@@ -47,7 +47,7 @@ PLAN_PREC = 60
 #: the anchors' spacing: ``a = p - p % STEPS``, and the step table of a frequency set holds
 #: the exact-path ``cos(m w), sin(m w)`` for ``m < STEPS``.  The numba kernels freeze it when
 #: they compile (their disk cache does not see a change here: clear it); the C kernels have it
-#: as ``FASTPE_STEPS``, which the cython backend and ``tests/test_one_home.py`` check.
+#: as ``FASTPE_STEPS``, which the cython backend and ``tests/backends/test_one_home.py`` check.
 STEPS = 64
 #: below this magnitude an anchored product (a float32 table value, or RoPE's double before
 #: the attention factor) is replaced by the exact path at ``p``; ``FASTPE_TINY`` and

@@ -4,7 +4,7 @@ Importing this module raises :class:`ImportError` when the optional extensions (
 ``_ext_bias``, the attention biases) were not built;
 fastpe then falls back to its other backends.  The C kernels are the twin of the numba ones:
 the same exact path and the same anchored products (see :mod:`fastpe._plans.words`), so the same
-bits (``tests/test_cython.py`` checks it).
+bits (``tests/backends/test_cython.py`` checks it).
 
 Parallelism uses plain Python threads, each filling a block of rows (or, for the in-place
 RoPE rotation, a block of work items) with the GIL released.
