@@ -3,46 +3,61 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# optional peers for tests and benchmarks (never runtime dependencies); PEERS=0 skips them
+# `make peers` (and so test, bench) adds the test extras and the optional peers the tests and
+# benchmarks compare against (never runtime dependencies); PEERS=0 leaves out the peers
 PEERS  ?= 1
 BACKENDS := numba cython python
 
-.PHONY: all setup run test test-fast check bench bench-compare clean
+.PHONY: all install peers setup run test test-fast check bench bench-compare clean
 
 all: test
 
+# fastpe and what it needs at run time, nothing else (make run, make check)
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.pyx csrc/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# editable install: builds the Cython extension in place (fatal if FASTPE_REQUIRE_EXT=1)
-	$(PIP) install --quiet -e '.[test]'
-	if [ "$(PEERS)" = "1" ]; then \
-	  $(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"; \
-	  $(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"; \
-	  $(PIP) install --quiet transformers || echo "transformers not installed: HF parity tests will skip"; \
-	  $(PIP) install --quiet diffusers || echo "diffusers not installed: its timestep parity test will skip"; \
-	fi
+	$(PIP) install --quiet -e .
 	touch $@
 
-setup: $(VENV)/.installed
+# the test extras, from the installed fastpe's metadata (no second build); remade whenever
+# fastpe is, so `make run` then `make test` in one clone installs them
+$(VENV)/.extras: $(VENV)/.installed
+	$(PIP) install --quiet 'fastpe[test]'
+	touch $@
 
-run: setup
+# the optional peers; a peer that fails to install makes its tests skip, saying so
+$(VENV)/.peers: $(VENV)/.extras
+	$(PIP) install --quiet torch==2.13.0 || echo "torch not installed: its peer tests will skip"
+	$(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"
+	$(PIP) install --quiet transformers || echo "transformers not installed: HF parity tests will skip"
+	$(PIP) install --quiet diffusers || echo "diffusers not installed: its timestep parity test will skip"
+	touch $@
+
+install: $(VENV)/.installed
+
+peers: $(VENV)/.extras $(if $(filter 1,$(PEERS)),$(VENV)/.peers)
+
+# everything the tests and benchmarks use
+setup: peers
+
+run: install
 	$(VENV)/bin/fastpe table --d-model 512 --max-len 2048
 
 # The whole suite once with numba as the default, every backend crossed by the tests'
 # backend fixture; then once with each other backend as the default, the fixture taking just
 # that one (FASTPE_TEST_BACKENDS=default).  The install tests (marked slow) build throwaway
 # environments and need running only once.
-test: setup
+test: peers
 	FASTPE_BACKEND=numba $(PY) -m pytest -q
 	for b in cython python; do \
 	  FASTPE_BACKEND=$$b FASTPE_TEST_BACKENDS=default $(PY) -m pytest -q -m "not slow" || exit 1; \
 	done
 
-test-fast: setup
+test-fast: peers
 	$(PY) -m pytest -q -m "not slow"
 
-check: setup
+check: install
 	$(VENV)/bin/fastpe check
 
 BENCH_DIR  ?= .benchmarks
@@ -51,13 +66,13 @@ BENCH_ARGS ?=
 # bench/ is outside the default test paths.  `make bench` records a run, its Markdown table
 # (what the README shows) and the baseline; `make bench-compare` reruns and fails when a
 # fastpe median is more than 10% slower than the baseline (recording one if there is none).
-bench: setup
+bench: peers
 	mkdir -p $(BENCH_DIR)
 	$(PY) -m pytest bench/ -q --benchmark-json=$(BENCH_DIR)/last.json --benchmark-autosave --benchmark-storage=$(BENCH_DIR) $(BENCH_ARGS)
 	$(PY) bench/report.py $(BENCH_DIR)/last.json -o $(BENCH_DIR)/table.md
 	cp $(BENCH_DIR)/last.json $(BENCH_DIR)/baseline.json
 
-bench-compare: setup
+bench-compare: peers
 	$(PY) bench/compare.py --run $(BENCH_DIR)/current.json --baseline $(BENCH_DIR)/baseline.json $(BENCH_ARGS)
 
 clean:
