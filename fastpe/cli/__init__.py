@@ -28,6 +28,8 @@ import click
 
 from .._version import __version__
 from .._io.atomic import Terminated, signals_raise
+from .._backends.registry import BACKENDS
+from . import options
 from .alibi import alibi
 from .check import check
 from .grid import grid
@@ -111,21 +113,33 @@ class FastpeGroup(click.Group):
             sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
 
-@click.group(cls=FastpeGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="More output (repeatable); tracebacks on failure.")
-@click.option("-q", "--quiet", count=True, help="Less output: only errors (and results asked for).")
+#: what each backend is, for the group's help (in the order the default tries them)
+_BACKEND_NOTES = {"cython": "compiled", "numba": "compiled, parallel", "python": "the exact reference, slow"}
+
+_HELP = f"""Exact positional encodings, fast: sinusoidal tables (every convention), RoPE
+cos/sin caches (Hugging Face's scalings), ALiBi biases, T5 relative-position buckets, 2-D/3-D
+sin-cos grids (ViT, MAE, video) and diffusion timestep embeddings, each written to .npy, .npz
+or .safetensors with the spec that made it; heatmaps of them (plot).
+
+Every value is within 1 ULP of the correctly rounded true value (in practice it is that
+value); `fastpe check` verifies this on this machine.  Backends, in the order the default
+tries them: {", ".join(f"{name} ({_BACKEND_NOTES.get(name, name)})" for name in BACKENDS)};
+--backend or $FASTPE_BACKEND picks one, `fastpe info` shows which load here.
+"""
+
+
+@click.group(cls=FastpeGroup, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help=options.VERBOSE_HELP)
+@click.option("-q", "--quiet", count=True, help=options.QUIET_HELP)
 @click.version_option(__version__, "-V", "--version", prog_name="fastpe", message="%(prog)s %(version)s")
 @click.pass_context
 def main(ctx: click.Context, verbose: int, quiet: int) -> None:
-    """Exact sinusoidal positional encodings, fast.
-
-    Every value is within 1 ULP of the correctly rounded float32 of the true value (in
-    practice it is that value); `fastpe check` verifies this on this machine.  Backends:
-    numba (parallel), cython, python (the exact reference, slow).
-    """
+    # the help is _HELP
     ctx.ensure_object(dict)
     ctx.obj["verbosity"] = verbose - quiet
 
 
 for _command in COMMANDS:
+    # -v/-q are the group's; every command takes them too, after its name
+    _command.params.extend(options.verbosity_options())
     main.add_command(_command)

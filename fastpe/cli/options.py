@@ -57,7 +57,14 @@ __all__ = [
     "min_timescale_opt",
     "max_timescale_opt",
     "dtype_opt",
+    "VERBOSE_HELP",
+    "QUIET_HELP",
+    "verbosity_options",
 ]
+
+#: the help of -v and -q, the group's and every command's: one text each
+VERBOSE_HELP = "More output (repeatable); tracebacks on failure. Before or after the command."
+QUIET_HELP = "Less output: only errors (and results asked for). Before or after the command."
 
 
 class InputError(click.ClickException):
@@ -102,6 +109,28 @@ def library_check(name: str, check):
             raise click.BadParameter(message) from None
 
     return callback
+
+
+def _add_verbosity(sign: int):
+    def callback(ctx, param, value):
+        # the group's own -v/-q have set the count already (its callback runs before the
+        # command's options are parsed); a command run on its own starts from 0
+        obj = ctx.ensure_object(dict)
+        obj["verbosity"] = obj.get("verbosity", 0) + sign * value
+        return value
+
+    return callback
+
+
+def verbosity_options() -> list[click.Option]:
+    """``-v/--verbose`` and ``-q/--quiet`` for a command: counted into the same verbosity as
+    the group's, so ``fastpe -q grid ...`` and ``fastpe grid ... -q`` are the same."""
+    return [
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_add_verbosity(+1),
+                     help=VERBOSE_HELP),
+        click.Option(["-q", "--quiet"], count=True, expose_value=False, callback=_add_verbosity(-1),
+                     help=QUIET_HELP),
+    ]
 
 
 def d_model_handler(ctx, param, value):

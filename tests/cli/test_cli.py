@@ -402,6 +402,62 @@ def test_help_lists_the_commands():
 
 
 @pytest.mark.any_backend
+def test_help_says_what_fastpe_covers_and_the_default_backend_order():
+    text = " ".join(run("--help").stdout.split())
+    for covered in ("sinusoidal tables", "RoPE", "ALiBi", "T5", "grids", "timestep", "heatmaps"):
+        assert covered in text, covered
+    order = text.index("in the order the default tries them")
+    positions = [text.index(name, order) for name in BACKENDS]
+    assert positions == sorted(positions) and BACKENDS[0] == "cython", (BACKENDS, text[order:])
+
+
+#: each array command, as small as it goes
+SMALL = {
+    "table": ("--d-model", "4", "--max-len", "3"),
+    "grid": ("--height", "2", "--width", "2", "--d-model", "8"),
+    "timestep": ("--d-model", "4", "--steps", "3"),
+    "alibi": ("--heads", "2", "--q-len", "3"),
+    "t5-buckets": ("--q-len", "3"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(SMALL))
+def test_quiet_and_verbose_go_before_or_after_the_command(in_tmp, command):
+    args = (command, *SMALL[command])
+    assert run(*args).stdout.startswith("wrote ")
+    for quiet in (("-q", *args), (*args, "-q"), (*args, "--quiet")):
+        result = run(*quiet)
+        assert result.exit_code == 0 and result.stdout == "", (quiet, result.output)
+    # the counts add up wherever they are: -q before and -v after is the default's output
+    assert run("-q", *args, "-v").stdout.startswith("wrote ")
+    assert run("-v", *args, "-q").stdout.startswith("wrote ")
+
+
+@pytest.mark.any_backend
+def test_verbose_after_the_command_shows_more_and_the_traceback(in_tmp, monkeypatch):
+    assert "spec in " in run("table", "--d-model", "4", "--max-len", "3", "-v").stdout
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(fastpe, "save_table", fail)
+    verbose = run("table", "--d-model", "8", "--max-len", "2", "-v")
+    assert verbose.exit_code == 1 and "Traceback" in verbose.stderr
+
+
+@pytest.mark.any_backend
+def test_every_command_takes_quiet_and_verbose_with_the_groups_help():
+    from fastpe.cli import COMMANDS, main
+    from fastpe.cli.options import QUIET_HELP, VERBOSE_HELP
+
+    for command in (main, *COMMANDS):
+        helps = {opt: p.help for p in command.params for opt in getattr(p, "opts", ())}
+        assert (helps["-q"], helps["--quiet"], helps["-v"], helps["--verbose"]) == (
+            QUIET_HELP, QUIET_HELP, VERBOSE_HELP, VERBOSE_HELP), command.name
+        assert "-q" in run(*([] if command is main else [command.name]), "--help").stdout
+
+
+@pytest.mark.any_backend
 def test_bare_fastpe_shows_the_help():
     result = run()
     assert result.exit_code in (0, 2)  # click < 8.2 exits 0, later versions 2
