@@ -4,10 +4,11 @@ PyTorch is an optional peer of fastpe, never a requirement: ``import fastpe`` do
 import it, and only this module does.  Without torch installed, ``import fastpe.torch``
 raises an :class:`ImportError` that says so.
 
-* :class:`SinusoidalPositionalEncoding` -- a drop-in for the ``PositionalEncoding`` module
-  of PyTorch's "Language Modeling with nn.Transformer" tutorial, whose table is fastpe's
-  exact float32 table (the tutorial's float32 ``exp``/``sin``/``cos`` drift from the true
-  values as positions grow) and which grows when a longer input arrives.
+* :class:`SinusoidalPositionalEncoding` (also exported as :class:`PositionalEncoding`) -- a
+  drop-in for the ``PositionalEncoding`` module of PyTorch's "Language Modeling with
+  nn.Transformer" tutorial, whose table is fastpe's exact table in the module's dtype (the
+  tutorial's float32 ``exp``/``sin``/``cos`` drift from the true values as positions grow)
+  and which grows when a longer input arrives.
 * :class:`RotaryEmbedding` -- RoPE for ``(q, k)`` with every Hugging Face scaling rule
   (:mod:`fastpe.rope`); CPU float32 tensors rotate in place through fastpe's kernels,
   anything else through torch with fastpe's exact cos/sin caches.
@@ -28,9 +29,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a child interprete
 
 import numpy as np
 
-from . import PosEncConfig, rope, table
-from . import forward as sinusoid_forward  # not to be read as the modules' forward
-from .sinusoid import DEFAULT_BASE
+from . import PosEncConfig, rope
+from ._dtypes import resolve as resolve_dtype
+from .sinusoid import DEFAULT_BASE, table_rows
 from ._validate import (
     POSITION_LIMIT,
     check_d_model,
@@ -43,7 +44,12 @@ from ._validate import (
 )
 from .rope import _scaling
 
-__all__ = ["SinusoidalPositionalEncoding", "RotaryEmbedding"]
+__all__ = ["SinusoidalPositionalEncoding", "PositionalEncoding", "RotaryEmbedding"]
+
+#: the torch dtypes fastpe computes exactly, by their fastpe names (float16 and bfloat16
+#: correctly rounded from the exact values, not narrowed from float32)
+EXACT_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                torch.bfloat16: "bfloat16"}
 
 
 def _check_bool(name: str, value) -> bool:
@@ -68,30 +74,62 @@ def _as_index(name: str, value, low: int = 0) -> int:
     return check_int(name, value, low=low)
 
 
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor over ``a``'s memory, no copy (bfloat16, which torch cannot take from
+    NumPy, through its 16-bit words)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 # ============================================================================ sinusoidal
+
+
+def _table_rows(d_model: int, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``start .. stop - 1`` of fastpe's table in ``dtype``, a ``(stop - start, d_model)``
+    CPU tensor: computed by fastpe in that dtype (:data:`EXACT_DTYPES`), or -- any other
+    floating dtype -- its float64 rows converted by torch."""
+    name = EXACT_DTYPES.get(dtype, "float64")
+    rows = np.empty((stop - start, d_model), dtype=resolve_dtype(name))
+    table_rows(PosEncConfig(d_model, stop, DEFAULT_BASE), start, rows)
+    t = _from_numpy(rows)
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+#: the stored tables a checkpoint may hold are compared this many values at a time
+_CHECK_CHUNK = 1 << 20
 
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the sinusoidal positional encoding to ``x``, then applies dropout.
 
     A drop-in for the ``PositionalEncoding`` module of PyTorch's "Language Modeling with
-    nn.Transformer" tutorial (``pe[:, 0::2] = sin``, ``pe[:, 1::2] = cos``, base 10000;
-    ``forward`` returns ``dropout(x + pe[:seq_len])``), with three differences that matter:
+    nn.Transformer" tutorial, in its batch-first form: the same constructor
+    ``(d_model, dropout=0.1, max_len=5000)``, the same registered buffer ``pe`` of shape
+    ``(1, max_len, d_model)`` (``pe[0, :, 0::2]`` sines, ``pe[0, :, 1::2]`` cosines, base
+    10000), saved in ``state_dict``, and the same ``forward``: ``dropout(x + pe[:, :seq])``.
+    What differs:
 
-    * the table is :func:`fastpe.table`: every value within one float32 ULP of the true
-      ``sin(p * w_i)`` / ``cos(p * w_i)``, where the tutorial's float32 arithmetic is off by
-      up to ``p * 2**-24`` radians; an odd ``d_model`` ends with a sine column;
-    * inputs longer than the table grow it (to at least twice its length, computed by
-      fastpe) instead of failing, and ``forward(x, offset=n)`` encodes positions
-      ``n .. n + seq - 1`` (decoding with a key/value cache);
+    * ``pe`` is :func:`fastpe.table` in the buffer's dtype: float32 values within one ULP of
+      the true ``sin(p * w_i)`` / ``cos(p * w_i)``, where the tutorial's float32 arithmetic
+      is off by up to ``p * 2**-24`` radians; an odd ``d_model`` ends with a sine column.
+    * ``.to(dtype)``, ``.half()``, ``.bfloat16()``, ``.double()``, ``.float()`` recompute the
+      table in the new dtype (float16 and bfloat16 correctly rounded, float64 fastpe's
+      doubles) instead of rounding the float32 one a second time; other floating dtypes get
+      the float64 table converted by torch.
+    * Inputs longer than the table grow it (to at least twice its length, the new rows
+      computed by fastpe in the buffer's dtype) instead of failing, and
+      ``forward(x, offset=n)`` encodes positions ``n .. n + seq - 1`` (decoding with a
+      key/value cache).
+    * ``load_state_dict`` takes a stored ``pe`` of shape ``(1, L, d_model)`` or the
+      sequence-first tutorial's ``(L, 1, d_model)``, for any length ``L``, checks that it is
+      the sinusoidal table (within the tutorial's float32 error and the rounding of its
+      dtype; anything else is an error of ``load_state_dict``), and keeps fastpe's exact
+      table of length ``L`` in place of the stored values.  A ``state_dict`` without ``pe``
+      (from an earlier fastpe, whose table was not saved) loads too.
     * ``batch_first=True`` (the default) takes ``(batch, seq, d_model)``; ``False`` takes the
-      tutorial's ``(seq, batch, d_model)``.  An unbatched ``(seq, d_model)`` also works.
-
-    The table is the buffer ``pe`` of shape ``(max_len, d_model)``, non-persistent: it is
-    not in ``state_dict()`` (it is recomputed exactly, never learned), and follows
-    ``.to(device)`` / ``.to(dtype)`` / ``.half()`` as any buffer does; growth keeps its
-    device and dtype.  A checkpoint saved with the tutorial's module, whose ``pe`` is
-    persistent, still loads (strictly): its ``pe`` entry is ignored.
+      sequence-first tutorial's ``(seq, batch, d_model)``.  An unbatched ``(seq, d_model)``
+      also works.
 
     ``x + pe`` follows torch's type promotion (a float16 ``x`` with a float32 table gives
     float32), as in the tutorial; convert the module with ``.to(dtype)`` to match ``x``.
@@ -100,50 +138,53 @@ class SinusoidalPositionalEncoding(nn.Module):
     ----------
     d_model:
         Size of each position's vector, ``1 .. 65536``.
-    max_len:
-        Rows computed up front, ``>= 1``; longer inputs grow the table.
     dropout:
         Dropout probability in ``[0, 1]`` (an ``nn.Dropout`` applied after the addition).
+    max_len:
+        Rows computed up front, ``>= 1``; longer inputs grow the table.
     batch_first:
-        ``True``: ``x`` is ``(batch, seq, d_model)``; ``False``: ``(seq, batch, d_model)``.
+        Keyword only.  ``True``: ``x`` is ``(batch, seq, d_model)``; ``False``:
+        ``(seq, batch, d_model)``.
     """
 
     pe: torch.Tensor
 
-    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0, batch_first: bool = True):
+    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000, *, batch_first: bool = True):
         super().__init__()
         self.d_model = check_d_model(d_model)
-        max_len = check_max_len(max_len)
         p = check_finite_real("dropout", dropout)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout must be in [0, 1], got {p!r}")
+        max_len = check_max_len(max_len)
         self.batch_first = _check_bool("batch_first", batch_first)
         self.dropout = nn.Dropout(p)
-        self.register_buffer("pe", torch.from_numpy(table(self.d_model, max_len)), persistent=False)
+        self.register_buffer("pe", _table_rows(self.d_model, 0, max_len, torch.float32)[None])
 
     @property
     def max_len(self) -> int:
         """Rows in the table now (it grows with the inputs)."""
-        return int(self.pe.shape[0])
+        return int(self.pe.shape[1])
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, batch_first={self.batch_first}"
 
+    def _table(self, length: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """fastpe's ``(1, length, d_model)`` table in ``dtype`` on ``device``."""
+        return _table_rows(self.d_model, 0, length, dtype)[None].to(device)
+
     def _grow(self, needed: int) -> None:
         """Extend ``pe`` to at least ``needed`` rows (at least doubling, so a stream of ever
         longer inputs costs amortised linear work); only the new rows are computed, by
-        fastpe, bit-identical to a table built that long from the start."""
+        fastpe in the buffer's dtype, bit-identical to a table built that long from the start."""
         old = self.max_len
         new = min(max(needed, 2 * old), POSITION_LIMIT)
-        rows = np.empty((new - old, self.d_model), dtype=np.float32)
-        sinusoid_forward(np.arange(old, new, dtype=np.int64), PosEncConfig(self.d_model, new, DEFAULT_BASE), rows)
-        grown = torch.empty((new, self.d_model), device=self.pe.device, dtype=self.pe.dtype)
-        grown[:old] = self.pe
-        grown[old:] = torch.from_numpy(rows)  # converted to the buffer's dtype and device
+        grown = torch.empty((1, new, self.d_model), device=self.pe.device, dtype=self.pe.dtype)
+        grown[:, :old] = self.pe
+        grown[0, old:] = _table_rows(self.d_model, old, new, self.pe.dtype)  # same dtype: only moved
         self.pe = grown
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """``dropout(x + pe[offset : offset + seq])``, broadcast over the batch.
+        """``dropout(x + pe[:, offset : offset + seq])``, broadcast over the batch.
 
         ``x``: ``(batch, seq, d_model)`` (``batch_first``), ``(seq, batch, d_model)``
         (otherwise) or ``(seq, d_model)``.  ``offset``: the first position, ``>= 0`` (an int
@@ -163,15 +204,77 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"offset + seq must be <= 2**32, got {offset} + {seq} = {end}")
         if end > self.max_len:
             self._grow(end)
-        pe = self.pe[offset:end]
-        if x.ndim == 3 and not self.batch_first:
-            pe = pe.unsqueeze(1)  # (seq, 1, d_model) against (seq, batch, d_model)
+        if x.ndim == 3 and self.batch_first:
+            pe = self.pe[:, offset:end]  # the tutorial's pe[:, :x.size(1)]
+        elif x.ndim == 3:
+            pe = self.pe[0, offset:end].unsqueeze(1)  # (seq, 1, d_model) against (seq, batch, d_model)
+        else:
+            pe = self.pe[0, offset:end]
         return self.dropout(x + pe)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # the tutorial's module saved `pe`; ours is recomputed, so a stored one is not unexpected
-        state_dict.pop(prefix + "pe", None)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def _apply(self, fn, recurse=True):
+        # .to(dtype), .half(), .double(), ...: a new dtype gets fastpe's table in that dtype,
+        # not the old values rounded again (a device move keeps the values as they are)
+        dtype = self.pe.dtype
+        result = super()._apply(fn, recurse)
+        if self.pe.dtype != dtype:
+            self.pe = self._table(self.max_len, self.pe.dtype, self.pe.device)
+        return result
+
+    def _stored_length(self, stored) -> int:
+        """The length of a checkpoint's ``pe`` if it is this module's table (see the class
+        notes), else a ValueError saying what it is."""
+        d = self.d_model
+        if not isinstance(stored, torch.Tensor) or not stored.is_floating_point():
+            what = f"dtype {stored.dtype}" if isinstance(stored, torch.Tensor) else type(stored).__name__
+            raise ValueError(f"must be a floating-point tensor, got {what}")
+        shape = tuple(stored.shape)
+        if len(shape) != 3 or shape[2] != d or 1 not in shape[:2] or shape[0] * shape[1] == 0:
+            raise ValueError(f"has shape {shape}, not (1, max_len, {d}) or the sequence-first "
+                             f"tutorial's (max_len, 1, {d})")
+        length = shape[0] * shape[1]
+        if length > POSITION_LIMIT:
+            raise ValueError(f"has {length} rows, more than 2**32")
+        if stored.device.type == "meta":
+            return length
+        # the tutorial's float32 angle p * w is off by up to p * 2**-19 radians (tested); the
+        # stored dtype adds its rounding
+        slack = 2.0**-20 + float(torch.finfo(stored.dtype).eps)
+        values = stored.detach().reshape(length, d)
+        rows = max(1, _CHECK_CHUNK // d)
+        for start in range(0, length, rows):
+            stop = min(length, start + rows)
+            got = values[start:stop].to("cpu", torch.float64).numpy()
+            want = _table_rows(d, start, stop, torch.float64).numpy()
+            tol = np.arange(start, stop, dtype=np.float64)[:, None] * 2.0**-18 + slack
+            bad = ~(np.abs(got - want) <= tol)  # NaN is bad too
+            if bad.any():
+                r, j = (int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(f"is not the sinusoidal encoding (base 10000) of d_model = {d}: at position "
+                                 f"{start + r}, column {j} it holds {float(got[r, j])!r} where the encoding is "
+                                 f"{float(want[r, j])!r}")
+        return length
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # the stored table is checked, then replaced by fastpe's own of the same length: the
+        # values torch copies into `pe` are the exact ones (state_dict is torch's own copy)
+        key = prefix + "pe"
+        if key in state_dict:
+            try:
+                length = self._stored_length(state_dict[key])
+            except ValueError as exc:
+                error_msgs.append(f"{key} {exc}")
+            else:
+                if length != self.max_len:
+                    self.pe = self._table(length, self.pe.dtype, self.pe.device)
+        state_dict[key] = self.pe  # also where it is missing: a table is never missing
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+
+#: the tutorial's name for the module
+PositionalEncoding = SinusoidalPositionalEncoding
 
 
 # ================================================================================ rotary

@@ -1,8 +1,9 @@
 """fastpe.torch: the PyTorch modules against their peers.
 
 * SinusoidalPositionalEncoding against the PyTorch tutorial's ``PositionalEncoding``
-  (written out below: float32 ``exp``/``sin``/``cos``), within that formula's float32
-  error, and bit for bit against ``fastpe.table``; growth, layouts, dropout, buffers.
+  (written out below, sequence-first and batch-first: float32 ``exp``/``sin``/``cos``),
+  within that formula's float32 error, and bit for bit against ``fastpe.table``; growth,
+  layouts, dropout, the ``pe`` buffer, checkpoints, dtypes.
 * RotaryEmbedding: the in-place path bit for bit against ``fastpe.rope.apply_qk_``; HF
   transformers' ``apply_rotary_pos_emb`` within float32 error; the torch path (float64,
   non-contiguous, autograd, 16-bit) against the in-place path.
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -24,22 +26,34 @@ torch = pytest.importorskip("torch", reason="torch is an optional peer of fastpe
 
 import fastpe  # noqa: E402
 from fastpe import rope  # noqa: E402
-from fastpe.torch import RotaryEmbedding, SinusoidalPositionalEncoding  # noqa: E402
+from fastpe.torch import PositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding  # noqa: E402
 
 from conftest import fastpe_env  # noqa: E402
 from support.cli import same_bits  # noqa: E402
+from support.oracle import check_against_mpmath, mp_correct, table_value_fn  # noqa: E402
 
 
-def table(d_model: int, max_len: int) -> torch.Tensor:
-    return torch.from_numpy(fastpe.table(d_model, max_len))
+def table(d_model: int, max_len: int, dtype=None) -> torch.Tensor:
+    """fastpe's table as a tensor (bfloat16 through its bits)."""
+    a = fastpe.table(d_model, max_len, dtype=dtype)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def encoding(d_model: int, max_len: int, **kw) -> SinusoidalPositionalEncoding:
+    """The module without dropout (the tutorial's default, 0.1, would zero values in training mode)."""
+    return SinusoidalPositionalEncoding(d_model, dropout=0.0, max_len=max_len, **kw)
 
 
 # ================================================================== the tutorial's module
 
 
 class TutorialPositionalEncoding(torch.nn.Module):
-    """The formula of PyTorch's "Language Modeling with nn.Transformer" tutorial:
-    (seq, batch, d_model) inputs, float32 arithmetic, a persistent ``pe`` buffer."""
+    """``PositionalEncoding`` of PyTorch's "Language Modeling with nn.Transformer" tutorial
+    (pytorch/tutorials, beginner_source/transformer_tutorial.py), as written there:
+    (seq, batch, d_model) inputs, float32 arithmetic, a persistent ``pe`` of shape
+    (max_len, 1, d_model)."""
 
     def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
         super().__init__()
@@ -52,7 +66,29 @@ class TutorialPositionalEncoding(torch.nn.Module):
         self.register_buffer("pe", pe)
 
     def forward(self, x):
-        return self.dropout(x + self.pe[: x.size(0)])
+        x = x + self.pe[: x.size(0)]
+        return self.dropout(x)
+
+
+class TutorialBatchFirstPositionalEncoding(torch.nn.Module):
+    """The same tutorial module in its batch-first form, as models built on
+    ``batch_first=True`` layers write it: the tutorial's code with ``pe`` of shape
+    (1, max_len, d_model) (``pe[0, :, 0::2] = sin``, ``pe[0, :, 1::2] = cos``) and
+    ``forward`` adding ``self.pe[:, :x.size(1)]`` to (batch, seq, d_model) inputs."""
+
+    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
+        super().__init__()
+        self.dropout = torch.nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(1, max_len, d_model)
+        pe[0, :, 0::2] = torch.sin(position * div_term)
+        pe[0, :, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[:, : x.size(1)]
+        return self.dropout(x)
 
 
 def tutorial_bound(max_len: int) -> torch.Tensor:
@@ -71,29 +107,58 @@ def test_matches_the_tutorial_within_its_float32_error(d_model):
     torch.manual_seed(0)
     max_len = 1024
     theirs = TutorialPositionalEncoding(d_model, dropout=0.0, max_len=max_len)
-    ours = SinusoidalPositionalEncoding(d_model, max_len=max_len, batch_first=False)
+    ours = encoding(d_model, max_len, batch_first=False)
     x = torch.randn(max_len, 2, d_model)
     a, b = ours(x), theirs(x)
     assert a.shape == b.shape and a.dtype == b.dtype == torch.float32
     diff = (a.double() - b.double()).abs().amax(dim=1)  # (seq, d_model)
     assert (diff <= tutorial_bound(max_len)).all()
     # the tables themselves: the tutorial's error grows with the position, ours does not
-    delta = (ours.pe.double() - theirs.pe[:, 0].double()).abs()
+    delta = (ours.pe[0].double() - theirs.pe[:, 0].double()).abs()
     assert (delta <= tutorial_bound(max_len)).all()
     assert delta[-100:].max() > 2**-16  # the tutorial's drift is far larger than a float32 ULP
 
 
+def test_batch_first_matches_the_batch_first_tutorial():
+    torch.manual_seed(0)
+    theirs = TutorialBatchFirstPositionalEncoding(32, dropout=0.0, max_len=256)
+    ours = PositionalEncoding(32, dropout=0.0, max_len=256)
+    assert ours.pe.shape == theirs.pe.shape == (1, 256, 32)
+    x = torch.randn(3, 200, 32)
+    a, b = ours(x), theirs(x)
+    assert a.shape == b.shape == x.shape
+    assert ((a.double() - b.double()).abs().amax(dim=0) <= tutorial_bound(200)).all()
+    assert same_bits(a, x + ours.pe[:, :200])
+
+
 @pytest.mark.parametrize("d_model", [1, 7, 16, 33])
 def test_table_is_fastpe_table_bit_for_bit(d_model):
-    m = SinusoidalPositionalEncoding(d_model, max_len=50)
-    assert same_bits(m.pe, table(d_model, 50))
+    m = encoding(d_model, 50)
+    assert m.pe.shape == (1, 50, d_model)
+    assert same_bits(m.pe[0], table(d_model, 50))
     assert same_bits(m(torch.zeros(3, 50, d_model))[2], table(d_model, 50))
+
+
+@pytest.mark.any_backend
+def test_the_tutorial_constructor():
+    """The tutorial's arguments, order and defaults: (d_model, dropout=0.1, max_len=5000);
+    PositionalEncoding is the same class."""
+    import inspect
+
+    assert PositionalEncoding is SinusoidalPositionalEncoding
+    params = inspect.signature(SinusoidalPositionalEncoding).parameters
+    assert list(params)[:3] == ["d_model", "dropout", "max_len"]
+    assert params["dropout"].default == 0.1 and params["max_len"].default == 5000
+    assert params["batch_first"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_default_arguments():
     m = SinusoidalPositionalEncoding(8)
-    assert m.max_len == 5000 and m.batch_first is True and m.dropout.p == 0.0
+    assert m.max_len == 5000 and m.batch_first is True and m.dropout.p == 0.1
+    assert m.pe.shape == (1, 5000, 8)
     assert "d_model=8" in repr(m) and "max_len=5000" in repr(m)
+    m = SinusoidalPositionalEncoding(8, 0.2, 30)  # positionally, as the tutorial's model calls it
+    assert m.dropout.p == 0.2 and m.max_len == 30
 
 
 # ================================================================================ layouts
@@ -103,22 +168,22 @@ def test_batch_first_both_ways_and_unbatched():
     torch.manual_seed(1)
     pe = table(12, 20)
     x = torch.randn(3, 20, 12)  # (batch, seq, d)
-    out = SinusoidalPositionalEncoding(12, 20, batch_first=True)(x)
+    out = encoding(12, 20, batch_first=True)(x)
     assert same_bits(out, x + pe[None])
 
     xs = x.transpose(0, 1).contiguous()  # (seq, batch, d)
-    out_s = SinusoidalPositionalEncoding(12, 20, batch_first=False)(xs)
+    out_s = encoding(12, 20, batch_first=False)(xs)
     assert same_bits(out_s, xs + pe[:, None])
     assert same_bits(out_s.transpose(0, 1), out)
 
     for batch_first in (True, False):  # (seq, d): no batch
-        m = SinusoidalPositionalEncoding(12, 20, batch_first=batch_first)
+        m = encoding(12, 20, batch_first=batch_first)
         assert same_bits(m(x[0, :7]), x[0, :7] + pe[:7])
 
 
 def test_shorter_inputs_take_the_first_rows():
     x = torch.ones(2, 5, 4)
-    assert same_bits(SinusoidalPositionalEncoding(4, 100)(x), x + table(4, 5))
+    assert same_bits(encoding(4, 100)(x), x + table(4, 5))
 
 
 # ================================================================================= growth
@@ -126,37 +191,42 @@ def test_shorter_inputs_take_the_first_rows():
 
 def test_growth_equals_a_table_built_that_long():
     torch.manual_seed(2)
-    m = SinusoidalPositionalEncoding(10, max_len=8)
+    m = encoding(10, 8)
     x = torch.randn(2, 37, 10)
     out = m(x)
     assert m.max_len == 37  # more than double: exactly what is needed
-    assert same_bits(out, SinusoidalPositionalEncoding(10, max_len=37)(x))
-    assert same_bits(m.pe, table(10, 37))
+    assert same_bits(out, encoding(10, 37)(x))
+    assert same_bits(m.pe[0], table(10, 37))
 
     out = m(torch.zeros(1, 40, 10))  # a little longer: at least doubles
-    assert m.max_len == 74
-    assert same_bits(m.pe, table(10, 74))
+    assert m.max_len == 74 and m.pe.shape == (1, 74, 10)
+    assert same_bits(m.pe[0], table(10, 74))
     assert same_bits(out[0], table(10, 40))
 
 
-def test_growth_keeps_dtype_and_device():
-    m = SinusoidalPositionalEncoding(6, max_len=4).to(torch.float64)
-    out = m(torch.zeros(1, 9, 6, dtype=torch.float64))
-    assert m.pe.dtype == torch.float64 and out.dtype == torch.float64
-    assert same_bits(m.pe, table(6, 9).double())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_growth_keeps_dtype_and_computes_in_it(dtype):
+    m = encoding(6, 4).to(dtype)
+    out = m(torch.zeros(1, 9, 6, dtype=dtype))
+    assert m.pe.dtype == dtype and out.dtype == dtype
+    name = str(dtype).removeprefix("torch.")
+    assert same_bits(m.pe[0], table(6, 9, dtype=name))  # the new rows too: fastpe's, in that dtype
 
+
+def test_growth_keeps_the_device():
     # a device other than the CPU, without a GPU: only the growth itself (the first addition
     # on "meta" tensors loads seconds of torch's meta kernels)
-    meta = SinusoidalPositionalEncoding(6, max_len=4).to("meta")
+    meta = encoding(6, 4).to("meta")
     meta._grow(9)
     assert meta.pe.device.type == "meta" and meta.max_len == 9 and meta.pe.dtype == torch.float32
 
 
-def test_growth_is_not_in_state_dict_and_keeps_buffer_non_persistent():
-    m = SinusoidalPositionalEncoding(4, max_len=2)
+def test_grown_table_is_what_state_dict_saves():
+    m = encoding(4, 2)
     m(torch.zeros(1, 5, 4))
     assert dict(m.named_buffers()).keys() == {"pe"}
-    assert "pe" not in m.state_dict()
+    saved = m.state_dict()
+    assert list(saved) == ["pe"] and same_bits(saved["pe"][0], table(4, 5))
 
 
 # ================================================================================= offset
@@ -164,7 +234,7 @@ def test_growth_is_not_in_state_dict_and_keeps_buffer_non_persistent():
 
 def test_offset_encodes_later_positions():
     torch.manual_seed(3)
-    m = SinusoidalPositionalEncoding(8, max_len=16)
+    m = encoding(8, 16)
     x = torch.randn(2, 3, 8)
     assert same_bits(m(x, offset=5), x + table(8, 8)[5:8])
     assert same_bits(m(x, offset=torch.tensor(5)), m(x, offset=5))
@@ -180,7 +250,7 @@ def test_offset_encodes_later_positions():
 
 def test_offset_seq_first():
     x = torch.zeros(3, 2, 8)  # (seq, batch, d)
-    m = SinusoidalPositionalEncoding(8, max_len=4, batch_first=False)
+    m = encoding(8, 4, batch_first=False)
     out = m(x, offset=2)
     assert same_bits(out[:, 1], table(8, 5)[2:5])
 
@@ -201,53 +271,170 @@ def test_dropout_eval_is_identity_and_train_zeroes_a_fraction():
     assert same_bits(out[~dropped], (plain * 2.0)[~dropped])  # survivors scaled by 1/(1-p)
 
 
-def test_state_dict_has_no_table():
-    m = SinusoidalPositionalEncoding(8, max_len=10)
-    assert len(m.state_dict()) == 0
-    assert "pe" in dict(m.named_buffers())
+def test_state_dict_holds_the_table():
+    m = encoding(8, 10)
+    saved = m.state_dict()
+    assert list(saved) == ["pe"] and saved["pe"].shape == (1, 10, 8)
+    assert same_bits(saved["pe"][0], table(8, 10))
 
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.proj = torch.nn.Linear(8, 8)
-            self.pos = SinusoidalPositionalEncoding(8, max_len=10)
+            self.pos = encoding(8, 10)
 
-    assert set(Model().state_dict()) == {"proj.weight", "proj.bias"}
+    assert set(Model().state_dict()) == {"proj.weight", "proj.bias", "pos.pe"}
 
 
-def test_loads_a_tutorial_checkpoint_strictly():
-    class Tutorial(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = torch.nn.Linear(8, 8)
-            self.pos = TutorialPositionalEncoding(8, max_len=10)
+class Tutorial(torch.nn.Module):
+    """A model around the tutorial's module (either form)."""
 
-    class Ours(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = torch.nn.Linear(8, 8)
-            self.pos = SinusoidalPositionalEncoding(8, max_len=10, batch_first=False)
+    def __init__(self, encoder, d_model=8, max_len=10):
+        super().__init__()
+        self.proj = torch.nn.Linear(d_model, d_model)
+        self.pos = encoder(d_model, max_len=max_len)
 
-    saved = Tutorial().state_dict()
-    assert "pos.pe" in saved
-    model = Ours()
+
+class Ours(torch.nn.Module):
+    def __init__(self, d_model=8, max_len=10, **kw):
+        super().__init__()
+        self.proj = torch.nn.Linear(d_model, d_model)
+        self.pos = PositionalEncoding(d_model, max_len=max_len, **kw)
+
+
+@pytest.mark.parametrize("encoder, batch_first", [(TutorialBatchFirstPositionalEncoding, True),
+                                                  (TutorialPositionalEncoding, False)],
+                         ids=["batch-first", "seq-first"])
+def test_loads_a_tutorial_checkpoint_strictly(encoder, batch_first, tmp_path):
+    """A checkpoint of a model built on the tutorial's module (through a file, as one is
+    shared) loads with load_state_dict(strict=True); its float32-drifted table is replaced
+    by fastpe's exact one, its other weights load as they were saved."""
+    torch.manual_seed(5)
+    theirs = Tutorial(encoder, 16, 300)
+    torch.save(theirs.state_dict(), tmp_path / "model.pt")
+    saved = torch.load(tmp_path / "model.pt")
+    model = Ours(16, 300, batch_first=batch_first)
     result = model.load_state_dict(saved, strict=True)
     assert not result.missing_keys and not result.unexpected_keys
-    assert "pos.pe" in saved  # the caller's dict is left as it was
-    assert torch.equal(model.proj.weight, saved["proj.weight"])
-    assert same_bits(model.pos.pe, table(8, 10))
+    assert "pos.pe" in saved and same_bits(saved["pos.pe"], theirs.pos.pe)  # the caller's dict is left as it was
+    assert torch.equal(model.proj.weight, saved["proj.weight"]) and torch.equal(model.proj.bias, saved["proj.bias"])
+    assert same_bits(model.pos.pe[0], table(16, 300))
+    assert not torch.equal(model.pos.pe.reshape(-1), saved["pos.pe"].reshape(-1))  # not the stored drift
+    # the two models then agree within the tutorial's error, in the tutorial's layout
+    x = torch.randn(4, 300, 16) if batch_first else torch.randn(300, 4, 16)
+    theirs.pos.eval(), model.pos.eval()
+    diff = (model.pos(x) - theirs.pos(x)).abs().amax(dim=0 if batch_first else 1)
+    assert (diff.double() <= tutorial_bound(300)).all()
+    # ...and our own checkpoint loads back into the batch-first tutorial's module
+    back = Tutorial(TutorialBatchFirstPositionalEncoding, 16, 300)
+    back.load_state_dict(Ours(16, 300).state_dict(), strict=True)
+    assert same_bits(back.pos.pe[0], table(16, 300))
 
 
-def test_to_float64_and_back():
-    m = SinusoidalPositionalEncoding(8, max_len=10).to(torch.float64)
-    assert m.pe.dtype == torch.float64
-    assert same_bits(m.pe, table(8, 10).double())  # float32 values, exactly widened
-    x = torch.randn(2, 10, 8, dtype=torch.float64)
-    assert same_bits(m(x), x + table(8, 10).double())
-    m.float()
-    assert same_bits(m.pe, table(8, 10))
+def test_a_checkpoint_of_another_length_sets_the_length():
+    saved = Tutorial(TutorialBatchFirstPositionalEncoding, 8, 64).state_dict()
+    model = Ours(8, 10)
+    model.load_state_dict(saved)
+    assert model.pos.max_len == 64 and same_bits(model.pos.pe[0], table(8, 64))
+    grown = encoding(8, 4)
+    grown(torch.zeros(1, 30, 8))  # our own grown table, saved and loaded into a short module
+    short = encoding(8, 2)
+    short.load_state_dict(grown.state_dict())
+    assert short.max_len == 30 and same_bits(short.pe, grown.pe)
+
+
+def test_a_state_dict_without_the_table_loads():
+    """Earlier fastpe did not save the table: such a checkpoint loads strictly."""
+    model = Ours(8, 10)
+    weights = {k: v for k, v in Ours(8, 10).state_dict().items() if k != "pos.pe"}
+    result = model.load_state_dict(weights, strict=True)
+    assert not result.missing_keys and same_bits(model.pos.pe[0], table(8, 10))
+
+
+@pytest.mark.parametrize("stored, message", [
+    pytest.param(torch.zeros(1, 10, 6), r"pos\.pe has shape \(1, 10, 6\), not \(1, max_len, 8\)", id="d-model"),
+    pytest.param(torch.zeros(10, 8), r"pos\.pe has shape \(10, 8\)", id="2-d"),
+    pytest.param(torch.zeros(2, 10, 8), r"pos\.pe has shape \(2, 10, 8\)", id="batch-2"),
+    pytest.param(torch.zeros(1, 0, 8), r"pos\.pe has shape \(1, 0, 8\)", id="empty"),
+    pytest.param(torch.zeros(1, 10, 8, dtype=torch.int32), "pos.pe must be a floating-point tensor", id="int"),
+    pytest.param(torch.randn(1, 10, 8), r"pos\.pe is not the sinusoidal encoding \(base 10000\) of d_model = 8: "
+                 "at position 0, column 0", id="learned"),
+    pytest.param(torch.full((1, 10, 8), float("nan")), "is not the sinusoidal encoding", id="nan"),
+])
+def test_a_stored_table_that_is_not_the_encoding_is_refused(stored, message):
+    """load_state_dict's error names the key and what is wrong; the table is left as it was."""
+    model = Ours(8, 10)
+    weights = {**Ours(8, 10).state_dict(), "pos.pe": stored}
+    before = model.pos.pe.clone()
+    with pytest.raises(RuntimeError, match=message):
+        model.load_state_dict(weights)
+    assert same_bits(model.pos.pe, before)
+
+
+def test_a_stored_table_of_another_base_is_refused():
+    class Base1000(TutorialBatchFirstPositionalEncoding):
+        def __init__(self, d_model, max_len):
+            super().__init__(d_model, max_len=max_len)
+            position = torch.arange(max_len).unsqueeze(1)
+            div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(1000.0) / d_model))
+            self.pe[0, :, 0::2] = torch.sin(position * div_term)
+            self.pe[0, :, 1::2] = torch.cos(position * div_term)
+
+    with pytest.raises(RuntimeError, match="is not the sinusoidal encoding"):
+        Ours(8, 10).load_state_dict(Tutorial(Base1000, 8, 10).state_dict())
+
+
+def test_a_16_bit_tutorial_checkpoint_loads():
+    """A tutorial model converted with .half() stores its table rounded once more."""
+    saved = Tutorial(TutorialBatchFirstPositionalEncoding, 16, 200).half().state_dict()
+    model = Ours(16, 200).half()
+    model.load_state_dict(saved)
+    assert same_bits(model.pos.pe[0], table(16, 200, dtype="float16"))
+
+
+# ============================================================ dtypes: recomputed, not cast
+
+
+def test_to_dtype_recomputes_the_table_exactly():
+    """.half(), .bfloat16(), .double(), .to(dtype) and .float() give fastpe's table in that
+    dtype, bit for bit -- not the float32 table rounded again, which is wrong where that
+    float32 is a tie of the narrower format (d_model 45, 320 rows has such values) or, for
+    float64, everywhere past float32's precision."""
+    d, n = 45, 320
+    m = encoding(d, n)
+    f32 = m.pe.clone()
+    for convert, name in ((lambda: m.half(), "float16"), (lambda: m.bfloat16(), "bfloat16"),
+                          (lambda: m.double(), "float64"), (lambda: m.to(torch.float16), "float16"),
+                          (lambda: m.to(dtype=torch.bfloat16), "bfloat16"), (lambda: m.float(), "float32")):
+        assert convert() is m
+        assert str(m.pe.dtype) == f"torch.{name}" and m.pe.shape == (1, n, d)
+        assert same_bits(m.pe[0], table(d, n, dtype=name)), name
+        cast = f32.to(m.pe.dtype)
+        wrong = (m.pe != cast).nonzero().tolist()
+        if name == "float32":
+            assert not wrong
+            continue
+        assert wrong, f"{name}: the cast is right everywhere here, so this test shows nothing"
+        for _, p, j in wrong[:20]:
+            fn = table_value_fn(p, j, d, 10000.0, "interleaved", "d", 1.0, None)
+            ours, theirs = float(m.pe[0, p, j]), float(cast[0, p, j])
+            if name == "float64":  # fastpe's double is within 2**-45 of the true value
+                check_against_mpmath(ours, fn, "float64", f"pe[{p}, {j}]")
+                with mpmath.workdps(60):
+                    assert abs(mpmath.mpf(theirs) - fn()) > 2.0**-45
+            else:  # the correctly rounded value, which the cast misses
+                assert mp_correct(fn, name) == ours != theirs, (name, p, j)
     m.half()
-    assert same_bits(m.pe, table(8, 10).half())
+    x = torch.randn(2, n, d).half()
+    assert same_bits(m(x), x + m.pe)  # float16 arithmetic against the float16 table
+
+
+def test_a_device_move_keeps_the_values():
+    m = encoding(8, 10).half()
+    before = m.pe.clone()
+    m.to("cpu")
+    m.to(torch.device("cpu"), torch.float16)
+    assert same_bits(m.pe, before)
 
 
 # ============================================================================= bad input
@@ -255,23 +442,26 @@ def test_to_float64_and_back():
 
 @pytest.mark.any_backend
 @pytest.mark.parametrize(
-    "kwargs, exc, message",
+    "args, kwargs, exc, message",
     [
-        pytest.param({"d_model": 0}, ValueError, "d_model must be >= 1", id="d-zero"),
-        pytest.param({"d_model": 2.0}, TypeError, "d_model must be an integer", id="d-float"),
-        pytest.param({"d_model": True}, TypeError, "d_model must be an integer", id="d-bool"),
-        pytest.param({"d_model": 8, "max_len": 0}, ValueError, "max_len must be >= 1", id="len-zero"),
-        pytest.param({"d_model": 8, "max_len": "9"}, TypeError, "max_len must be an integer", id="len-str"),
-        pytest.param({"d_model": 8, "dropout": -0.1}, ValueError, r"dropout must be in \[0, 1\]", id="p-neg"),
-        pytest.param({"d_model": 8, "dropout": 1.5}, ValueError, r"dropout must be in \[0, 1\]", id="p-big"),
-        pytest.param({"d_model": 8, "dropout": float("nan")}, ValueError, "dropout must be finite", id="p-nan"),
-        pytest.param({"d_model": 8, "dropout": "0.1"}, TypeError, "dropout must be a real", id="p-str"),
-        pytest.param({"d_model": 8, "batch_first": 1}, TypeError, "batch_first must be True or False", id="bf"),
+        pytest.param((), {"d_model": 0}, ValueError, "d_model must be >= 1", id="d-zero"),
+        pytest.param((), {"d_model": 2.0}, TypeError, "d_model must be an integer", id="d-float"),
+        pytest.param((), {"d_model": True}, TypeError, "d_model must be an integer", id="d-bool"),
+        pytest.param((), {"d_model": 8, "max_len": 0}, ValueError, "max_len must be >= 1", id="len-zero"),
+        pytest.param((), {"d_model": 8, "max_len": "9"}, TypeError, "max_len must be an integer", id="len-str"),
+        pytest.param((), {"d_model": 8, "dropout": -0.1}, ValueError, r"dropout must be in \[0, 1\]", id="p-neg"),
+        pytest.param((), {"d_model": 8, "dropout": 1.5}, ValueError, r"dropout must be in \[0, 1\]", id="p-big"),
+        pytest.param((), {"d_model": 8, "dropout": float("nan")}, ValueError, "dropout must be finite", id="p-nan"),
+        pytest.param((), {"d_model": 8, "dropout": "0.1"}, TypeError, "dropout must be a real", id="p-str"),
+        pytest.param((), {"d_model": 8, "batch_first": 1}, TypeError, "batch_first must be True or False", id="bf"),
+        # the order of the tutorial: a length in dropout's place is refused, not taken as a rate
+        pytest.param((8, 2048), {}, ValueError, r"dropout must be in \[0, 1\], got 2048", id="old-order"),
+        pytest.param((8, 0.1, 100, True), {}, TypeError, "positional argument", id="batch-first-positional"),
     ],
 )
-def test_bad_construction(kwargs, exc, message):
+def test_bad_construction(args, kwargs, exc, message):
     with pytest.raises(exc, match=message):
-        SinusoidalPositionalEncoding(**kwargs)
+        SinusoidalPositionalEncoding(*args, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -290,7 +480,7 @@ def test_bad_construction(kwargs, exc, message):
     ],
 )
 def test_bad_forward(x, kwargs, exc, message):
-    m = SinusoidalPositionalEncoding(8, max_len=4)
+    m = encoding(8, 4)
     with pytest.raises(exc, match=message):
         m(x, **kwargs)
     assert m.max_len == 4  # nothing grew

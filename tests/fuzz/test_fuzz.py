@@ -1559,7 +1559,7 @@ def test_torch_modules(data):
     seq = data.draw(st.integers(1, 30))
     offset = data.draw(st.integers(0, 5))
     batch_first = data.draw(st.booleans())
-    module = fastpe_torch.SinusoidalPositionalEncoding(d_model, max_len, 0.0, batch_first)
+    module = fastpe_torch.SinusoidalPositionalEncoding(d_model, 0.0, max_len, batch_first=batch_first)
     x = torch.randn((2, seq, d_model) if batch_first else (seq, 2, d_model))
     y = module(x, offset=offset)
     pe = torch.from_numpy(fastpe.table(d_model, offset + seq))[offset:]
