@@ -33,7 +33,7 @@ from . import options
 
 __all__ = [
     "BFLOAT16_NOTE", "dtype_opt", "check_output", "output_opt", "default_path", "entry", "check_size", "write_arrays",
-    "summary",
+    "dtype_text", "summary",
 ]
 
 #: the note every command writing bfloat16 shows in its help
@@ -94,11 +94,16 @@ def output_opt(writer: str, default: str, *, holds: str = ""):
     )
 
 
-def _stored_as(array, path: str) -> str:
-    """What the summary line adds after the shape: how bfloat16 was stored."""
+def dtype_text(dtype, path: str) -> str:
+    """The dtype as every summary line names it: its name, and for bfloat16 in a format that
+    stores it as its bit patterns (``.npy``, ``.npz``) ``bfloat16 (as uint16 bits)``, the
+    dtype ``numpy.load`` will show."""
     from .._io.writers import writer_for
 
-    return " as uint16 bits" if array.dtype.name == "bfloat16" and writer_for(path).bfloat16_as_uint16 else ""
+    name = getattr(dtype, "name", str(dtype))
+    if name == "bfloat16" and writer_for(path).bfloat16_as_uint16:
+        return "bfloat16 (as uint16 bits)"
+    return name
 
 
 def default_path(name: str, writer: str = "fastpe") -> str:
@@ -184,7 +189,7 @@ def write_arrays(path: str, entries, compute: Callable[[], dict], spec: dict):
 def summary(path: str, array, what: str, backend: str, compute_s: float, write_s: float) -> str:
     """The one-line report of a written array, in the form ``fastpe table`` prints."""
     return (
-        f"wrote {path}: {array.dtype.name} {array.shape}{_stored_as(array, path)}, {what}, "
+        f"wrote {path}: {dtype_text(array.dtype, path)} {array.shape}, {what}, "
         f"{options.human_size(array.nbytes)}, backend {backend}, "
         f"{options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
     )

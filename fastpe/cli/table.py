@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from . import options
-from ._write import default_path, output_opt
+from ._write import default_path, dtype_text, output_opt
 
 __all__ = ["table"]
 
@@ -148,7 +148,7 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -
     verbosity = (ctx.obj or {}).get("verbosity", 0)
     if verbosity >= 0:
         click.echo(
-            f"wrote {saved.path}: {saved.dtype} {saved.shape}, {options.human_size(saved.nbytes)}, "
+            f"wrote {saved.path}: {dtype_text(saved.dtype, saved.path)} {saved.shape}, {options.human_size(saved.nbytes)}, "
             f"backend {saved.backend}, {options.milliseconds(saved.compute_seconds)} compute + "
             f"{options.milliseconds(saved.write_seconds)} write"
         )

@@ -233,6 +233,9 @@ def test_every_command_writes_every_format(in_tmp, name, dtype, fmt):
     assert result.exit_code == 0, (result.output, result.stderr)
     lines = result.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"wrote {target}: "), result.stdout
+    if case.dtype:  # every command names the dtype in the same words, bfloat16's storage included
+        shown = "bfloat16 (as uint16 bits)" if dtype == "bfloat16" and fmt != ".safetensors" else dtype
+        assert lines[0].startswith(f"wrote {target}: {shown} ("), lines[0]
     assert listing(in_tmp) == files_of(target)  # no temporary file left
 
     expected = case.expected(dtype)

@@ -23,7 +23,7 @@ from support.cli import assert_one_line_error, run, same_bits
 from support.cli import ok as check_summary
 
 SUMMARY = re.compile(
-    r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<rows>\d+), (?P<cols>\d+)\)(?P<bits> as uint16 bits)?, "
+    r"wrote (?P<path>\S+): (?P<dtype>\w+)(?P<bits> \(as uint16 bits\))? \((?P<rows>\d+), (?P<cols>\d+)\), "
     r"(?P<what>.+), [\d.]+ (B|KiB|MiB|GiB), backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
 )
 
@@ -84,7 +84,7 @@ def test_grid_summary_names_order_and_cls_token(in_tmp):
 
 def test_grid_bfloat16_is_stored_as_uint16_bits(in_tmp):
     m = ok(run("grid", "--frames", 2, "--height", 3, "--width", 2, "--d-model", 6, "--dtype", "bfloat16", "-o", "b.npy"))
-    assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
+    assert m["dtype"] == "bfloat16" and m["bits"] == " (as uint16 bits)"
     raw = np.load("b.npy")
     assert raw.dtype == np.uint16
     expected = fg.sincos_3d(2, 3, 2, 6, dtype="bfloat16", backend=DEFAULT)
@@ -198,7 +198,7 @@ def test_timestep_summary_names_the_column_order(in_tmp):
 
 def test_timestep_bfloat16_is_stored_as_uint16_bits(in_tmp):
     m = ok(run("timestep", "--d-model", 8, "--steps", 20, "--dtype", "bfloat16", "-o", "b.npy"))
-    assert m["dtype"] == "bfloat16" and m["bits"] == " as uint16 bits"
+    assert m["dtype"] == "bfloat16" and m["bits"] == " (as uint16 bits)"
     raw = np.load("b.npy")
     assert raw.dtype == np.uint16
     assert same_bits(raw.view(ml_dtypes.bfloat16), fastpe.timestep(np.arange(20.0), 8, dtype="bfloat16",

@@ -34,7 +34,8 @@ D, L = 10, 203
 ROWS = 23  # rows per chunk: 9 chunks, the last of 19 rows
 
 SUMMARY = re.compile(
-    r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<rows>\d+), (?P<cols>\d+)\), [\d.]+ (B|KiB|MiB|GiB), "
+    r"wrote (?P<path>\S+): (?P<dtype>\w+)(?P<bits> \(as uint16 bits\))? \((?P<rows>\d+), (?P<cols>\d+)\), "
+    r"[\d.]+ (B|KiB|MiB|GiB), "
     r"backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
 )
 
@@ -69,6 +70,7 @@ def test_every_format_and_dtype_streams_in_chunks(in_tmp, chunk_starts, fmt, dty
     assert result.exit_code == 0, result.output
     match = SUMMARY.fullmatch(result.stdout.strip())
     assert match and (match["path"], match["dtype"], match["rows"], match["cols"]) == (f"pe{fmt}", dtype, str(L), str(D))
+    assert match["bits"] == (" (as uint16 bits)" if dtype == "bfloat16" and fmt != ".safetensors" else None)
     assert match["backend"] == DEFAULT and result.stderr == ""
     assert chunk_starts == [(r, min(ROWS, L - r)) for r in range(0, L, ROWS)]  # before table's own
     assert same_bits(read_table(f"pe{fmt}", dtype), fastpe.table(D, L, dtype=dtype, backend=DEFAULT))
