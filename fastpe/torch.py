@@ -302,7 +302,8 @@ class RotaryEmbedding(nn.Module):
 
     Configured as :func:`fastpe.rope.inv_freq` is, with the model's ``rope_scaling`` /
     ``rope_parameters`` dict verbatim (``default``, ``linear``, ``dynamic``, ``yarn``,
-    ``llama3``, ``longrope``).  ``layout="neox"`` pairs dimension ``i`` with
+    ``llama3``, ``longrope``): ``RotaryEmbedding(head_dim, scaling=config.rope_parameters)``
+    takes the dict's ``rope_theta``.  ``layout="neox"`` pairs dimension ``i`` with
     ``i + rotary_dim/2`` (HF Llama's ``rotate_half``); ``"gptj"`` pairs ``2i`` with
     ``2i + 1``.  Dimensions past ``rotary_dim`` pass through unchanged.
 
@@ -328,8 +329,8 @@ class RotaryEmbedding(nn.Module):
     head_dim:
         Size of one head (the last dimension of ``q`` and ``k``).
     base:
-        RoPE theta.  ``None`` takes the dict's ``rope_theta`` (else 10000); an explicit
-        value that contradicts the dict is a ``ValueError``.
+        RoPE theta.  ``None`` (the default) takes the dict's ``rope_theta``, else 10000; an
+        explicit value that contradicts the dict is a ``ValueError``.
     scaling:
         ``None`` or an HF rope dict (copied; later changes to it have no effect).
     layout:
@@ -344,7 +345,7 @@ class RotaryEmbedding(nn.Module):
     The module holds no parameters or buffers (its ``state_dict`` is empty).
     """
 
-    def __init__(self, head_dim: int, base=DEFAULT_BASE, scaling=None, layout: str = "neox", rotary_dim=None,
+    def __init__(self, head_dim: int, base=None, scaling=None, layout: str = "neox", rotary_dim=None,
                  *, max_position_embeddings=None):
         super().__init__()
         self.layout = check_layout(layout)
@@ -362,36 +363,41 @@ class RotaryEmbedding(nn.Module):
                 f"rope_type={self.spec.rope_type!r}, layout={self.layout!r}")
 
     def cos_sin(self, positions, *, seq_len=None, dtype=torch.float32, device=None):
-        """The ``(len(positions), rotary_dim)`` cos and sin caches as torch tensors.
+        """The cos and sin caches of ``positions`` as torch tensors: ``(seq, rotary_dim)``
+        for positions ``(seq,)``, ``(batch, seq, rotary_dim)`` for ``(batch, seq)`` (HF's
+        ``position_ids``).
 
         As :func:`fastpe.rope.cos_sin` (multiplied by the attention factor, in this module's
-        layout), converted to ``dtype`` on ``device``: float32 values are within 1 ULP of
-        exact, float64 ones are the doubles fastpe's kernels round from.  A drop-in for the
-        ``(cos, sin)`` of HF's rotary modules (``cos[positions]``).
+        layout), computed by fastpe in ``dtype`` and put on ``device`` (CPU by default):
+        float32 values within 1 ULP of exact, float64 the doubles fastpe's kernels round
+        from, float16 and bfloat16 correctly rounded.  On the CPU the tensors share the
+        arrays fastpe filled (no copy).  A drop-in for the ``(cos, sin)`` of HF's rotary
+        modules; ``seq_len`` as in :meth:`forward` (default: the largest position plus one).
         """
-        pos = _positions_numpy(positions)
-        if pos.ndim != 1:
-            raise ValueError(f"positions must be 1-D, got shape {pos.shape}")
         dtype = torch.float32 if dtype is None else dtype
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a torch floating dtype, got {dtype!r}")
-        return self._cos_sin(check_position_grid(pos, ((pos.shape[0],),)), seq_len, dtype, device)
+        if dtype not in EXACT_DTYPES:
+            raise TypeError(f"dtype must be torch.float32, torch.float64, torch.float16 or torch.bfloat16, "
+                            f"got {dtype!r}")
+        pos = _positions_numpy(positions)
+        if pos.ndim not in (1, 2):
+            raise ValueError(f"positions must have shape (seq,) or (batch, seq), got {pos.shape}")
+        pos = check_position_grid(pos, (pos.shape,))
+        seq_len = _scaling.check_seq_len(seq_len)
+        cos, sin = self._cos_sin(pos.reshape(-1), seq_len, dtype, device)
+        shape = (*pos.shape, self.rotary_dim)
+        return cos.view(shape), sin.view(shape)
 
     def _cos_sin(self, pos: np.ndarray, seq_len, dtype, device):
-        """Caches for flat, validated ``pos``, from the kernels' doubles (float32 of a double
-        is what fastpe's float32 cache holds, so one computation serves every dtype)."""
-        cos, sin = rope.cos_sin(pos, self.head_dim, seq_len=seq_len, dtype=np.float64, **self._kwargs)
-        if dtype != torch.float64:
-            cos, sin = cos.astype(np.float32), sin.astype(np.float32)
-        cos_t = torch.from_numpy(cos).to(device=device, dtype=dtype)
-        sin_t = torch.from_numpy(sin).to(device=device, dtype=dtype)
-        return cos_t, sin_t
+        """Caches for flat, validated ``pos``, computed by fastpe in ``dtype`` itself."""
+        cos, sin = rope.cos_sin(pos, self.head_dim, seq_len=seq_len, dtype=EXACT_DTYPES[dtype], **self._kwargs)
+        return _from_numpy(cos).to(device), _from_numpy(sin).to(device)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions=None, *, offset=0, seq_len=None):
         """Rotate ``q`` and ``k`` by RoPE at ``positions``; return ``(q_rotated, k_rotated)``.
 
         Shapes, as :func:`fastpe.rope.apply_qk_`: ``(batch, heads, seq, head_dim)`` with
-        ``positions`` ``(seq,)`` or ``(batch, seq)``, or ``(tokens, heads, head_dim)`` with
+        ``positions`` ``(seq,)``, ``(batch, seq)`` or ``(1, seq)`` (one row for every batch
+        row, as HF's ``position_ids`` often are), or ``(tokens, heads, head_dim)`` with
         ``(tokens,)``; ``q`` and ``k`` may differ in their head counts only.  ``positions``:
         integers in ``[0, 2**32)`` -- a tensor on any device, an array or a list; or
         ``None`` for ``offset, offset + 1, ...`` (``offset`` 0 by default; a non-zero
@@ -410,8 +416,10 @@ class RotaryEmbedding(nn.Module):
             start = check_offset(offset, n_seq)
             pos = np.arange(start, start + n_seq, dtype=np.int64)
         else:
-            shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
+            shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq), (1, n_seq))
             pos = check_position_grid(_positions_numpy(positions), shapes)
+            if pos.ndim == 2 and pos.shape[0] == 1:
+                pos = pos[0]  # (1, seq): the same positions for every batch row
         seq_len = _scaling.check_seq_len(seq_len)
 
         if _fast_path_ok(q) and _fast_path_ok(k):

@@ -7,6 +7,8 @@
 * RotaryEmbedding: the in-place path bit for bit against ``fastpe.rope.apply_qk_``; HF
   transformers' ``apply_rotary_pos_emb`` within float32 error; the torch path (float64,
   non-contiguous, autograd, 16-bit) against the in-place path.
+  ``test_torch_models.py`` holds what real models add: HF's own rotary module and
+  configs, ``(batch, seq)`` positions.
 
 torch is an optional peer of fastpe: without it this module is skipped.
 """
@@ -685,9 +687,12 @@ def test_state_dict_is_empty_and_repr():
 @pytest.mark.any_backend
 def test_base_none_takes_rope_theta_from_the_dict():
     scaling = {"rope_type": "default", "rope_theta": 5e5}
+    assert RotaryEmbedding(16, scaling=scaling).base == 5e5  # base=None is the default
     assert RotaryEmbedding(16, base=None, scaling=scaling).base == 5e5
+    assert RotaryEmbedding(16, base=5e5, scaling=scaling).base == 5e5  # agreeing is fine
+    assert RotaryEmbedding(16).base == 10000.0 and RotaryEmbedding(16, scaling={"rope_type": "default"}).base == 1e4
     with pytest.raises(ValueError, match="contradicts"):
-        RotaryEmbedding(16, scaling=scaling)  # the default 10000 is an explicit base
+        RotaryEmbedding(16, base=10000.0, scaling=scaling)
 
 
 def test_scaling_dict_is_copied():
@@ -719,10 +724,11 @@ def test_cos_sin_method():
     assert same_bits(cos64, torch.from_numpy(want[0])) and same_bits(sin64, torch.from_numpy(want[1]))
     cos, _ = module.cos_sin(np.arange(30))
     assert same_bits(cos, torch.from_numpy(want[0].astype(np.float32)))
-    with pytest.raises(ValueError, match="positions must be 1-D"):
-        module.cos_sin(np.zeros((2, 2), dtype=np.int64))
-    with pytest.raises(TypeError, match="dtype must be a torch floating dtype"):
-        module.cos_sin(np.arange(3), dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"positions must have shape \(seq,\) or \(batch, seq\)"):
+        module.cos_sin(np.zeros((2, 2, 2), dtype=np.int64))
+    for bad in (torch.int64, torch.float8_e4m3fn, "float32", np.float32):
+        with pytest.raises(TypeError, match="dtype must be torch.float32, torch.float64, torch.float16 or "):
+            module.cos_sin(np.arange(3), dtype=bad)
 
 
 # ------------------------------------------------------------------------------- vs HF
@@ -742,8 +748,8 @@ def test_matches_hf_apply_rotary_pos_emb_with_fastpe_caches(hf_apply, positions)
     """HF's float32 rotation with fastpe's caches: within a few float32 ULPs of ours."""
     module = RotaryEmbedding(64, scaling={"rope_type": "linear", "factor": 2.0})
     q, k = randn(2, 4, 16, 64, seed=25), randn(2, 2, 16, 64, seed=26)
-    cos, sin = module.cos_sin(positions.reshape(-1))
-    cos, sin = cos.reshape(*positions.shape, 64), sin.reshape(*positions.shape, 64)
+    cos, sin = module.cos_sin(positions)  # (seq, 64) or (batch, seq, 64)
+    assert cos.shape == (*positions.shape, 64)
     if positions.ndim == 1:
         cos, sin = cos[None], sin[None]
     hq, hk = hf_apply(q, k, cos, sin)
