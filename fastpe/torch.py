@@ -10,8 +10,9 @@ raises an :class:`ImportError` that says so.
   tutorial's float32 ``exp``/``sin``/``cos`` drift from the true values as positions grow)
   and which grows when a longer input arrives.
 * :class:`RotaryEmbedding` -- RoPE for ``(q, k)`` with every Hugging Face scaling rule
-  (:mod:`fastpe.rope`); CPU float32 tensors rotate in place through fastpe's kernels,
-  anything else through torch with fastpe's exact cos/sin caches.
+  (:mod:`fastpe.rope`); CPU float32 tensors -- contiguous, or the transposed
+  ``(batch, heads, seq, head_dim)`` views attention layers make -- rotate in place through
+  fastpe's kernels, anything else through torch with fastpe's exact cos/sin caches.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ._validate import (
     POSITION_LIMIT,
     check_d_model,
     check_finite_real,
+    check_inplace,
     check_int,
     check_layout,
     check_max_len,
@@ -291,10 +293,67 @@ def _rotate_gptj(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
 
 
-def _fast_path_ok(t: torch.Tensor) -> bool:
-    """Whether fastpe's kernel may rotate ``t`` in place through ``t.numpy()``."""
-    return (t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
-            and not t.requires_grad and type(t) is torch.Tensor)
+#: the kernel's two ways of holding a float32 CPU tensor (see :meth:`RotaryEmbedding.path`)
+CONTIGUOUS, TRANSPOSED = "contiguous", "transposed"
+
+
+def _refusal(name: str, t: torch.Tensor) -> str | None:
+    """Why fastpe's kernel may not rotate ``t`` in place, whatever its strides (or None)."""
+    if t.device.type != "cpu":
+        return f"{name} is on {t.device}, not the CPU"
+    if t.dtype != torch.float32:
+        return f"{name} is {str(t.dtype).removeprefix('torch.')}, not float32"
+    if t.requires_grad:
+        return f"{name} requires grad"
+    if type(t) is not torch.Tensor:
+        return f"{name} is a {type(t).__name__}, not a plain torch.Tensor"
+    if t.layout != torch.strided or t.is_neg() or t.is_conj():
+        return f"{name} is not a plain strided tensor"
+    return None
+
+
+def _forms(t: torch.Tensor) -> tuple[str, ...]:
+    """The kernel's forms that ``t``'s memory has: ``contiguous`` (as it is), and, for
+    ``(batch, heads, seq, head_dim)``, ``transposed`` -- memory that is a contiguous
+    ``(batch, seq, heads, head_dim)`` tensor, which the kernel takes as
+    ``(batch * seq, heads, head_dim)`` tokens."""
+    forms = (CONTIGUOUS,) if t.is_contiguous() else ()
+    if t.ndim == 4 and t.transpose(1, 2).is_contiguous():
+        forms += (TRANSPOSED,)
+    return forms
+
+
+def _plan(q: torch.Tensor, k: torch.Tensor) -> tuple[tuple[str, str] | None, str]:
+    """``((form of q, form of k), "")`` when both rotate in place, else ``(None, why not)``.
+    A form both tensors have is preferred (one pass over both)."""
+    for name, t in (("q", q), ("k", k)):
+        why = _refusal(name, t)
+        if why:
+            return None, why
+    forms = {}
+    for name, t in (("q", q), ("k", k)):
+        forms[name] = _forms(t)
+        if not forms[name]:
+            return None, (f"{name}'s strides {tuple(t.stride())} are neither contiguous nor a contiguous "
+                          "(batch, seq, heads, head_dim) tensor transposed to (batch, heads, seq, head_dim)")
+    both = [f for f in forms["q"] if f in forms["k"]]
+    return ((both[0], both[0]) if both else (forms["q"][0], forms["k"][0])), ""
+
+
+def _kernel_view(t: torch.Tensor, form: str) -> np.ndarray:
+    """The C-contiguous float32 array over ``t``'s memory that the kernel rotates."""
+    if form == TRANSPOSED:
+        b, h, s, d = t.shape
+        t = t.transpose(1, 2).view(b * s, h, d)  # view(): never a copy
+    return t.numpy()
+
+
+def _kernel_positions(pos: np.ndarray, form: str, t: torch.Tensor) -> np.ndarray:
+    """Positions as the kernel's array of ``form`` takes them: the tokens of a transposed
+    view are ``(batch, seq)`` in order, so ``(seq,)`` positions repeat for each batch row."""
+    if form != TRANSPOSED:
+        return pos
+    return pos.reshape(-1) if pos.ndim == 2 else np.tile(pos, t.shape[0])
 
 
 class RotaryEmbedding(nn.Module):
@@ -307,15 +366,20 @@ class RotaryEmbedding(nn.Module):
     ``i + rotary_dim/2`` (HF Llama's ``rotate_half``); ``"gptj"`` pairs ``2i`` with
     ``2i + 1``.  Dimensions past ``rotary_dim`` pass through unchanged.
 
-    Two paths, one result:
+    Two paths, one result (:meth:`path` says which a pair takes):
 
-    * **In place** -- when ``q`` and ``k`` are both contiguous float32 CPU tensors that do not
-      require grad, fastpe's kernel rotates them in place through their ``.numpy()`` views
-      (no copy) and ``forward`` returns the *same* tensors.  Their autograd version counters
-      are bumped, so a graph that saved the old values fails loudly instead of silently
-      using the rotated ones.  Results are bit-identical to :func:`fastpe.rope.apply_qk_`.
-    * **Torch** -- for anything else (another device or dtype, a non-contiguous view, or a
-      tensor that requires grad, which numpy must never modify) ``forward`` returns new
+    * **In place** -- when ``q`` and ``k`` are both float32 CPU tensors that do not require
+      grad (plain tensors, not subclasses such as ``nn.Parameter``), each either contiguous
+      or the transposed view an attention layer makes, ``proj(x).view(b, s, h, d)
+      .transpose(1, 2)`` (a ``(batch, heads, seq, head_dim)`` view of contiguous
+      ``(batch, seq, heads, head_dim)`` memory, which the kernel takes as
+      ``(batch * seq, heads, head_dim)`` tokens), fastpe's kernel rotates them in place
+      through NumPy views of their memory (no copy), in one pass when their forms agree, and
+      ``forward`` returns the *same* tensors.  Their autograd version counters are bumped,
+      so a graph that saved the old values fails loudly instead of silently using the
+      rotated ones.  Results are bit-identical to :func:`fastpe.rope.apply_qk_`.
+    * **Torch** -- for anything else (another device or dtype, a tensor that requires grad,
+      which NumPy must never modify, a subclass, or other strides) ``forward`` returns new
       tensors computed by torch as HF does (``x * cos + rotate(x) * sin``) with fastpe's
       exact cos/sin caches moved to the tensor's device; the inputs are left unchanged and
       gradients flow.  float64 uses the caches' doubles; float32, float16 and bfloat16
@@ -392,6 +456,16 @@ class RotaryEmbedding(nn.Module):
         cos, sin = rope.cos_sin(pos, self.head_dim, seq_len=seq_len, dtype=EXACT_DTYPES[dtype], **self._kwargs)
         return _from_numpy(cos).to(device), _from_numpy(sin).to(device)
 
+    def path(self, q: torch.Tensor, k: torch.Tensor) -> str:
+        """Which path :meth:`forward` takes for ``q`` and ``k``: ``"in place"``, or
+        ``"torch: "`` and the reason (``"torch: q requires grad"``).  Checks ``q`` and ``k``
+        as ``forward`` does; computes nothing."""
+        _check_tensor("q", q)
+        _check_tensor("k", k)
+        _check_qk(q, k, self.head_dim)
+        forms, why = _plan(q, k)
+        return "in place" if forms else f"torch: {why}"
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions=None, *, offset=0, seq_len=None):
         """Rotate ``q`` and ``k`` by RoPE at ``positions``; return ``(q_rotated, k_rotated)``.
 
@@ -403,8 +477,8 @@ class RotaryEmbedding(nn.Module):
         ``None`` for ``offset, offset + 1, ...`` (``offset`` 0 by default; a non-zero
         ``offset`` beside ``positions`` is a ValueError, as in :func:`fastpe.rope.apply_`).
         ``seq_len``: the length dynamic NTK and LongRoPE see (default: the largest position
-        plus one, as HF's forward pass).  See the class notes for which path runs and
-        whether the inputs are modified.
+        plus one, as HF's forward pass).  See the class notes (and :meth:`path`) for which
+        path runs and whether the inputs are modified.
         """
         _check_tensor("q", q)
         _check_tensor("k", k)
@@ -422,15 +496,28 @@ class RotaryEmbedding(nn.Module):
                 pos = pos[0]  # (1, seq): the same positions for every batch row
         seq_len = _scaling.check_seq_len(seq_len)
 
-        if _fast_path_ok(q) and _fast_path_ok(k):
-            qn, kn = q.numpy(), k.numpy()
-            if np.may_share_memory(qn, kn):
-                raise ValueError("k must not share memory with q (both are rotated in place)")
-            rope.apply_qk_(qn, kn, pos, head_dim=self.head_dim, seq_len=seq_len, **self._kwargs)
-            torch.autograd.graph.increment_version((q, k))
-            return q, k
-        caches: dict = {}  # one cos/sin computation per working dtype, shared by q and k
-        return self._rotate_torch(q, pos, seq_len, caches), self._rotate_torch(k, pos, seq_len, caches)
+        forms, _ = _plan(q, k)
+        if forms is None:
+            caches: dict = {}  # one cos/sin computation per working dtype, shared by q and k
+            return self._rotate_torch(q, pos, seq_len, caches), self._rotate_torch(k, pos, seq_len, caches)
+        self._rotate_in_place(q, k, forms, pos, seq_len)
+        return q, k
+
+    def _rotate_in_place(self, q, k, forms, pos, seq_len) -> None:
+        """fastpe's kernel over the memory of ``q`` and ``k`` (both checked before either is
+        written): one pass when their forms agree, one each otherwise."""
+        qn, kn = _kernel_view(q, forms[0]), _kernel_view(k, forms[1])
+        check_inplace(qn, "q")
+        check_inplace(kn, "k")
+        if np.may_share_memory(qn, kn):
+            raise ValueError("k must not share memory with q (both are rotated in place)")
+        kw = dict(head_dim=self.head_dim, seq_len=seq_len, **self._kwargs)
+        if forms[0] == forms[1]:
+            rope.apply_qk_(qn, kn, _kernel_positions(pos, forms[0], q), **kw)
+        else:
+            rope.apply_(qn, _kernel_positions(pos, forms[0], q), **kw)
+            rope.apply_(kn, _kernel_positions(pos, forms[1], k), **kw)
+        torch.autograd.graph.increment_version((q, k))
 
     def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict) -> torch.Tensor:
         """HF's ``x * cos + rotate(x) * sin`` over the first ``rotary_dim`` values, out of place."""

@@ -6,9 +6,9 @@
   layouts, dropout, the ``pe`` buffer, checkpoints, dtypes.
 * RotaryEmbedding: the in-place path bit for bit against ``fastpe.rope.apply_qk_``; HF
   transformers' ``apply_rotary_pos_emb`` within float32 error; the torch path (float64,
-  non-contiguous, autograd, 16-bit) against the in-place path.
-  ``test_torch_models.py`` holds what real models add: HF's own rotary module and
-  configs, ``(batch, seq)`` positions.
+  other strides, autograd, 16-bit) against the in-place path.
+  ``test_torch_models.py`` holds what real models add: HF's own rotary module, the
+  attention layers' transposed q/k views, ``(batch, seq)`` positions.
 
 torch is an optional peer of fastpe: without it this module is skipped.
 """
@@ -557,14 +557,15 @@ def float32_close(a, b, x, ulps=4):
 
 
 @pytest.mark.parametrize("layout", ["neox", "gptj"])
-def test_torch_path_non_contiguous(layout):
-    base = randn(2, 9, 4, 32, seed=5)  # (batch, seq, heads, d): the transposed view is strided
-    q = base.transpose(1, 2)
-    k = randn(2, 9, 2, 32, seed=6).transpose(1, 2)
-    assert not q.is_contiguous()
+def test_torch_path_other_strides(layout):
+    """q and k sliced from one fused projection (b, s, 3, h, d) have strides the kernel
+    cannot take: the torch path rotates them, out of place."""
+    qkv = randn(2, 9, 3, 4, 32, seed=5)
+    q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
     module = RotaryEmbedding(32, layout=layout)
+    assert module.path(q, k).startswith("torch: q's strides")
     out_q, out_k = module(q, k, torch.arange(9))
-    assert same_bits(base, randn(2, 9, 4, 32, seed=5))  # untouched
+    assert same_bits(qkv, randn(2, 9, 3, 4, 32, seed=5))  # untouched
     fast_q, fast_k = module(q.contiguous(), k.contiguous(), torch.arange(9))
     float32_close(out_q, fast_q, q)
     float32_close(out_k, fast_k, k)
