@@ -524,6 +524,18 @@ def _make_hf_rope(w: Workload):
     return lambda: hf_apply_rotary_pos_emb(torch, q, k, cos, sin)
 
 
+# -- fastpe.torch: RotaryEmbedding.cos_sin, the caches as tensors (HF's rotary module's drop-in)
+
+
+def _make_fastpe_torch_rope(w: Workload):
+    torch = _torch()
+    from fastpe.torch import RotaryEmbedding
+
+    rotary = RotaryEmbedding(ROPE_HEAD_DIM, base=10000.0)  # HF's default frequencies, as ROPE_INV_FREQ
+    positions = torch.from_numpy(w.rope_positions.astype(np.int64))  # torch positions, as HF holds them
+    return lambda: rotary.cos_sin(positions)
+
+
 # -- the families' peers.  Each is its library's function, or (NumPy, torch) the same formula
 # -- written from the published code's equations, float32 unless the original says otherwise.
 
@@ -872,6 +884,12 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "hf-torch-rope", "HF transformers RoPE (torch f32)", "peer", _make_hf_rope, ROPE,
             note="LlamaRotaryEmbedding.forward (cos/sin) and apply_rotary_pos_emb (q*cos + "
             "rotate_half(q)*sin, new tensors; the cos/sin caches computed before timing)",
+        ),
+        Implementation(
+            "fastpe-torch", "fastpe.torch RotaryEmbedding.cos_sin (default backend, tensors)", "fastpe",
+            _make_fastpe_torch_rope, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_cos_sin"),
+            note="fastpe's float32 caches computed by its float32 kernel and returned as tensors over "
+            "its arrays (torch.from_numpy, no copy)",
         ),
         Implementation(
             "positional-encodings", "positional-encodings PositionalEncoding1D", "peer", _make_pe1d,
