@@ -209,8 +209,8 @@ def _rows_per_chunk(d_model: int, dtype: np.dtype, chunk_bytes: int) -> int:
 
 def _human(nbytes: int) -> str:
     value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024 or unit == "EiB":
             return f"{nbytes} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")  # pragma: no cover

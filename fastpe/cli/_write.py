@@ -128,16 +128,19 @@ def entry(name: str, shape: tuple[int, ...], dtype):
 
 
 def check_size(path: str, entries, spec: dict, *, held: tuple[tuple[int, ...], str] | None = None,
-               transient: int = 0) -> None:
+               transient: int = 0, advice: str = "", space: bool = True) -> None:
     """Refuse, before anything is allocated, arrays that cannot be held in memory or written
     to ``path``: ``entries`` are the :func:`entry` of each array the file will hold, ``spec``
     the spec it will record.
 
     The arrays (plus ``transient`` bytes the command allocates besides) larger than the
     machine's physical memory are bad input, exit status 2: allocating them would fail, or
-    thrash the machine first; the message names ``held`` (a shape and dtype name), by
-    default the one entry.  A file larger than the free space of ``path``'s file system
-    exits 1, as a disk that fills up while writing does.
+    thrash the machine first.  The message names ``held`` (a shape and dtype name), by
+    default the one entry, and how many bytes it would take, then ``advice``: what to ask
+    for instead (the non-streaming commands hold their whole array).  A file larger than the
+    free space of ``path``'s file system exits 1, as a disk that fills up while writing does;
+    ``space=False`` leaves that to after the library's own checks (a request past its limits
+    is bad input first).
     """
     from .._io import save as _save
     from .._io.writers import writer_for
@@ -145,8 +148,12 @@ def check_size(path: str, entries, spec: dict, *, held: tuple[tuple[int, ...], s
     entries = list(entries)
     nbytes = sum(e.nbytes for e in entries)
     shape, dtype = held if held is not None else (entries[0].shape, entries[0].dtype.name)
-    with options.library_errors():
+    try:
         _save.check_memory(f"the {' x '.join(map(str, shape))} {dtype} array", nbytes + transient)
+    except ValueError as exc:
+        raise options.InputError(f"{exc}; {advice}" if advice else str(exc)) from None
+    if not space:
+        return
     try:
         _save.check_space(path, writer_for(path).size(entries, spec))
     except OSError as exc:

@@ -91,9 +91,10 @@ def alibi(ctx: click.Context, n_heads: int, q_len: int, k_len, form: str, max_bi
     params = dict(n_heads=n_heads, q_len=q_len, k_len=k, form=form, max_bias=max_bias, dtype=dtype)
     spec = make_spec("alibi.bias", params)
     entries = [entry(ENTRY, (n_heads, q_len, k), dtype)]
-    # past MAX_ELEMENTS the library refuses the bias itself, before allocating anything
-    if n_heads * q_len * k <= fa.MAX_ELEMENTS:
-        check_size(path, entries, spec)
+    # past MAX_ELEMENTS the library refuses the bias itself, before allocating anything (and
+    # before the free space is of interest)
+    check_size(path, entries, spec, advice="ask for fewer --heads or a shorter --q-len/--k-len",
+               space=n_heads * q_len * k <= fa.MAX_ELEMENTS)
     arrays, compute_s, write_s = write_arrays(path, entries, lambda: {ENTRY: fa.bias(**params, backend=name)},
                                               spec)
     array = arrays[ENTRY]

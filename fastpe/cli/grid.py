@@ -88,9 +88,9 @@ def grid(ctx: click.Context, height: int, width: int, d_model: int, frames, orde
     spec = make_spec(function, params)
     tokens = math.prod(sizes)
     entries = [entry(ENTRY, (tokens + cls_token, d_model), dtype)]
-    # past MAX_TOKENS the library refuses the grid itself, before allocating anything
-    if tokens <= fg.MAX_TOKENS:
-        check_size(path, entries, spec)
+    # past MAX_TOKENS the library refuses the grid itself, before allocating anything (and
+    # before the free space is of interest)
+    check_size(path, entries, spec, advice="ask for a smaller grid or --d-model", space=tokens <= fg.MAX_TOKENS)
     arrays, compute_s, write_s = write_arrays(path, entries, lambda: {ENTRY: build(**params, backend=name)},
                                               spec)
     array = arrays[ENTRY]

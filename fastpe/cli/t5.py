@@ -94,9 +94,10 @@ def t5_buckets(ctx: click.Context, q_len: int, k_len, num_buckets: int, max_dist
                   max_distance=max_distance, offset=offset, dtype="int64")
     spec = make_spec("relative.t5_bucket_matrix", params)
     entries = [entry(ENTRY, (q_len, k), "int64")]
-    # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything
-    if q_len * k <= relative.MAX_ELEMENTS:
-        check_size(path, entries, spec)
+    # past MAX_ELEMENTS the library refuses the matrix itself, before allocating anything (and
+    # before the free space is of interest)
+    check_size(path, entries, spec, advice="ask for a shorter --q-len/--k-len",
+               space=q_len * k <= relative.MAX_ELEMENTS)
     arrays, compute_s, write_s = write_arrays(
         path, entries, lambda: {ENTRY: relative.t5_bucket_matrix(**params, backend=name)}, spec)
     array = arrays[ENTRY]

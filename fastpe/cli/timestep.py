@@ -109,6 +109,21 @@ def timesteps_spec(steps, t):
     return {"count": len(t), "sha256": digest.hexdigest()}
 
 
+def _smaller(steps, d_model: int, base: float, flip_sin_to_cos: bool, shift: float, scale: float,
+             dtype: str) -> str:
+    """What to ask for instead of an embedding too large for memory: fewer timesteps or
+    columns; for --steps with an even D, shift 0 or 1 and scale 1, the same values are a
+    halves table, which ``fastpe table`` writes a chunk at a time whatever its size."""
+    advice = "ask for fewer timesteps or a smaller --d-model"
+    if steps is None or flip_sin_to_cos or scale != 1.0 or shift not in (0.0, 1.0) or d_model % 2 or not base > 1:
+        return advice
+    table = (f"fastpe table --d-model {d_model} --max-len {steps} --layout halves "
+             f"--denominator {'half-1' if shift == 1.0 else 'd'}"
+             + (f" --base {base!r}" if base != DEFAULT_BASE else "")
+             + (f" --dtype {dtype}" if dtype != "float32" else ""))
+    return f"{advice}; {table} writes the same values a chunk at a time"
+
+
 @click.command(short_help="Write a timestep embedding (diffusion) to .npy, .npz or .safetensors.")
 @click.option("--d-model", "d_model", type=int, required=True, callback=_d_model, metavar="D",
               help="Columns, >= 2; an odd D ends with a zero column.")
@@ -169,7 +184,8 @@ def timestep(ctx: click.Context, d_model: int, steps, values, from_file, base: f
     spec = make_spec("timestep", params)
     entries = [entry(ENTRY, (n, d_model), dtype)]
     # the sizes before anything is allocated, --steps' own float64 timesteps included
-    check_size(path, entries, spec, transient=8 * n if steps is not None else 0)
+    check_size(path, entries, spec, transient=8 * n if steps is not None else 0,
+               advice=_smaller(steps, d_model, base, flip_sin_to_cos, shift, scale, dtype))
     if steps is not None:
         t = np.arange(steps, dtype=np.float64)
     else:

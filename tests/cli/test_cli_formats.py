@@ -400,6 +400,76 @@ def test_arrays_larger_than_memory_are_refused_before_any_work(in_tmp, monkeypat
         monkeypatch.setattr(module, function, never)
     line = assert_one_line_error(run(*args, "-o", f"big{fmt}"))
     assert "array needs " in line and "of memory, more than this machine's 1048576 bytes" in line
+    assert "; ask for " in line or args[0] == "rope"  # what to do instead
+    assert listing(in_tmp) == []
+
+
+def _never_called(monkeypatch):
+    def never(*a, **k):  # pragma: no cover - reached only if the size check is missing
+        raise AssertionError("the library was called")
+
+    for module, function in ((fastpe.grid, "sincos_2d"), (fastpe.grid, "sincos_3d"), (fastpe.alibi, "bias"),
+                             (fastpe.relative, "t5_bucket_matrix"), (fastpe, "timestep")):
+        monkeypatch.setattr(module, function, never)
+
+
+#: requests no machine here holds, with the size each would take and what the message says to do
+HUGE = [
+    (["alibi", "--heads", 32, "--q-len", 100000], "32 x 100000 x 100000 float32", "1.2 TiB",
+     "ask for fewer --heads or a shorter --q-len/--k-len"),
+    # past the library's own limit too: still the size first
+    (["alibi", "--heads", 65536, "--q-len", 100000000], "65536 x 100000000 x 100000000 float32", "2273.7 EiB",
+     "ask for fewer --heads or a shorter --q-len/--k-len"),
+    (["grid", "--height", 100000, "--width", 100000, "--d-model", 768], "10000000000 x 768 float32", "27.9 TiB",
+     "ask for a smaller grid or --d-model"),
+    (["grid", "--frames", 64, "--height", 1024, "--width", 1024, "--d-model", 768, "--dtype", "bfloat16"],
+     "67108864 x 768 bfloat16", "96.0 GiB", "ask for a smaller grid or --d-model"),
+    (["t5-buckets", "--q-len", 1000000], "1000000 x 1000000 int64", "7.3 TiB", "ask for a shorter --q-len/--k-len"),
+    (["timestep", "--d-model", 4096, "--steps", 100000000, "--flip-sin-to-cos"], "100000000 x 4096 float32",
+     "1.5 TiB", "ask for fewer timesteps or a smaller --d-model"),
+]
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("args, held, size, advice", HUGE, ids=[" ".join(map(str, h[0][:3])) for h in HUGE])
+def test_requests_too_large_for_memory_say_how_large_and_what_to_do(in_tmp, monkeypatch, args, held, size, advice):
+    monkeypatch.setattr(_save, "physical_memory", lambda: 24 << 30)
+    _never_called(monkeypatch)
+    line = assert_one_line_error(run(*args))
+    assert line.startswith(f"Error: the {held} array needs ") and f"({size}" in line, line
+    assert "of memory, more than this machine's 25769803776 bytes (24.0 GiB); " + advice in line, line
+    assert listing(in_tmp) == []
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("shift, denominator", [(1, "half-1"), (0, "d")])
+def test_a_timestep_table_too_large_for_memory_points_at_fastpe_table(in_tmp, monkeypatch, shift, denominator):
+    want = fastpe.timestep(np.arange(70.0), 4096, shift=shift, base=500.0, dtype="bfloat16", backend=DEFAULT)
+    monkeypatch.setattr(_save, "physical_memory", lambda: 24 << 30)
+    _never_called(monkeypatch)
+    line = assert_one_line_error(run("timestep", "--d-model", 4096, "--steps", 100000000, "--shift", shift,
+                                     "--base", 500, "--dtype", "bfloat16"))
+    command = (f"fastpe table --d-model 4096 --max-len 100000000 --layout halves --denominator {denominator} "
+               "--base 500.0 --dtype bfloat16")
+    assert line.endswith(f"; {command} writes the same values a chunk at a time"), line
+    # and it does: the same bits, on a size that fits
+    small = command.replace("100000000", "70").split()[1:] + ["-o", "t.npy"]
+    assert run(*small).exit_code == 0
+    assert same_bits(np.load("t.npy"), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("args", [
+    ["grid", "--height", 65536, "--width", 65537, "--d-model", 4],
+    ["alibi", "--heads", 1, "--q-len", 1 << 20, "--k-len", (1 << 20) + 1, "--dtype", "float16"],
+    ["t5-buckets", "--q-len", 1 << 20, "--k-len", (1 << 20) + 1],
+])
+def test_past_the_librarys_limits_on_a_big_machine_the_limit_is_the_error(in_tmp, monkeypatch, args):
+    """Memory enough, disk too small: the request is bad input (exit 2) before the disk matters."""
+    monkeypatch.setattr(_save, "physical_memory", lambda: 1 << 80)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=0))
+    line = assert_one_line_error(run(*args, "-o", "big.npz"))
+    assert "must be <= 2**40" in line or "tokens, more than" in line, line
     assert listing(in_tmp) == []
 
 
