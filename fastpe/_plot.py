@@ -164,10 +164,9 @@ def rope_heatmap(
     """The RoPE cache of ``fastpe.rope.cos_sin(arange(max_len), head_dim, base=base)``: its
     cos, its sin, or both side by side (``part``)."""
     from . import rope
-    from ._validate import check_max_len
+    from ._validate import check_choice, check_max_len
 
-    if part not in ROPE_PARTS:
-        raise ValueError(f"part must be one of {', '.join(map(repr, ROPE_PARTS))}, got {part!r}")
+    part = check_choice("part", part, ROPE_PARTS)
     max_len = check_max_len(max_len)
     head_dim = check_int("head_dim", head_dim, low=2)
     _check_total("the RoPE cache", max_len, head_dim * (2 if part == "both" else 1))

@@ -302,12 +302,15 @@ def check_offset(offset, n: int) -> int:
 
 
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
-    """``value`` must be one of the strings ``choices``."""
+    """``value`` must name one of the lower-case strings ``choices``, in any case and with
+    surrounding spaces, as backend and dtype names are: returned as that choice (so
+    ``"Halves "`` is ``"halves"``, and a config or spec records ``"halves"``)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-    if value not in choices:
+    key = value.strip().lower()
+    if key not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
+    return key
 
 
 def check_positive(name: str, value, *, high: float | None = None) -> float:

@@ -656,3 +656,22 @@ def test_lazy_attribute():
 
     assert fastpe.alibi is alibi
     assert _backends.resolve(None)[0] in AVAILABLE
+
+
+# --------------------------------------------------------------------------- names in any case
+
+
+def test_names_in_any_case_are_the_canonical_bits(backend):
+    """form and dtype (and backend) names in any case, spaces around them aside, as every
+    family takes them; relative's int dtypes too."""
+    from fastpe import relative
+
+    for form in aplan.FORMS:
+        want = alibi.bias(3, 4, 5, form=form, dtype="float16", backend=backend)
+        for spelled in (form.upper(), f" {form.title()} "):
+            assert same_bits(alibi.bias(3, 4, 5, form=spelled, dtype=" Float16", backend=backend.upper()), want)
+    assert same_bits(alibi.slopes(6, dtype="BFloat16 "), alibi.slopes(6, dtype="bfloat16"))
+    with pytest.raises(ValueError, match="form must be one of .*, got 'cau sal'"):
+        alibi.bias(2, 3, form="cau sal")
+    want = relative.t5_bucket_matrix(4, 6, dtype="int32", backend=backend)
+    assert same_bits(relative.t5_bucket_matrix(4, 6, dtype=" INT32 ", backend=backend.title()), want)

@@ -287,3 +287,66 @@ def test_huge_numbers_are_named_in_short():
         fastpe.table(10**5000, 3)
     with pytest.raises(ValueError, match=r"base must be finite, got 3\.333e\+399"):
         fastpe.table(4, 3, base=Fraction(10**400, 3))
+
+
+# ---------------------------------------------------------------- names in any case
+
+
+#: every enumerated string argument of the sinusoid families, spelled as a person might
+SPELLINGS = {"layout": ("Halves", " HALVES ", "halves"), "denominator": ("HALF-1", " Half-1", "half-1"),
+             "dtype": ("BFloat16", " FLOAT16 ", "float64")}
+
+
+@pytest.mark.any_backend
+def test_config_names_in_any_case_are_recorded_canonically():
+    cfg = PosEncConfig(8, layout=" Halves ", denominator="HALF-1")
+    assert (cfg.layout, cfg.denominator) == ("halves", "half-1")
+    assert cfg == PosEncConfig(8, layout="halves", denominator="half-1")
+    assert hash(cfg) == hash(PosEncConfig(8, layout="halves", denominator="half-1"))
+    for bad, kind in (("half s", ValueError), ("", ValueError), (b"halves", TypeError)):
+        with pytest.raises(kind, match="layout must be"):
+            PosEncConfig(8, layout=bad)
+
+
+def test_tables_of_names_in_any_case_are_the_canonical_bits(backend):
+    from support.cli import same_bits
+
+    canonical = dict(layout="halves", denominator="half-1")
+    for spelled in (dict(layout="Halves", denominator=" HALF-1 "), dict(layout=" HALVES", denominator="Half-1")):
+        for dtype in ("float32", "bfloat16", "Float16", " FLOAT64 "):
+            got = fastpe.table(10, 9, **spelled, dtype=dtype, backend=backend.upper())
+            assert same_bits(got, fastpe.table(10, 9, **canonical, dtype=dtype.strip().lower(), backend=backend))
+        x = np.linspace(-1, 1, 30, dtype=np.float32).reshape(3, 10)
+        y = x.copy()
+        fastpe.add_(x, **spelled, backend=f" {backend.title()} ")
+        fastpe.add_(y, **canonical, backend=backend)
+        assert same_bits(x, y)
+    # a config given beside a keyword that only spells its default differently: not both given
+    x = np.zeros((2, 6), np.float32)
+    fastpe.add_(x, config=PosEncConfig(6), layout="Interleaved", denominator="D", backend=backend)
+    assert same_bits(x, fastpe.table(6, 2, backend=backend))
+
+
+def test_grids_of_orders_in_any_case_are_the_canonical_bits(backend):
+    from fastpe import grid
+    from support.cli import same_bits
+
+    for order in ("mae", "timm"):
+        want2 = grid.sincos_2d(2, 3, 8, order=order, backend=backend)
+        want3 = grid.sincos_3d(2, 1, 2, 12, order=order, backend=backend)
+        for spelled in (order.upper(), f" {order.title()} "):
+            assert same_bits(grid.sincos_2d(2, 3, 8, order=spelled, dtype="Float32", backend=backend), want2)
+            assert same_bits(grid.sincos_3d(2, 1, 2, 12, order=spelled, backend=backend), want3)
+    with pytest.raises(ValueError, match="order must be one of 'mae', 'timm', got 'vi t'"):
+        grid.sincos_2d(2, 2, 8, order="vi t")
+
+
+@pytest.mark.any_backend
+def test_save_table_records_names_in_any_case_canonically(tmp_path):
+    from fastpe._io.save import load_spec
+
+    saved = fastpe.save_table(tmp_path / "t.npy", 6, 5, layout="HALVES", denominator="Half-1", dtype=" Float16",
+                              backend="python")
+    params = load_spec(tmp_path / "t.npy")["params"]
+    assert (params["layout"], params["denominator"], params["dtype"]) == ("halves", "half-1", "float16")
+    assert saved.spec["params"] == params
