@@ -32,14 +32,14 @@ stateless -- pass ``seq_len`` to reproduce that.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from . import _scaling
+from ._rotary import Rotary
 from ._scaling import ROPE_TYPES, RopeSpec
 
 __all__ = [
+    "Rotary",
     "inv_freq",
     "cos_sin",
     "apply_",
@@ -55,7 +55,9 @@ def resolve(head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_
     """Validate a RoPE configuration once; return a frozen, hashable :class:`RopeSpec`.
 
     Same arguments and errors as :func:`inv_freq`.  ``base=None`` means
-    ``scaling['rope_theta']`` when present, else 10000; ``rotary_dim=None`` means
+    ``scaling['rope_theta']`` when present, else 10000 -- a model's ``config.json`` keeps
+    ``rope_theta`` at its top level, beside ``rope_scaling``: pass it as ``base``.
+    ``rotary_dim=None`` means
     ``int(head_dim * scaling['partial_rotary_factor'])`` when present (HF's rule), else
     ``head_dim``.  An explicit argument that contradicts the dict is a ``ValueError``.
     """
@@ -78,7 +80,8 @@ def inv_freq(
     Returns ``(inv_freq, attention_factor)``: a float64 array of length ``rotary_dim / 2``
     (radians per position; pair ``i`` rotates by ``p * inv_freq[i]``) -- a new one, or
     ``out`` filled -- and the factor HF multiplies cos and sin by (1 except for yarn and
-    longrope).  No ``backend``: no kernel runs.
+    longrope).  No ``backend``: no kernel runs.  The same values as
+    ``Rotary(...).inv_freq_at(seq_len)`` and ``attention_factor_at(seq_len)``.
 
     Parameters
     ----------
@@ -86,7 +89,8 @@ def inv_freq(
         Size of one attention head, 2 .. 65536.
     base:
         RoPE theta, finite and > 1.  Default: ``scaling['rope_theta']`` if present, else
-        10000.0.
+        10000.0.  A model's ``config.json`` keeps ``rope_theta`` at its top level, not in
+        ``rope_scaling``: pass ``base=config["rope_theta"]``.
     rotary_dim:
         How many leading dimensions of each head rotate (even, ``<= head_dim``).  Default:
         ``int(head_dim * scaling['partial_rotary_factor'])`` if present, else ``head_dim``.
@@ -116,56 +120,20 @@ def inv_freq(
         kernels cannot take (a LongRoPE factor giving an ``inv_freq`` above 1024, an
         attention factor beyond ``2**64``) -- see :mod:`fastpe.rope._scaling`.
     """
-    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
-                   max_position_embeddings=max_position_embeddings)
-    seq_len = _scaling.check_seq_len(seq_len)
+    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                    max_position_embeddings=max_position_embeddings)
+    values, attention = rotary._at(_scaling.check_seq_len(seq_len))
     if out is None:
-        return _scaling.compute(spec, seq_len)
+        return np.array(values, dtype=np.float64), attention
     from ..sinusoid import output_array
 
-    out = output_array(out, (spec.rotary_dim // 2,), None, dtypes=(np.float64,), default=np.float64,
+    out = output_array(out, (rotary.rotary_dim // 2,), None, dtypes=(np.float64,), default=np.float64,
                        resolve=None)
-    inv, attention = _scaling.compute(spec, seq_len)
-    out[...] = inv
+    out[...] = values
     return out, attention
 
 
 # ------------------------------------------------------------------------ composition
-
-
-def _load_core():
-    # imported on first use: `import fastpe.rope` stays light (no kernels loaded)
-    from . import _core as core
-
-    return core
-
-
-def _max_position_plus_one(positions) -> int | None:
-    """``max(positions) + 1`` (0 when empty), or None when ``positions`` is not valid --
-    the core then raises its own, precise error before anything is written."""
-    from .._validate import check_positions
-
-    try:
-        arr = np.asarray(positions)
-        flat = check_positions(arr.reshape(-1))
-    except (TypeError, ValueError):
-        return None
-    return int(flat.max()) + 1 if flat.size else 0
-
-
-def _call_seq_len(spec: RopeSpec, seq_len, positions, x=None, offset=None) -> int | None:
-    """The length a length-dependent rule sees: ``seq_len`` if given, else HF's
-    ``max(position_ids) + 1`` -- from ``positions``, or from ``offset`` and ``x``'s sequence
-    axis when positions are implicit."""
-    seq_len = _scaling.check_seq_len(seq_len)
-    if seq_len is not None or not _scaling.uses_seq_len(spec):
-        return seq_len
-    if positions is not None:
-        return _max_position_plus_one(positions)
-    n = x.shape[0] if x.ndim == 3 else x.shape[2]  # x is validated
-    if not isinstance(offset, (numbers.Integral, np.integer)) or isinstance(offset, (bool, np.bool_)):
-        return None  # the core rejects offset
-    return int(offset) + n
 
 
 def cos_sin(
@@ -190,48 +158,18 @@ def cos_sin(
     without ``out``) every value is within 1 float32 ULP of the exact value for the float64
     ``inv_freq`` of :func:`inv_freq`; ``"float64"`` gives the doubles the kernels round from
     (absolute error below ``2**-45 * attention_factor``); ``"float16"`` and ``"bfloat16"``
-    the correctly rounded values.  ``positions``: 1-D integers in ``[0, 2**32)``.
+    the correctly rounded values.  ``positions``: 1-D integers in ``[0, 2**32)``
+    (:meth:`Rotary.cos_sin` also takes ``(batch, seq)``).
     ``out``: ``None`` or a pair ``(cos, sin)`` of writable C-contiguous arrays of the output
     shape and one dtype (``dtype=None`` means theirs), apart in memory from each other and
     from ``positions``; they are filled and ``out`` is returned.
     ``seq_len=None`` means ``max(positions) + 1`` (see the module notes).  Other arguments
-    as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.
+    as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.  The same bits as
+    ``Rotary(head_dim, ..., layout=layout).cos_sin(positions, ...)``.
     """
-    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
-                   max_position_embeddings=max_position_embeddings)
-    from .. import _dtypes
-    from .._validate import check_layout, check_positions
-
-    if dtype is not None:
-        _dtypes.resolve(dtype)  # a bad dtype is named before the positions
-    check_layout(layout)  # before allocating the outputs
-    pos = check_positions(positions)
-    out_cos, out_sin = _cos_sin_out(out, (pos.shape[0], spec.rotary_dim), dtype, positions, pos)
-    if seq_len is None and _scaling.uses_seq_len(spec):
-        seq_len = int(pos.max()) + 1 if pos.size else 0
-    inv, attention = _scaling.compute(spec, _scaling.check_seq_len(seq_len))
-    caches = _load_core().cos_sin_from_inv_freq(pos, inv, attention, layout=layout, out_cos=out_cos,
-                                                out_sin=out_sin, backend=backend)
-    return caches if out is None else out
-
-
-def _cos_sin_out(out, shape, dtype, positions, pos):
-    """``cos_sin``'s two arrays: ``out``'s, checked, or new ones."""
-    from ..sinusoid import output_array
-
-    if out is None:
-        cos = output_array(None, shape, dtype)
-        return cos, np.empty_like(cos)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"out must be a pair (cos, sin) of arrays, got {type(out).__name__}")
-    inputs = [("positions", positions), ("positions", pos)]
-    cos = output_array(out[0], shape, dtype, inputs, name="out[0]")
-    sin = output_array(out[1], shape, dtype, inputs, name="out[1]")
-    if sin.dtype != cos.dtype:
-        raise ValueError(f"out[0] and out[1] must have one dtype, got {cos.dtype.name} and {sin.dtype.name}")
-    if np.may_share_memory(cos, sin):
-        raise ValueError("out[0] must not share memory with out[1]")
-    return cos, sin
+    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                    max_position_embeddings=max_position_embeddings, layout=layout)
+    return rotary._cos_sin(positions, dtype, out, seq_len, backend, grid=False)
 
 
 def apply_(
@@ -258,7 +196,8 @@ def apply_(
     ``head_dim`` defaults to ``x.shape[-1]``.  The rotation
     multiplies by ``attention_factor``, as HF's cos/sin do.  ``seq_len=None`` means the
     largest position plus one (see the module notes).  Everything is validated before ``x``
-    is touched.
+    is touched.  The same bits as ``Rotary(...).apply_(x, positions, ...)``, which checks
+    the configuration once instead of on every call.
     """
     return _rotate(x, None, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
@@ -288,37 +227,27 @@ def apply_qk_(
     """
     return _rotate(q, k, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
-                   max_position_embeddings=max_position_embeddings, backend=backend)
+                   max_position_embeddings=max_position_embeddings, backend=backend, qk_call=True)
 
 
 def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
-            max_position_embeddings, backend):
+            max_position_embeddings, backend, qk_call=False):
     from .._validate import check_inplace, check_int
 
-    # the arrays first: head_dim and the sequence length are read from their shapes
-    name = "x" if k is None else "q"
+    # the arrays first: head_dim is read from their shapes
+    qk = qk_call
+    name = "q" if qk else "x"
     check_inplace(q, name)
-    if k is not None:
+    if qk:
         check_inplace(k, "k")
     if head_dim is None:
         head_dim = q.shape[-1]
     elif check_int("head_dim", head_dim) != q.shape[-1]:
         raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({q.shape[-1]})")
-    spec = resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
-                   max_position_embeddings=max_position_embeddings)
-    if positions is None:
-        check_int("offset", offset, low=0)  # None too: offset is an int, 0 by default
-    else:
-        if check_int("offset", offset, low=0):
-            raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
-        offset = None  # the core takes exactly one of them
-    inv, attention = _scaling.compute(spec, _call_seq_len(spec, seq_len, positions, q, offset))
-    core = _load_core()
-    if k is None:
-        return core.apply_from_inv_freq(q, positions, inv, attention, layout=layout, offset=offset,
-                                        backend=backend)
-    return core.apply_qk_from_inv_freq(q, k, positions, inv, attention, layout=layout, offset=offset,
-                                       backend=backend)
+    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                    max_position_embeddings=max_position_embeddings, layout=layout)
+    rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk)
+    return (q, k) if qk else q
 
 
 # ------------------------------------------------------------------- weight permutation

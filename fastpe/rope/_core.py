@@ -73,7 +73,8 @@ from .._validate import (
     check_rotary_dim,
 )
 
-__all__ = ["cos_sin_from_inv_freq", "apply_from_inv_freq", "apply_qk_from_inv_freq"]
+__all__ = ["cos_sin_from_inv_freq", "apply_from_inv_freq", "apply_qk_from_inv_freq", "fill_caches", "check_qk",
+           "rotation_positions", "rotate"]
 
 
 def cos_sin_from_inv_freq(
@@ -134,8 +135,19 @@ def cos_sin_from_inv_freq(
         check_no_overlap(out_cos, out_sin, "out_cos", "out_sin")
         _check_apart(((out_cos, "out_cos"), (out_sin, "out_sin")), positions, pos, inv_freq)
         _, module = _backends.resolve(backend)
+    fill_caches(module, pos, freqs, af, layout, out_cos, out_sin)
+    return out_cos, out_sin
+
+
+def fill_caches(module, pos: np.ndarray, freqs: tuple[float, ...], af: float, layout: str,
+                out_cos: np.ndarray, out_sin: np.ndarray) -> None:
+    """Write the caches of validated arguments: ``pos`` 1-D uint32, ``freqs`` and ``af`` as
+    :func:`cos_sin_from_inv_freq` checks them, ``out_cos`` / ``out_sin`` checked arrays of
+    shape ``(len(pos), 2 * len(freqs))`` and one output dtype, ``module`` a backend.  What
+    :func:`cos_sin_from_inv_freq` and :class:`fastpe.rope.Rotary` run once their checks pass."""
     if pos.shape[0] == 0:
-        return out_cos, out_sin
+        return
+    dtype = out_cos.dtype
     if dtype == np.float32:
         module.rope_cos_sin(positions=pos, inv_freq=freqs, attention_factor=af, layout=layout,
                             out_cos=out_cos, out_sin=out_sin)
@@ -146,7 +158,6 @@ def cos_sin_from_inv_freq(
         _spread(table[:, 1], out_sin, layout)
     else:
         _narrow_caches(module, pos, freqs, af, layout, out_cos, out_sin)
-    return out_cos, out_sin
 
 
 def _check_attention(attention_factor) -> float:
@@ -278,6 +289,14 @@ def apply_qk_from_inv_freq(
     """
     q = check_inplace(q, "q")
     k = check_inplace(k, "k")
+    check_qk(q, k)
+    _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend)
+    return q, k
+
+
+def check_qk(q: np.ndarray, k: np.ndarray) -> None:
+    """``k`` beside ``q`` (each already an in-place array): the same layout and every
+    dimension but the heads, and apart in memory."""
     if k.ndim != q.ndim:
         raise ValueError(f"k must have the layout of q: got shapes {q.shape} and {k.shape}")
     if k.shape[-1] != q.shape[-1]:
@@ -289,8 +308,6 @@ def apply_qk_from_inv_freq(
             raise ValueError(f"k must have the {what} of q ({q.shape[axis]}), got {k.shape[axis]}")
     if np.may_share_memory(q, k):
         raise ValueError("k must not share memory with q (both are rotated in place)")
-    _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend)
-    return q, k
 
 
 def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_dim, backend):
@@ -300,17 +317,27 @@ def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_d
     check_rotary_dim(rotary_dim, len(freqs), q.shape[-1])
     af = _check_attention(attention_factor)
     layout = check_layout(layout)
-    n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
     if (positions is None) == (offset is None):
         raise TypeError("pass exactly one of positions and offset")
-    if offset is not None:
-        start = check_offset(offset, n_seq)
-        pos = np.arange(start, start + n_seq, dtype=np.uint64).astype(np.uint32)
-    else:
-        shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
-        pos = check_position_grid(positions, shapes)
+    pos = rotation_positions(q, positions, offset)
     _check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, inv_freq)
-    _, module = _backends.resolve(backend)
+    rotate(_backends.resolve(backend)[1], q, k, pos, freqs, af, layout)
+    return q
+
+
+def rotation_positions(q: np.ndarray, positions, offset) -> np.ndarray:
+    """The positions of a rotation of ``q`` (checked): ``positions`` of a shape ``q`` takes,
+    or (``positions`` None) ``offset, offset + 1, ...`` along its sequence axis."""
+    n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
+    if positions is None:
+        start = check_offset(offset, n_seq)
+        return np.arange(start, start + n_seq, dtype=np.uint64).astype(np.uint32)
+    shapes = ((n_seq,),) if q.ndim == 3 else ((n_seq,), (q.shape[0], n_seq))
+    return check_position_grid(positions, shapes)
+
+
+def rotate(module, q, k, pos, freqs, af, layout) -> None:
+    """Rotate validated arrays in place (what the apply functions and
+    :class:`fastpe.rope.Rotary` run once their checks pass)."""
     if q.size or (k is not None and k.size):
         module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=layout)
-    return q

@@ -100,6 +100,7 @@ __all__ = [
     "resolve",
     "check_seq_len",
     "compute",
+    "length_key",
     "yarn_correction_range",
     "uses_seq_len",
     "MAX_HEAD_DIM",
@@ -540,6 +541,17 @@ def uses_seq_len(spec: RopeSpec) -> bool:
     return spec.rope_type in ("dynamic", "longrope")
 
 
+def length_key(spec: RopeSpec, seq_len: int | None):
+    """What of ``seq_len`` the rule sees: one key per distinct result, not per length --
+    dynamic's ``max(seq_len, max_position_embeddings)``, longrope's long/short switch
+    (``seq_len > original_max_position_embeddings``), ``None`` for the other rules."""
+    if spec.rope_type == "dynamic":
+        return spec.max_position_embeddings if seq_len is None else max(seq_len, spec.max_position_embeddings)
+    if spec.rope_type == "longrope":
+        return bool(seq_len and seq_len > spec.original_max_position_embeddings)
+    return None
+
+
 def _yarn_range(spec: RopeSpec) -> tuple[Decimal, Decimal]:
     two_pi = 2 * decimal_pi(_PREC + 5)
     ln_base = Decimal(spec.base).ln()
@@ -568,14 +580,7 @@ def compute(spec: RopeSpec, seq_len: int | None = None) -> tuple[np.ndarray, flo
     ``seq_len`` matters only for dynamic (``None``: ``max_position_embeddings``) and
     longrope (``None`` or ``<= original_max_position_embeddings``: ``short_factor``).
     """
-    # one cache entry per distinct result, not per length
-    if spec.rope_type == "dynamic":
-        key = spec.max_position_embeddings if seq_len is None else max(seq_len, spec.max_position_embeddings)
-    elif spec.rope_type == "longrope":
-        key = bool(seq_len and seq_len > spec.original_max_position_embeddings)
-    else:
-        key = None
-    values, attention = _compute(spec, key)
+    values, attention = _compute(spec, length_key(spec, seq_len))  # one cache entry per distinct result
     return np.array(values, dtype=np.float64), attention
 
 

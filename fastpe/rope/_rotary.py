@@ -1,0 +1,328 @@
+"""``Rotary``: one resolved rotary embedding -- validated once, then called many times.
+
+A :class:`Rotary` holds what a model's rotary module holds: the head size, the rotated
+part, the layout, the rule (``rope_type``) with every parameter it depends on, and the
+frequencies and attention factor the rule gives.  Everything is checked in the constructor
+(the same checks as :func:`fastpe.rope.resolve`), the frequencies are computed then (for
+dynamic NTK and LongRoPE, whose values depend on the sequence length, on first use of each
+distinct value and kept), and a call checks only its own arguments -- the positions and
+arrays -- before the kernels run.  The module functions of :mod:`fastpe.rope` build one and
+call it, so both give the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _scaling
+from .._validate import check_inplace, check_int, check_layout, check_position_grid, check_positions
+from ._scaling import RopeSpec
+
+__all__ = ["Rotary", "cos_sin_out"]
+
+_core = _backends = None
+
+
+def _load_core():
+    # imported on first use: `import fastpe.rope` stays light (no kernels loaded)
+    global _core, _backends
+    if _core is None:
+        from . import _core as core
+        from .. import _backends as backends
+
+        _core, _backends = core, backends
+    return _core
+
+
+#: the parameters each rule depends on, as a Rotary's repr lists them (after head_dim,
+#: rotary_dim and base); ``max_position_embeddings`` where the rule reads it
+_SHOWN = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor", "max_position_embeddings"),
+    "yarn": ("factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
+             "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "factor", "attention_factor", "short_mscale", "long_mscale",
+                 "original_max_position_embeddings", "max_position_embeddings"),
+    "proportional": ("partial_rotary_factor", "factor"),
+}
+#: the spec's fields, readable as a Rotary's attributes
+_FIELDS = tuple(RopeSpec.__dataclass_fields__)
+#: cached frequencies of the length-dependent rules, per Rotary: plenty for decoding (one
+#: dynamic key per length past max_position_embeddings), bounded for a process that runs long
+_MAX_CACHED = 64
+
+
+class Rotary:
+    """A rotary position embedding, resolved and frozen.
+
+    ``Rotary(head_dim, *, base=None, rotary_dim=None, scaling=None,
+    max_position_embeddings=None, layout="neox")`` takes the arguments of
+    :func:`fastpe.rope.resolve` (``scaling``: an HF ``rope_scaling`` / ``rope_parameters``
+    dict, verbatim) and ``layout`` (``"neox"``, HF's halves; ``"gptj"``, adjacent pairs), and
+    raises what ``resolve`` raises.  ``base=None`` is ``scaling['rope_theta']``, else 10000:
+    a model's ``config.json`` keeps ``rope_theta`` beside its rope dict.
+
+    Attributes: ``head_dim``, ``rotary_dim``, ``layout``, ``rope_type``, ``base`` and every
+    parameter of the rule (``factor``, ``original_max_position_embeddings``,
+    ``low_freq_factor``, ... -- ``None`` where the rule has none; ``spec`` is all of them, a
+    :class:`~fastpe.rope.RopeSpec`), ``inv_freq`` (float64, read-only, ``rotary_dim / 2``)
+    and ``attention_factor`` -- HF's values at initialisation; for ``dynamic`` and
+    ``longrope``, whose values depend on the sequence length, :meth:`inv_freq_at` and
+    :meth:`attention_factor_at` give them at any length (``length_dependent`` says which).
+
+    Calls: :meth:`cos_sin`, :meth:`apply_`, :meth:`apply_qk_`, with positions ``(seq,)``
+    or ``(batch, seq)``; each checks only its positions and arrays.  Equal Rotaries (same
+    spec and layout) compare and hash equal; a Rotary cannot be modified.
+    """
+
+    __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays")
+
+    def __init__(self, head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None,
+                 layout: str = "neox"):
+        spec = _scaling.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                                max_position_embeddings=max_position_embeddings)
+        self._set(spec, check_layout(layout))
+
+    def _set(self, spec: RopeSpec, layout: str) -> None:
+        put = object.__setattr__
+        put(self, "_spec", spec)
+        put(self, "_layout", layout)
+        put(self, "_hash", hash((spec, layout)))
+        put(self, "_cache", {})
+        put(self, "_arrays", {})
+        # the values every call of a rule that ignores the length uses: computed now
+        put(self, "_values", None if _scaling.uses_seq_len(spec) else self._at_key(None))
+
+    @classmethod
+    def _from_spec(cls, spec: RopeSpec, layout: str) -> Rotary:
+        """A Rotary of a resolved spec and a checked layout (no re-validation)."""
+        self = object.__new__(cls)
+        self._set(spec, layout)
+        return self
+
+    # ------------------------------------------------------------------ what it holds
+
+    @property
+    def spec(self) -> RopeSpec:
+        """Every parameter of the rule, as :func:`fastpe.rope.resolve` returns them."""
+        return self._spec
+
+    @property
+    def layout(self) -> str:
+        return self._layout
+
+    @property
+    def length_dependent(self) -> bool:
+        """Whether the frequencies or attention factor depend on the sequence length
+        (``dynamic``, ``longrope``)."""
+        return self._values is None
+
+    @property
+    def inv_freq(self) -> np.ndarray:
+        """Radians per position of each pair, float64 ``(rotary_dim / 2,)``, read-only:
+        HF's values at initialisation (see :meth:`inv_freq_at`)."""
+        return self.inv_freq_at(None)
+
+    @property
+    def attention_factor(self) -> float:
+        """The factor cos and sin are multiplied by (HF's ``attention_scaling``), at
+        initialisation (see :meth:`attention_factor_at`)."""
+        return self._at(None)[1]
+
+    def inv_freq_at(self, seq_len) -> np.ndarray:
+        """``inv_freq`` for a sequence of ``seq_len`` positions (an int in ``[0, 2**32]``,
+        or ``None``: HF's value at initialisation -- dynamic: no scaling; longrope:
+        ``short_factor``).  Read-only; the same array for every length that gives it."""
+        key = _scaling.length_key(self._spec, _scaling.check_seq_len(seq_len))
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = np.array(self._at_key(key)[0], dtype=np.float64)
+            arr.flags.writeable = False
+            if len(self._arrays) >= _MAX_CACHED:
+                self._arrays.clear()
+            self._arrays[key] = arr
+        return arr
+
+    def attention_factor_at(self, seq_len) -> float:
+        """``attention_factor`` for a sequence of ``seq_len`` positions (as
+        :meth:`inv_freq_at`)."""
+        return self._at(_scaling.check_seq_len(seq_len))[1]
+
+    def _at(self, seq_len: int | None) -> tuple[tuple[float, ...], float]:
+        """``(inv_freq as a tuple of floats, attention_factor)`` at a checked length."""
+        values = self._values
+        if values is not None:
+            return values
+        return self._at_key(_scaling.length_key(self._spec, seq_len))
+
+    def _at_key(self, key) -> tuple[tuple[float, ...], float]:
+        values = self._cache.get(key)
+        if values is None:
+            values = _scaling._compute(self._spec, key)
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = values
+        return values
+
+    def __getattr__(self, name):
+        # the spec's fields: head_dim, rotary_dim, rope_type, base, factor, ...
+        if name in _FIELDS:
+            return getattr(self._spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_FIELDS))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Rotary is frozen: cannot set {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"Rotary is frozen: cannot delete {name!r}")
+
+    def __eq__(self, other):
+        if not isinstance(other, Rotary):
+            return NotImplemented
+        return self._layout == other._layout and self._spec == other._spec
+
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):
+        return (Rotary._from_spec, (self._spec, self._layout))
+
+    def __repr__(self):
+        spec = self._spec
+        parts = [spec.rope_type, f"head_dim={spec.head_dim}", f"rotary_dim={spec.rotary_dim}", f"base={spec.base!r}"]
+        for name in _SHOWN[spec.rope_type]:
+            value = getattr(spec, name, None)
+            if value is None or (name == "max_position_embeddings" and not _reads_length(spec)):
+                continue
+            if isinstance(value, tuple):
+                shown = ", ".join(f"{v:g}" for v in value[:3])
+                value = f"[{shown}{', ...' if len(value) > 3 else ''}] ({len(value)} values)"
+            else:
+                value = repr(value)
+            parts.append(f"{name}={value}")
+        parts.append(f"layout={self._layout}")
+        return f"Rotary({', '.join(parts)})"
+
+    # ------------------------------------------------------------------------- calls
+
+    def cos_sin(self, positions, *, dtype=None, out=None, seq_len=None, backend=None):
+        """The cos and sin caches of ``positions``: ``(seq, rotary_dim)`` each for ``(seq,)``
+        positions, ``(batch, seq, rotary_dim)`` for ``(batch, seq)``.
+
+        Values, layout and dtypes as :func:`fastpe.rope.cos_sin`: ``attention_factor *
+        cos(p * inv_freq[i])`` (and sin), float32 by default (within 1 ULP of the exact
+        values for the float64 ``inv_freq``), float64, or float16 / bfloat16 correctly
+        rounded; ``out`` a pair ``(cos, sin)`` of the output's shape to fill.  ``seq_len``
+        (dynamic, longrope): ``None`` means the largest position plus one, as HF's forward
+        pass does.
+        """
+        return self._cos_sin(positions, dtype, out, seq_len, backend, grid=True)
+
+    def _cos_sin(self, positions, dtype, out, seq_len, backend, *, grid: bool):
+        from .. import _dtypes
+
+        core = _load_core()
+        if dtype is not None:
+            _dtypes.resolve(dtype)  # a bad dtype is named before the positions
+        width = self._spec.rotary_dim
+        arr = _grid(positions) if grid else None
+        if arr is not None:  # (batch, seq): one flat run, the caches shaped (batch, seq, width)
+            pos = check_position_grid(positions, (arr.shape,)).reshape(-1)
+            shape = (*arr.shape, width)
+        else:
+            pos = check_positions(positions)
+            shape = (pos.shape[0], width)
+        out_cos, out_sin = cos_sin_out(out, shape, dtype, positions, pos)
+        seq_len = _scaling.check_seq_len(seq_len)
+        if seq_len is None and self._values is None:
+            seq_len = int(pos.max()) + 1 if pos.size else 0
+        freqs, af = self._at(seq_len)
+        _, module = _backends.resolve(backend)
+        core.fill_caches(module, pos, freqs, af, self._layout, out_cos.reshape(-1, width), out_sin.reshape(-1, width))
+        return (out_cos, out_sin) if out is None else out
+
+    def apply_(self, x, positions=None, *, offset=0, seq_len=None, backend=None):
+        """Rotate ``x`` in place and return it, as :func:`fastpe.rope.apply_` does:
+        float32 ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``, C-contiguous
+        and writable, its last axis ``head_dim``; positions ``(tokens,)``, ``(seq,)`` or
+        ``(batch, seq)``, or ``None`` for ``offset, offset + 1, ...`` (a non-zero ``offset``
+        beside ``positions`` is a ValueError).  ``seq_len=None``: the largest position plus
+        one.  Everything is checked before ``x`` is touched."""
+        return self._rotate(x, None, positions, offset, seq_len, backend)
+
+    def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None):
+        """Rotate queries and keys in place in one pass and return ``(q, k)``, as
+        :func:`fastpe.rope.apply_qk_` does (their head counts may differ)."""
+        self._rotate(q, k, positions, offset, seq_len, backend, qk=True)
+        return q, k
+
+    def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False):
+        core = _load_core()
+        name = "q" if qk else "x"
+        check_inplace(q, name)
+        if qk:
+            check_inplace(k, "k")
+            core.check_qk(q, k)
+        head_dim = self._spec.head_dim
+        if q.shape[-1] != head_dim:
+            raise ValueError(f"{name} must have head_dim = {head_dim} values in its last axis, got shape {q.shape}")
+        if positions is None:
+            check_int("offset", offset, low=0)  # None too: offset is an int, 0 by default
+        else:
+            if check_int("offset", offset, low=0):
+                raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
+            offset = None
+        seq_len = _scaling.check_seq_len(seq_len)
+        pos = core.rotation_positions(q, positions, offset)
+        if seq_len is None and self._values is None:
+            seq_len = int(pos.max()) + 1 if pos.size else 0
+        freqs, af = self._at(seq_len)
+        core._check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, None)
+        _, module = _backends.resolve(backend)
+        core.rotate(module, q, k, pos, freqs, af, self._layout)
+        return q
+
+
+def _reads_length(spec: RopeSpec) -> bool:
+    """Whether the rule reads ``max_position_embeddings`` (beyond defaulting the original
+    length): dynamic always, longrope for an attention factor from nothing else."""
+    if spec.rope_type == "longrope":
+        return spec.factor is None and spec.attention_factor is None and getattr(spec, "short_mscale", None) is None
+    return spec.rope_type == "dynamic"
+
+
+def _grid(positions):
+    """``positions`` as an array when it is a ``(batch, seq)`` grid, else None (the 1-D
+    checks then run on it as given, and name what is wrong)."""
+    if isinstance(positions, (str, bytes)):
+        return None
+    try:
+        arr = np.asarray(positions)
+    except (ValueError, TypeError):
+        return None
+    return arr if arr.ndim == 2 else None
+
+
+def cos_sin_out(out, shape, dtype, positions, pos):
+    """``cos_sin``'s two arrays: ``out``'s, checked, or new ones."""
+    from ..sinusoid import output_array
+
+    if out is None:
+        cos = output_array(None, shape, dtype)
+        return cos, np.empty_like(cos)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"out must be a pair (cos, sin) of arrays, got {type(out).__name__}")
+    inputs = [("positions", positions), ("positions", pos)]
+    cos = output_array(out[0], shape, dtype, inputs, name="out[0]")
+    sin = output_array(out[1], shape, dtype, inputs, name="out[1]")
+    if sin.dtype != cos.dtype:
+        raise ValueError(f"out[0] and out[1] must have one dtype, got {cos.dtype.name} and {sin.dtype.name}")
+    if np.may_share_memory(cos, sin):
+        raise ValueError("out[0] must not share memory with out[1]")
+    return cos, sin
+
