@@ -83,6 +83,7 @@ __all__ = [
     "save_table",
     "load_spec",
     "parse_spec",
+    "check_describes",
     "SavedTable",
     "FORMATS",
     "DEFAULT_CHUNK_BYTES",
@@ -331,18 +332,45 @@ def load_spec(path) -> dict:
     a ``.npy`` file's sidecar, or from inside a ``.npz`` or ``.safetensors`` file.
 
     Returns the normalised spec (see :func:`parse_spec`), whose ``params`` are keyword
-    arguments for :func:`save_table` and :func:`fastpe.table`.  A missing file is
-    :class:`FileNotFoundError`; anything malformed is a :class:`ValueError` naming the file.
+    arguments for :func:`save_table` and :func:`fastpe.table`.  Given a data file, the spec
+    must describe it: the table's shape and dtype in the file's header (the ``.npy``
+    itself, the ``.npz`` or ``.safetensors`` entry ``table``) are compared with the spec's,
+    so a sidecar left beside a ``.npy`` that something else wrote again since is refused
+    (:func:`check_describes`).  A missing file is :class:`FileNotFoundError`; anything
+    malformed, or a spec that does not describe its file, is a :class:`ValueError` naming
+    the file.
     """
     source = _check_path(path)
     writer = WRITERS.get(os.path.splitext(source)[1].lower())
-    if writer is not None:
-        text = writer.read_spec(source)
-        source = writer.sidecar_path(source) or source  # errors name the file the spec came from
-    else:  # a spec file, whatever its name
+    if writer is None:  # a spec file, whatever its name
         with open(source, "rb") as f:
             text = f.read()
-    return parse_spec(text, source)
+        return parse_spec(text, source)
+    text = writer.read_spec(source)
+    spec = parse_spec(text, writer.sidecar_path(source) or source)  # errors name the file the spec came from
+    check_describes(source, spec)
+    return spec
+
+
+def check_describes(path: str, spec: dict) -> None:
+    """A :class:`ValueError` unless the table file ``path`` (``.npy``, ``.npz`` or
+    ``.safetensors``) holds, by its header, the shape and dtype its table ``spec`` (a
+    normalised one) says: ``(max_len, d_model)`` in the spec's dtype as the format stores
+    it (bfloat16 as ``uint16`` in ``.npy`` and ``.npz``)."""
+    writer = WRITERS[format_of(path)]
+    params = spec["params"]
+    want = (writer.stored_dtype(params["dtype"]), (params["max_len"], params["d_model"]))
+    what = f"the {TABLE_ENTRY!r} entry of {path}" if not writer.one_array else path
+    try:
+        got = writer.stored(path, TABLE_ENTRY)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; its spec describes a {want[0]} {want[1]} table") from None
+    if got != want:
+        where = f"its sidecar {writer.sidecar_path(path)}" if writer.sidecar else "the spec inside it"
+        raise ValueError(
+            f"{what} holds {got[0]} {got[1]}, but {where} describes a {want[0]} {want[1]} table: the spec is "
+            f"stale (the file was written again after fastpe wrote it)"
+        )
 
 
 # --------------------------------------------------------------------------- layouts

@@ -92,6 +92,9 @@ _SAFETENSORS_CODES = {
     "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
     "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
 }
+_SAFETENSORS_NAMES = {code: name for name, code in _SAFETENSORS_CODES.items()}
+#: the safetensors format's own bound on its JSON header (100 MB)
+_SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 # --------------------------------------------------------------------------- entries and specs
@@ -251,6 +254,18 @@ class Writer:
         :class:`FileNotFoundError` if it (or its sidecar) is absent."""
         raise NotImplementedError
 
+    def stored(self, path: str, name: str) -> tuple[str, tuple[int, ...]]:
+        """``(dtype, shape)`` of the array entry ``name`` as the file ``path`` holds it, read
+        from its header alone (a ``.npy`` holds one array, whatever ``name``): the dtype's
+        name (its code, e.g. ``'>f4'``, when not in native byte order; ``'bfloat16'`` for
+        a ``.safetensors`` BF16).  A :class:`ValueError` naming the file if the entry is
+        absent or its header cannot be read."""
+        raise NotImplementedError
+
+    def stored_dtype(self, dtype: str) -> str:
+        """The dtype name :meth:`stored` shows for an array of ``dtype`` this writer wrote."""
+        return "uint16" if dtype == "bfloat16" and self.bfloat16_as_uint16 else dtype
+
     def size(self, entries: Iterable[Entry], spec: dict) -> int:
         """The exact number of bytes :meth:`save` writes (the sidecar included)."""
         return self.layout(entries, spec).total
@@ -278,6 +293,28 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
         buf = io.BytesIO()
         npy_format.write_array_header_2_0(buf, header)
     return buf.getvalue()
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return dtype.name if dtype.isnative or dtype.itemsize == 1 else dtype.str
+
+
+def _read_npy_header(f, where: str) -> tuple[str, tuple[int, ...]]:
+    """``(dtype, shape)`` from the ``.npy`` header at ``f``'s position (formats 1.0 and 2.0,
+    the ones NumPy and fastpe write for such arrays)."""
+    try:
+        version = npy_format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npy_format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy_format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"a .npy format version {version[0]}.{version[1]} header")
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"{where} has no readable .npy header: {' '.join(str(exc).split())}") from None
+    if fortran:
+        return "Fortran-ordered " + _dtype_name(dtype), tuple(shape)
+    return _dtype_name(dtype), tuple(shape)
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -324,6 +361,10 @@ class NpyWriter(Writer):
             for data in feed.of(entry):
                 f.write(data)
         feed.finish()
+
+    def stored(self, path, name):
+        with open(path, "rb") as f:
+            return _read_npy_header(f, path)
 
     def read_spec(self, path):
         sidecar = path + SIDECAR_SUFFIX
@@ -386,6 +427,18 @@ class NpzWriter(Writer):
                         member.write(data)
             feed.finish()
 
+    def stored(self, path, name):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                if name + ".npy" not in archive.namelist():
+                    raise ValueError(f"{path} holds no {name!r} entry")
+                with archive.open(name + ".npy") as member:
+                    return _read_npy_header(member, f"{path}'s {name!r} entry")
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
+
     def read_spec(self, path):
         import zipfile
 
@@ -447,6 +500,25 @@ class SafetensorsWriter(Writer):
             for data in feed.of(entry):
                 f.write(data)
         feed.finish()
+
+    def stored(self, path, name):
+        # the header read by hand: 8 bytes of length, then JSON (the package is not needed)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
+            if not 2 <= n <= _SAFETENSORS_MAX_HEADER:
+                raise ValueError(f"{path} has no readable .safetensors header")
+            try:
+                header = json.loads(f.read(n))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                raise ValueError(f"{path} has no readable .safetensors header") from None
+        info = header.get(name) if isinstance(header, dict) else None
+        if not isinstance(info, dict) or name == "__metadata__":
+            raise ValueError(f"{path} holds no {name!r} tensor")
+        code, shape = info.get("dtype"), info.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(side, int) for side in shape):
+            raise ValueError(f"{path}: the {name!r} tensor's shape is not a list of sizes")
+        return _SAFETENSORS_NAMES.get(code, str(code)), tuple(shape)
 
     def read_spec(self, path):
         self.require()

@@ -97,8 +97,8 @@ def _wants_bar(ctx: click.Context) -> bool:
 @click.option(
     "--from-spec", "spec", type=click.Path(exists=True, dir_okay=False), default=None, callback=_spec_handler,
     metavar="SPEC",
-    help="Re-run a recorded spec: a PATH.json sidecar, or a .npy, .npz or .safetensors written by fastpe. "
-    "Table options given as well override the spec's values.",
+    help="Re-run a recorded spec: a PATH.json sidecar, or a .npy, .npz or .safetensors written by fastpe "
+    "(its table's shape and dtype must still be the spec's). Table options given as well override the spec's values.",
 )
 @click.pass_context
 def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -> None:

@@ -191,6 +191,28 @@ def test_from_spec_of_a_pipe_exits_2_instead_of_waiting_for_it(in_tmp):
     assert listing() == ["bare.npy", "plain.npy", "plain.npy.json", "spec.json"]
 
 
+@pytest.mark.any_backend
+@pytest.mark.parametrize("fmt", _save.FORMATS)
+def test_from_spec_of_a_file_written_again_since_exits_2(in_tmp, fmt):
+    """The README's save_table("pe.npy", 4096, ...) then open_memmap("pe.npy", ...) of
+    another shape: the spec no longer describes the file, and is not re-run."""
+    saved = fastpe.save_table(f"pe{fmt}", 64, 32, backend="python")
+    if fmt == ".npy":
+        target = np.lib.format.open_memmap("pe.npy", mode="w+", dtype=np.float32, shape=(32, 32))
+        del target
+    elif fmt == ".npz":
+        np.savez("pe.npz", spec=np.array(json.dumps(saved.spec)), table=np.zeros((32, 32), np.float32))
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({"table": np.zeros((32, 32), np.float32)}, "pe.safetensors", metadata={"spec": json.dumps(saved.spec)})
+    before = listing()
+    line = assert_one_line_error(run("table", "--from-spec", f"pe{fmt}", "-o", "x.npy"))
+    assert line.startswith("Error: Invalid value for '--from-spec': ") and "holds float32 (32, 32), but " in line
+    assert "describes a float32 (32, 64) table: the spec is stale" in line
+    assert listing() == before
+
+
 def test_an_override_that_contradicts_the_spec_exits_2(in_tmp):
     fastpe.save_table("a.npy", D, L, base=500.5)
     line = assert_one_line_error(run("table", "--from-spec", "a.npy", "--max-timescale", "20"), 2)

@@ -464,6 +464,80 @@ def test_files_without_a_spec(tmp_path):
         _save.load_spec(tmp_path / "absent.npz")
 
 
+# ======================================================================== a spec that no longer describes its file
+
+
+def _rewrite(path, array, spec_text):
+    """``path`` written again by something else with ``array``, its spec left as it was."""
+    path = str(path)
+    if path.endswith(".npy"):
+        np.save(path, array)
+    elif path.endswith(".npz"):
+        np.savez(path, spec=np.array(spec_text), table=array)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({"table": array}, path, metadata={"spec": spec_text})
+
+
+@pytest.mark.any_backend
+def test_the_readmes_memmap_over_a_saved_table_makes_its_sidecar_stale(tmp_path):
+    path = tmp_path / "pe.npy"
+    fastpe.save_table(path, 64, 32, backend="python")  # the README's save_table("pe.npy", 4096, 2**20), smaller
+    target = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(32, 32))  # the dask snippet's
+    target[:] = 0
+    del target
+    with pytest.raises(ValueError) as info:
+        _save.load_spec(path)
+    assert str(info.value) == (
+        f"{path} holds float32 (32, 32), but its sidecar {path}.json describes a float32 (32, 64) table: the spec "
+        "is stale (the file was written again after fastpe wrote it)")
+    assert _save.load_spec(f"{path}.json")["params"]["d_model"] == 64  # the spec file itself, asked for by name
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("fmt", _save.FORMATS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("change", ["shape", "dtype", "order"])
+def test_a_file_written_again_under_its_spec_is_refused(tmp_path, fmt, dtype, change):
+    if fmt == ".safetensors" and change == "order":
+        pytest.skip("safetensors has no Fortran order")
+    path = tmp_path / f"pe{fmt}"
+    saved = fastpe.save_table(path, D, 7, dtype=dtype, backend="python")
+    assert _save.load_spec(path) == saved.spec  # as written: it describes the file
+    stored = "uint16" if dtype == "bfloat16" and fmt != ".safetensors" else dtype
+    array = read_table(path, dtype).astype(np.float32)
+    array, held = {
+        "shape": (array[:5], f"float32 (5, {D})"),
+        "dtype": (array.astype(np.float64), f"float64 (7, {D})"),
+        "order": (np.asfortranarray(array), f"Fortran-ordered float32 (7, {D})"),
+    }[change]
+    if change == "shape" and stored == "uint16":  # a file of the stored dtype, of another shape
+        array, held = array.astype(np.uint16), f"uint16 (5, {D})"
+    if change == "dtype" and stored == "float32":
+        array, held = array.astype(np.float16), f"float16 (7, {D})"
+    _rewrite(path, array, json.dumps(saved.spec))
+    with pytest.raises(ValueError) as info:
+        _save.load_spec(path)
+    message = str(info.value)
+    where = {".npy": f"{path} holds", ".npz": f"the 'table' entry of {path} holds",
+             ".safetensors": f"the 'table' entry of {path} holds"}[fmt]
+    assert message.startswith(f"{where} {held}, but "), message
+    assert f"describes a {stored} (7, {D}) table: the spec is stale" in message, message
+
+
+@pytest.mark.any_backend
+def test_a_spec_whose_file_lost_its_table_is_refused(tmp_path):
+    saved = fastpe.save_table(tmp_path / "pe.npz", D, 7, backend="python")
+    np.savez(tmp_path / "pe.npz", spec=np.array(json.dumps(saved.spec)), other=np.zeros(3))
+    with pytest.raises(ValueError, match=f"pe.npz holds no 'table' entry; its spec describes a float32 \\(7, {D}\\)"):
+        _save.load_spec(tmp_path / "pe.npz")
+    saved = fastpe.save_table(tmp_path / "pe.npy", D, 7, backend="python")
+    (tmp_path / "pe.npy").write_bytes(b"not an array")
+    with pytest.raises(ValueError, match="pe.npy has no readable .npy header"):
+        _save.load_spec(tmp_path / "pe.npy")
+
+
 # ======================================================================== memory and signals
 
 
