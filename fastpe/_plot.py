@@ -8,8 +8,10 @@ Two steps, kept apart so the numbers can be tested without looking at pixels:
 * :func:`render` draws a :class:`Heatmap` into a file object (PNG, SVG or PDF).
 
 Positions run down the y axis (position 0 at the top, as the table's rows), dimensions along
-x.  The colormap is diverging and centred on zero (``vmin = -vmax``), so sines and cosines
-read as signed values; masked entries (ALiBi's causal ``-inf``, any NaN) are grey.
+x, both with integer ticks (they are indices).  The colormap is diverging and centred on zero
+(``vmin = -vmax``), so sines and cosines read as signed values; the colorbar spans the
+finite data only (an ALiBi bias, all ``<= 0``, shows its blue half); masked entries
+(ALiBi's causal ``-inf``, any NaN) are grey.
 
 matplotlib is imported without pyplot: no global figure state, no backend selection, safe
 from threads.  ``pip install 'fastpe[plot]'`` provides it; ``import fastpe`` never loads it.
@@ -27,6 +29,7 @@ try:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides matplotlib
     raise ImportError(
         f"fastpe's plots need matplotlib: pip install 'fastpe[plot]' (or pip install matplotlib) ({exc})"
@@ -44,6 +47,8 @@ __all__ = [
     "MASKED_COLOR",
     "prepare",
     "limits",
+    "data_range",
+    "bfloat16_values",
     "table_heatmap",
     "rope_heatmap",
     "alibi_heatmap",
@@ -51,6 +56,7 @@ __all__ = [
     "check_cmap",
     "format_of_path",
     "pixel_size",
+    "figure",
     "render",
 ]
 
@@ -69,7 +75,9 @@ ROPE_PARTS = ("cos", "sin", "both")
 @dataclass(frozen=True)
 class Heatmap:
     """What :func:`render` draws: one or more panels side by side, sharing the y axis and
-    one colorbar.  ``panels`` are 2-D masked float64 arrays (rows = y)."""
+    one colorbar.  ``panels`` are 2-D masked float64 arrays (rows = y); ``vmin``/``vmax``
+    the colour limits (symmetric about zero), ``span`` the colorbar's extent (the finite
+    data's range, or the colour limits when there is no range)."""
 
     panels: tuple[np.ma.MaskedArray, ...]
     vmin: float
@@ -78,6 +86,7 @@ class Heatmap:
     xlabel: str = "dimension"
     ylabel: str = "position"
     panel_titles: tuple[str, ...] = ()
+    span: tuple[float, float] | None = None
 
     @property
     def data(self) -> np.ma.MaskedArray:
@@ -98,6 +107,24 @@ def limits(panels) -> tuple[float, float]:
     if not m > 0.0:
         m = 1.0
     return -m, m
+
+
+def data_range(panels) -> tuple[float, float] | None:
+    """``(lowest, highest)`` finite value of the panels; ``None`` when they are all masked
+    or all equal (the colorbar then shows the colour limits)."""
+    lo, hi = np.inf, -np.inf
+    for p in panels:
+        values = np.ma.compressed(p)
+        if values.size:
+            lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
+    return (lo, hi) if lo < hi else None
+
+
+def bfloat16_values(bits: np.ndarray) -> np.ndarray:
+    """The values of bfloat16 numbers given as their ``uint16`` bit patterns (as fastpe stores
+    bfloat16 in ``.npy`` and ``.npz``), as float32: exact, a bfloat16 being the top half of
+    a float32, and without ml_dtypes."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _as_real_2d(array, name: str) -> np.ndarray:
@@ -133,7 +160,7 @@ def prepare(
     if len({p.shape[0] for p in panels}) > 1:
         raise ValueError(f"{name} panels must have the same number of rows")
     vmin, vmax = limits(panels)
-    return Heatmap(tuple(panels), vmin, vmax, title, xlabel, ylabel, tuple(panel_titles))
+    return Heatmap(tuple(panels), vmin, vmax, title, xlabel, ylabel, tuple(panel_titles), data_range(panels))
 
 
 # --------------------------------------------------------------------------- the families
@@ -199,16 +226,22 @@ def alibi_heatmap(
     bias = alibi.bias(n_heads, length, form=form, max_bias=max_bias, backend=backend)
     return prepare(
         bias[head],
-        title=f"ALiBi bias: head {head} of {n_heads}, form={form}, length={length}, max_bias={max_bias:g}",
+        title=f"ALiBi bias: head index {head} (0-based) of {n_heads}, form={form}, length={length}, "
+        f"max_bias={max_bias:g}",
         xlabel="key position",
         ylabel="query position",
     )
 
 
-def array_heatmap(array, *, name: str = "array", index: int | None = None) -> Heatmap:
+def array_heatmap(array, *, name: str = "array", index: int | None = None, bfloat16_bits: bool = False,
+                  stored: str = "") -> Heatmap:
     """Any saved 2-D array (``index`` picks ``array[index]`` from a 3-D one, e.g. one head
-    of a bias)."""
+    of a bias).  ``bfloat16_bits``: ``array`` holds bfloat16 numbers as their ``uint16``
+    bit patterns, and their values are drawn, the title saying bfloat16 and then
+    ``stored`` (how the file keeps them, e.g. ``" (stored as uint16 bits)"``)."""
     arr = array if isinstance(array, np.ndarray) else np.asarray(array)
+    if bfloat16_bits and arr.dtype != np.uint16:
+        raise TypeError(f"bfloat16 bits are uint16, got dtype {arr.dtype}")
     label = os.path.basename(name)
     if index is not None:
         if arr.ndim != 3:
@@ -223,6 +256,9 @@ def array_heatmap(array, *, name: str = "array", index: int | None = None) -> He
     elif arr.ndim != 2:
         raise ValueError(f"{label} must be a 2-D array, got shape {arr.shape}")
     _as_real_2d(arr, label)  # type and size, before reading a memory-mapped file
+    if bfloat16_bits:
+        title = f"{label}: {arr.shape[0]} x {arr.shape[1]} bfloat16{stored}"
+        return prepare(bfloat16_values(arr), title=title, name=label)
     return prepare(np.asarray(arr), title=f"{label}: {arr.shape[0]} x {arr.shape[1]} {arr.dtype}", name=label)
 
 
@@ -253,10 +289,13 @@ def pixel_size(dpi: int) -> tuple[int, int]:
     return round(FIGSIZE[0] * dpi), round(FIGSIZE[1] * dpi)
 
 
-def render(heatmap: Heatmap, file: BinaryIO, *, fmt: str = "png", dpi: int = 100, cmap: str = DEFAULT_CMAP) -> None:
-    """Draw ``heatmap`` into the binary file ``file`` as ``fmt`` (png, svg or pdf)."""
-    if fmt not in FORMATS.values():
-        raise ValueError(f"fmt must be one of {', '.join(FORMATS.values())}, got {fmt!r}")
+#: colours in the colorbar: enough that it reads as continuous
+_BAR_STEPS = 256
+
+
+def figure(heatmap: Heatmap, *, dpi: int = 100, cmap: str = DEFAULT_CMAP) -> Figure:
+    """The matplotlib figure :func:`render` saves: one image per panel, integer ticks on
+    both axes, one colorbar spanning ``heatmap.span``."""
     dpi = check_int("dpi", dpi, low=1)
     colormap = check_cmap(cmap)
     fig = Figure(figsize=FIGSIZE, dpi=dpi, layout="constrained")
@@ -268,11 +307,25 @@ def render(heatmap: Heatmap, file: BinaryIO, *, fmt: str = "png", dpi: int = 100
             panel, cmap=colormap, vmin=heatmap.vmin, vmax=heatmap.vmax,
             aspect="auto", interpolation="nearest", origin="upper",
         )
+        for axis in (ax.xaxis, ax.yaxis):  # rows and columns are indices: no 0.5 ticks
+            axis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(heatmap.xlabel)
         if i == 0:
             ax.set_ylabel(heatmap.ylabel)
         if i < len(heatmap.panel_titles):
             ax.set_title(heatmap.panel_titles[i])
     fig.suptitle(heatmap.title)
-    fig.colorbar(image, ax=list(axes), label="value")
-    fig.savefig(file, format=fmt, dpi=dpi)
+    lo, hi = heatmap.span if heatmap.span is not None else (heatmap.vmin, heatmap.vmax)
+    # the colours of the (zero-centred) limits, over the data's range only
+    bar = fig.colorbar(image, ax=list(axes), label="value", boundaries=np.linspace(lo, hi, _BAR_STEPS + 1))
+    ticks = MaxNLocator(nbins=8).tick_values(lo, hi)
+    bar.set_ticks(ticks[(ticks >= lo) & (ticks <= hi)])
+    return fig
+
+
+def render(heatmap: Heatmap, file: BinaryIO, *, fmt: str = "png", dpi: int = 100, cmap: str = DEFAULT_CMAP) -> None:
+    """Draw ``heatmap`` into the binary file ``file`` as ``fmt`` (png, svg or pdf)."""
+    if fmt not in FORMATS.values():
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS.values())}, got {fmt!r}")
+    dpi = check_int("dpi", dpi, low=1)
+    figure(heatmap, dpi=dpi, cmap=cmap).savefig(file, format=fmt, dpi=dpi)

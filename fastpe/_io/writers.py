@@ -262,6 +262,20 @@ class Writer:
         absent or its header cannot be read."""
         raise NotImplementedError
 
+    def entries(self, path: str) -> list[str]:
+        """The names of the array entries of the file ``path``, in its order, the spec aside
+        (a ``.npy`` holds one array, named ``""``); a :class:`ValueError` naming the file if
+        it cannot be read."""
+        raise NotImplementedError
+
+    def open(self, path: str, name: str) -> np.ndarray:
+        """The array entry ``name`` of the file ``path`` as stored (bfloat16 as ``uint16``
+        bits outside ``.safetensors``; a ``.safetensors`` BF16 tensor too, as ``uint16``,
+        :meth:`stored` telling it apart), memory-mapped where the format allows: call
+        :meth:`stored` first to check its size.  A :class:`ValueError` naming the file if it
+        cannot be read."""
+        raise NotImplementedError
+
     def stored_dtype(self, dtype: str) -> str:
         """The dtype name :meth:`stored` shows for an array of ``dtype`` this writer wrote."""
         return "uint16" if dtype == "bfloat16" and self.bfloat16_as_uint16 else dtype
@@ -366,6 +380,15 @@ class NpyWriter(Writer):
         with open(path, "rb") as f:
             return _read_npy_header(f, path)
 
+    def entries(self, path):
+        return [""]
+
+    def open(self, path, name):
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"cannot read {path!r} as a .npy file: {' '.join(str(exc).split())}") from None
+
     def read_spec(self, path):
         sidecar = path + SIDECAR_SUFFIX
         if not os.path.exists(sidecar):
@@ -439,6 +462,27 @@ class NpzWriter(Writer):
         except (OSError, zipfile.BadZipFile) as exc:
             raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
 
+    def entries(self, path):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                members = archive.namelist()
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
+        return [m[: -len(".npy")] for m in members if m.endswith(".npy") and m != SPEC_ENTRY + ".npy"]
+
+    def open(self, path, name):
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                return archive[name]
+        except KeyError:
+            raise ValueError(f"{path} holds no {name!r} entry") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path}: its {name!r} entry cannot be read: {' '.join(str(exc).split())}") from None
+
     def read_spec(self, path):
         import zipfile
 
@@ -501,24 +545,52 @@ class SafetensorsWriter(Writer):
                 f.write(data)
         feed.finish()
 
-    def stored(self, path, name):
-        # the header read by hand: 8 bytes of length, then JSON (the package is not needed)
+    @staticmethod
+    def _header(path) -> tuple[dict, int]:
+        """The JSON header, read by hand (the package is not needed), and where the data start."""
         with open(path, "rb") as f:
             head = f.read(8)
             (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
-            if not 2 <= n <= _SAFETENSORS_MAX_HEADER:
-                raise ValueError(f"{path} has no readable .safetensors header")
             try:
-                header = json.loads(f.read(n))
+                header = json.loads(f.read(n)) if 2 <= n <= _SAFETENSORS_MAX_HEADER else None
             except (UnicodeDecodeError, json.JSONDecodeError):
-                raise ValueError(f"{path} has no readable .safetensors header") from None
-        info = header.get(name) if isinstance(header, dict) else None
-        if not isinstance(info, dict) or name == "__metadata__":
+                header = None
+        if not isinstance(header, dict):
+            raise ValueError(f"{path} has no readable .safetensors header")
+        return header, 8 + n
+
+    def _tensor(self, path, name) -> tuple[str, tuple[int, ...], tuple[int, int], int]:
+        header, start = self._header(path)
+        info = header.get(name) if name != "__metadata__" else None
+        if not isinstance(info, dict):
             raise ValueError(f"{path} holds no {name!r} tensor")
-        code, shape = info.get("dtype"), info.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(side, int) for side in shape):
+        code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(shape, list) or not all(isinstance(side, int) and side >= 0 for side in shape):
             raise ValueError(f"{path}: the {name!r} tensor's shape is not a list of sizes")
-        return _SAFETENSORS_NAMES.get(code, str(code)), tuple(shape)
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise ValueError(f"{path}: the {name!r} tensor has no data offsets")
+        return _SAFETENSORS_NAMES.get(code, str(code)), tuple(shape), tuple(offsets), start
+
+    def stored(self, path, name):
+        dtype, shape, _, _ = self._tensor(path, name)
+        return dtype, shape
+
+    def entries(self, path):
+        return [name for name in self._header(path)[0] if name != "__metadata__"]
+
+    def open(self, path, name):
+        dtype, shape, (lo, hi), start = self._tensor(path, name)
+        if dtype not in _SAFETENSORS_CODES:
+            raise ValueError(f"{path}: the {name!r} tensor's dtype {dtype!r} is not one fastpe reads")
+        dt = np.dtype("<u2" if dtype == "bfloat16" else dtype).newbyteorder("<")  # the data are little-endian
+        count = 1
+        for side in shape:
+            count *= side
+        if hi - lo != count * dt.itemsize or start + hi > os.path.getsize(path):
+            raise ValueError(f"{path}: the {name!r} tensor's data do not match its shape")
+        if count == 0:
+            return np.zeros(shape, dtype=dt)
+        return np.memmap(path, dtype=dt, mode="r", offset=start + lo, shape=shape)
 
     def read_spec(self, path):
         self.require()

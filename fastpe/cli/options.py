@@ -272,8 +272,8 @@ def open_npy(path: str):
         raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
     if magic != npy_format.MAGIC_PREFIX:
         if magic.startswith(b"PK"):
-            raise ValueError(f"cannot read {path!r} as a .npy file: it is an .npz archive (a ZIP file)")
-        raise ValueError(f"cannot read {path!r} as a .npy file: it does not start with NumPy's magic string")
+            raise ValueError(f"{path!r} is not a .npy file: it is an .npz archive (a ZIP file)")
+        raise ValueError(f"{path!r} is not a .npy file: it does not start with NumPy's magic string")
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:

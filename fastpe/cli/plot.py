@@ -27,7 +27,7 @@ _APPLIES = {
     "table": {"d_model", "max_len", "base", "backend"},
     "rope": {"head_dim", "max_len", "base", "part", "backend"},
     "alibi": {"heads", "head", "max_len", "form", "max_bias", "backend"},
-    "file": {"index"},
+    "file": {"index", "entry"},
 }
 _SPECIFIC = set().union(*_APPLIES.values()) | {"kind"}
 
@@ -48,8 +48,10 @@ def _output_handler(ctx, param, value):
 def _input_handler(ctx, param, value):
     if value is None:
         return None
-    if not value.lower().endswith(".npy"):
-        raise click.BadParameter(f"{value!r} is not a .npy file")
+    from .._io.writers import FORMATS, formats_text
+
+    if not value.lower().endswith(FORMATS):
+        raise click.BadParameter(f"{value!r} is not a {formats_text()} file")
     if not os.path.isfile(value):
         raise click.BadParameter(f"{value!r} does not exist" if not os.path.exists(value) else f"{value!r} is not a file")
     return value
@@ -74,16 +76,71 @@ def _check_applicable(ctx: click.Context, kind: str, label: str) -> None:
             raise click.UsageError(f"{flag} does not apply to {label}")
 
 
-def _load_npy(path: str):
+def _recorded_dtype(path: str, writer) -> str | None:
+    """The ``dtype`` the spec fastpe recorded with ``path`` names (any command's spec), or
+    ``None``: no spec, or one that cannot be read (the file is then drawn as it is)."""
+    import json
+
     try:
-        # memory-mapped: the shape and dtype are checked before the data are read
-        return options.open_npy(path)
+        spec = json.loads(writer.read_spec(path))
+    except (OSError, ValueError, ImportError):
+        return None
+    params = spec.get("params") if isinstance(spec, dict) else None
+    dtype = params.get("dtype") if isinstance(params, dict) else None
+    return dtype if isinstance(dtype, str) else None
+
+
+#: how the title tells bfloat16 drawn from the uint16 bits a .npy or .npz holds
+_FROM_BITS = " (stored as uint16 bits)"
+
+
+def _load_input(path: str, entry: str | None):
+    """``(array, label, bfloat16)`` of the array to draw from ``path``: a ``.npy``, or an
+    entry of a ``.npz`` or ``.safetensors`` (``entry``, by default the first array), its
+    size checked from its header before its data are read (memory-mapped but in an
+    ``.npz``).  ``bfloat16`` is ``None`` unless the array holds bfloat16 numbers as
+    ``uint16`` bits -- a ``.safetensors`` BF16 tensor (then ``""``), or a ``uint16`` array
+    whose spec fastpe recorded says bfloat16 (then how it was stored, for the title)."""
+    from .. import _plot
+    from .._io.writers import writer_for
+
+    writer = writer_for(path)
+    try:
+        if writer.one_array:
+            if entry is not None:
+                raise click.UsageError("--entry applies to .npz and .safetensors files (a .npy holds one array)")
+            # memory-mapped: the shape and dtype are checked before the data are read
+            array = options.open_npy(path)
+            return array, path, _bits_note(path, writer, array.dtype.name)
+        names = writer.entries(path)
+        if not names:
+            raise ValueError(f"{path!r} holds no array")
+        if entry is None:
+            entry = names[0]
+        elif entry not in names:
+            raise ValueError(f"{path!r} holds no entry {entry!r}; it holds {', '.join(names)}")
+        dtype, shape = writer.stored(path, entry)
+        values = 1
+        for side in shape:
+            values *= side
+        if values > _plot.MAX_VALUES:
+            raise ValueError(f"{entry!r} in {path!r} has {values} values; plots take at most {_plot.MAX_VALUES}")
+        array = writer.open(path, entry)
     except ValueError as exc:
         raise options.InputError(str(exc)) from None
+    label = f"{path}:{entry}" if len(names) > 1 else path
+    return array, label, "" if dtype == "bfloat16" else _bits_note(path, writer, dtype)
 
 
-@click.command(short_help="Draw a table, RoPE cache, ALiBi bias or .npy file as a heatmap (PNG/SVG/PDF).")
-@click.argument("input_path", metavar="[INPUT.npy]", required=False, callback=_input_handler)
+def _bits_note(path: str, writer, dtype: str) -> str | None:
+    """:data:`_FROM_BITS` for a ``uint16`` array of a file whose spec says bfloat16, else ``None``."""
+    if dtype == "uint16" and writer.bfloat16_as_uint16 and _recorded_dtype(path, writer) == "bfloat16":
+        return _FROM_BITS
+    return None
+
+
+@click.command(short_help="Draw a table, RoPE cache, ALiBi bias or saved array as a heatmap (PNG/SVG/PDF).")
+@click.argument("input_path", metavar="[INPUT]", required=False, callback=_input_handler)
 @click.option("--kind", type=click.Choice(KINDS, case_sensitive=False), default="table", show_default=True,
               help="What to draw when no INPUT is given.")
 @click.option("--d-model", "d_model", type=int, default=None, callback=options.d_model_handler, metavar="N",
@@ -100,13 +157,15 @@ def _load_npy(path: str):
 @click.option("--heads", type=int, default=8, show_default=True, callback=_positive, metavar="N",
               help="alibi: number of heads (the slopes depend on it).")
 @click.option("--head", type=int, default=0, show_default=True, callback=_non_negative, metavar="H",
-              help="alibi: which head to draw, 0 to N-1.")
+              help="alibi: which head to draw, by its 0-based index: 0 to N-1.")
 @click.option("--form", type=click.Choice(ALIBI_FORMS, case_sensitive=False), default="symmetric",
               show_default=True, help="alibi: the bias form (causal masks the future with -inf, drawn grey).")
 @click.option("--max-bias", type=float, default=8.0, show_default=True, metavar="B",
               help="alibi: the slope schedule's maximum bias.")
 @click.option("--index", type=int, default=None, callback=_non_negative, metavar="I",
-              help="INPUT: draw INPUT[I] of a 3-D array (e.g. one head of a saved bias).")
+              help="INPUT: draw INPUT[I] of a 3-D array (e.g. one head of a saved bias), I 0-based.")
+@click.option("--entry", default=None, metavar="NAME",
+              help="INPUT .npz or .safetensors: the array to draw (e.g. cos). Default: the first.")
 @click.option("--cmap", default="RdBu_r", show_default=True, metavar="NAME",
               help="matplotlib colormap; diverging ones suit the zero-centred scale.")
 @click.option("--dpi", type=click.IntRange(10, 1200), default=100, show_default=True, metavar="DPI",
@@ -117,15 +176,17 @@ def _load_npy(path: str):
               "atomically. Default: named after what is drawn, in the current directory.")
 @click.pass_context
 def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim, part, heads, head, form,
-         max_bias, index, cmap, dpi, backend, output) -> None:
+         max_bias, index, entry, cmap, dpi, backend, output) -> None:
     """Draw a heatmap: positions down the y axis, dimensions across, a diverging colormap
     centred on zero with a colorbar, and the parameters in the title.
 
     Without INPUT it draws --kind: the sinusoidal table (fastpe.table), a RoPE cos/sin
     cache (fastpe.rope.cos_sin) or one head of an ALiBi bias (fastpe.alibi.bias).  With
-    INPUT.npy it draws that 2-D array (--index picks a slice of a 3-D one).  The format
-    follows the output's extension (.png, .svg, .pdf).  Prints one summary line (-q:
-    nothing); on any error nothing is written.
+    INPUT (a .npy, or an array of a .npz or .safetensors: --entry) it draws that 2-D array
+    (--index picks a slice of a 3-D one); a bfloat16 array fastpe wrote as uint16 bits
+    (its spec says bfloat16) is drawn as its values.  The format follows the output's
+    extension (.png, .svg, .pdf).  Prints one summary line (-q: nothing); on any error
+    nothing is written.
 
     \b
     Examples:
@@ -133,6 +194,7 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
       fastpe plot --kind rope --head-dim 64 --part both -o rope.png
       fastpe plot --kind alibi --heads 8 --head 3 --form causal -o alibi.png
       fastpe plot pe_2048x512.npy -o pe.svg
+      fastpe plot caches.npz --entry sin -o sin.png
     """
     try:
         from .. import _plot
@@ -161,9 +223,10 @@ def plot(ctx: click.Context, input_path, kind, d_model, max_len, base, head_dim,
 
     start = time.perf_counter()
     if input_path is not None:
-        array = _load_npy(input_path)
+        array, name_of, bits = _load_input(input_path, entry)
         with options.library_errors():
-            heatmap = _plot.array_heatmap(array, name=input_path, index=index)
+            heatmap = _plot.array_heatmap(array, name=name_of, index=index, bfloat16_bits=bits is not None,
+                                          stored=bits or "")
         default = os.path.splitext(os.path.basename(input_path))[0] + ".png"
     elif kind == "table":
         if d_model is None:

@@ -17,6 +17,7 @@ pytest.importorskip("matplotlib")
 import matplotlib.image  # noqa: E402
 
 import fastpe  # noqa: E402
+import fastpe.grid  # noqa: E402
 from fastpe import _plot  # noqa: E402
 from conftest import fastpe_env  # noqa: E402
 from support.cli import assert_one_line_error, listing, run  # noqa: E402
@@ -218,6 +219,93 @@ def test_npy_input_3d_with_index(in_tmp):
     assert "b.npy[1]: 8 x 8 float32" in result.stdout
 
 
+def _drawn(path, entry=None):
+    """The heatmap ``fastpe plot PATH [--entry ENTRY]`` draws."""
+    from fastpe.cli.plot import _load_input
+
+    array, label, bits = _load_input(path, entry)
+    return _plot.array_heatmap(array, name=label, bfloat16_bits=bits is not None, stored=bits or "")
+
+
+@pytest.mark.parametrize("fmt", [".npy", ".npz", ".safetensors"])
+@pytest.mark.parametrize("command", [["table", "--d-model", 12, "--max-len", 9],
+                                     ["grid", "--height", 2, "--width", 3, "--d-model", 8]])
+def test_a_bfloat16_file_fastpe_wrote_is_drawn_as_its_values(in_tmp, fmt, command):
+    assert run(*command, "--dtype", "bfloat16", "-o", f"bf{fmt}").exit_code == 0
+    want = (fastpe.table(12, 9, dtype="bfloat16") if command[0] == "table"
+            else fastpe.grid.sincos_2d(2, 3, 8, dtype="bfloat16"))
+    result = run("plot", f"bf{fmt}", "-o", "bf.png")
+    assert result.exit_code == 0, result.output
+    stored = " (stored as uint16 bits)" if fmt != ".safetensors" else ""
+    assert f"bf{fmt}: {want.shape[0]} x {want.shape[1]} bfloat16{stored};" in result.stdout
+    h = _drawn(f"bf{fmt}")
+    assert np.array_equal(h.data.filled(np.nan), want.astype(np.float64))
+    assert h.vmax == float(np.abs(want.astype(np.float64)).max()) <= 1.0  # not the bit patterns' 16000s
+
+
+def test_a_uint16_file_without_a_bfloat16_spec_is_drawn_as_it_is(in_tmp):
+    bits = np.arange(12, dtype=np.uint16).reshape(3, 4) * 1000
+    np.save("u.npy", bits)
+    result = run("plot", "u.npy")
+    assert result.exit_code == 0 and "u.npy: 3 x 4 uint16;" in result.stdout
+    assert np.array_equal(_drawn("u.npy").data, bits.astype(np.float64))
+    # a spec beside it that names another dtype changes nothing
+    assert run("table", "--d-model", 4, "--max-len", 3, "--dtype", "float16", "-o", "h.npy").exit_code == 0
+    np.save("h.npy", bits)
+    assert "h.npy: 3 x 4 uint16;" in run("plot", "h.npy").stdout
+
+
+@pytest.mark.any_backend
+def test_bfloat16_values_of_every_bit_pattern_are_exact():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    got = _plot.bfloat16_values(bits)
+    want = bits.view(ml_dtypes.bfloat16).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_an_entry_of_an_npz_or_safetensors_file(in_tmp):
+    cos, sin = fastpe.rope.cos_sin(np.arange(6), 8)
+    arrays = {"cos": cos, "sin": sin, "inv_freq": np.arange(4.0)}
+    np.savez("r.npz", **arrays)
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    safetensors_numpy.save_file(arrays, "r.safetensors")
+    assert np.array_equal(_drawn("r.npz").data, cos.astype(np.float64))  # the first array by default
+    for name in ("r.npz", "r.safetensors"):
+        result = run("plot", name, "--entry", "sin", "-o", "s.png")
+        assert result.exit_code == 0 and f"{name}:sin: 6 x 8 float32;" in result.stdout
+        assert np.array_equal(_drawn(name, "sin").data, sin.astype(np.float64))
+        line = assert_one_line_error(run("plot", name, "--entry", "tan"))
+        assert "holds no entry 'tan'; it holds " in line and all(n in line for n in arrays)
+        assert "must be a 2-D array" in assert_one_line_error(run("plot", name, "--entry", "inv_freq"))
+
+
+@pytest.mark.any_backend
+def test_ticks_are_whole_indices_on_small_inputs():
+    for h in (_plot.table_heatmap(4, 3), _plot.alibi_heatmap(2, 2), _plot.array_heatmap(np.eye(2))):
+        fig = _plot.figure(h)
+        fig.draw_without_rendering()
+        for ax in fig.axes[:-1]:  # the last is the colorbar's
+            for ticks in (ax.get_xticks(), ax.get_yticks()):
+                assert len(ticks) and np.array_equal(ticks, np.round(ticks)), ticks
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("form", ["symmetric", "causal"])
+def test_the_colour_bar_spans_the_data(form):
+    h = _plot.alibi_heatmap(8, 12, head=3, form=form)
+    lowest = float(h.data.min())
+    assert lowest < 0 and float(h.data.max()) == 0.0
+    assert h.span == (lowest, 0.0) and (h.vmin, h.vmax) == (lowest, -lowest)  # zero stays the middle colour
+    fig = _plot.figure(h)
+    fig.draw_without_rendering()
+    bar = fig.axes[-1]
+    assert bar.get_ylim() == pytest.approx((lowest, 0.0))
+    assert all(lowest <= t <= 0.0 for t in bar.get_yticks())
+    table = _plot.table_heatmap(8, 20)
+    assert table.span == (float(table.data.min()), float(table.data.max()))
+
+
 @pytest.mark.parametrize("part", ["cos", "sin", "both"])
 def test_rope_kind(in_tmp, part):
     result = run("plot", "--kind", "rope", "--head-dim", 16, "--max-len", 40, "--part", part, "--base", 100, "-o", "r.png")
@@ -230,7 +318,7 @@ def test_rope_kind(in_tmp, part):
 def test_alibi_kind(in_tmp, form):
     result = run("plot", "--kind", "alibi", "--heads", 4, "--head", 3, "--max-len", 30, "--form", form, "-o", "a.png")
     assert result.exit_code == 0, result.output
-    assert "ALiBi" in result.stdout and "head 3 of 4" in result.stdout
+    assert "ALiBi" in result.stdout and "head index 3 (0-based) of 4" in result.stdout
     assert png_size("a.png") == (800, 600)
 
 
@@ -238,7 +326,11 @@ def test_alibi_kind(in_tmp, form):
     "args, match",
     [
         (["missing.npy"], "does not exist"),
-        (["notes.txt"], "not a .npy file"),
+        (["notes.txt"], "'notes.txt' is not a .npy, .npz or .safetensors file"),
+        (["fake.npy"], "'fake.npy' is not a .npy file: it does not start with NumPy's magic string"),
+        (["fake.npz"], "fake.npz is not a readable .npz file"),
+        (["fake.safetensors"], "fake.safetensors has no readable .safetensors header"),
+        (["t.npy", "--entry", "table"], "--entry applies to .npz and .safetensors files"),
         (["one_d.npy"], "2-D"),
         (["three_d.npy"], "--index"),
         (["three_d.npy", "--index", 5], "index must be < 2"),
@@ -275,6 +367,8 @@ def test_bad_input_exits_2_and_writes_nothing(in_tmp, args, match):
     np.save("strings.npy", np.array([["a", "b"]]))
     (in_tmp / "broken.npy").write_bytes(b"\x93NUMPY garbage")
     (in_tmp / "notes.txt").write_text("x")
+    for fake in ("fake.npy", "fake.npz", "fake.safetensors"):  # text files by another name
+        (in_tmp / fake).write_text("hello\n")
     (in_tmp / "out.png").write_bytes(b"keep me")
     (in_tmp / "dir.png").mkdir()
     before = listing()
