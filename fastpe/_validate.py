@@ -283,7 +283,7 @@ def check_position_grid(positions, shapes: tuple[tuple[int, ...], ...], name: st
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{name} must be an array of integers: {exc}") from None
     if arr.shape not in shapes:
-        want = " or ".join(str(s) for s in shapes)
+        want = " or ".join(dict.fromkeys(str(s) for s in shapes))  # each shape once: (seq,) may be x's too
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     _reject_bools(positions, arr, name)
     flat = check_positions(arr.reshape(-1), name)

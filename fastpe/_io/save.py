@@ -75,7 +75,7 @@ import numpy as np
 
 from .. import sinusoid as _api, _backends, _dtypes
 from .atomic import end_cleanly_on_signals
-from .writers import FORMATS, SIDECAR_SUFFIX, WRITERS, Entry, format_of, make_spec
+from .writers import FORMATS, SIDECAR_SUFFIX, SPEC_COMMANDS, WRITERS, Entry, format_of, make_spec
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
 from .._validate import check_int
 
@@ -304,7 +304,10 @@ def parse_spec(spec, source: str = "spec") -> dict:
         )
     # before the keys: the specs of other functions may hold keys of their own ("stacked")
     if function != SPEC_FUNCTION:
-        raise ValueError(f"{source} names function {function!r}; fastpe can re-run {SPEC_FUNCTION!r} only")
+        command = SPEC_COMMANDS.get(function) if isinstance(function, str) else None
+        wrote = f"fastpe {command} wrote it" if command else "no fastpe command writes it"
+        raise ValueError(f"{source} names function {function!r} ({wrote}); fastpe table and save_table re-run "
+                         f"the specs of tables only ({SPEC_FUNCTION!r})")
     extra = sorted(set(spec) - set(_SPEC_KEYS))
     if extra:
         raise ValueError(f"{source} has unknown keys {', '.join(map(repr, extra))}; a spec has {', '.join(_SPEC_KEYS)}")

@@ -67,6 +67,7 @@ __all__ = [
     "FORMATS",
     "SIDECAR_SUFFIX",
     "SPEC_ENTRY",
+    "SPEC_COMMANDS",
     "formats_text",
     "format_of",
     "writer_for",
@@ -119,6 +120,13 @@ class Entry:
         for side in self.shape:
             n *= side
         return n
+
+
+#: the spec's function -> the ``fastpe`` command that writes such files (its spec's ``function``)
+SPEC_COMMANDS: dict[str, str] = {
+    "table": "table", "grid.sincos_2d": "grid", "grid.sincos_3d": "grid", "timestep": "timestep",
+    "alibi.bias": "alibi", "relative.t5_bucket_matrix": "t5-buckets", "rope.cos_sin": "rope",
+}
 
 
 def make_spec(function: str, params: Mapping) -> dict:
@@ -624,8 +632,10 @@ def format_of(path) -> str:
     :class:`ValueError` naming the accepted suffixes."""
     name = os.path.basename(os.fspath(path))
     suffix = next((s for s in FORMATS if name.lower().endswith(s)), "")
-    if not suffix or len(name) <= len(suffix):
+    if not suffix:
         raise ValueError(f"path must end in {formats_text()}, got {os.fspath(path)!r}")
+    if len(name) <= len(suffix):
+        raise ValueError(f"path has no file name before {suffix}, got {os.fspath(path)!r}")
     return suffix
 
 

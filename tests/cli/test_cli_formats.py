@@ -25,7 +25,7 @@ import fastpe.rope
 from fastpe import _dtypes
 from fastpe._dtypes import DTYPES
 from fastpe._io import save as _save
-from fastpe._io.writers import FORMATS, WRITERS
+from fastpe._io.writers import FORMATS, SPEC_COMMANDS, WRITERS
 from fastpe.cli import COMMANDS, main
 from conftest import DEFAULT
 from support.cli import assert_one_line_error, listing, run, same_bits
@@ -329,7 +329,9 @@ def test_table_from_the_spec_of_another_command_is_one_line_exit_2(in_tmp, name,
     assert run(*case.cli("float32"), "-o", f"other{fmt}").exit_code == 0
     before = listing(in_tmp)
     line = assert_one_line_error(run("table", "--from-spec", f"other{fmt}", "-o", "again.npy"))
-    assert f"names function '{case.function}'; fastpe can re-run 'table' only" in line
+    assert (f"names function '{case.function}' (fastpe {case.command} wrote it); fastpe table and save_table "
+            "re-run the specs of tables only ('table')") in line
+    assert SPEC_COMMANDS[case.function] == case.command
     assert listing(in_tmp) == before
 
 

@@ -333,7 +333,7 @@ def test_too_little_disk_space_fails_before_creating_anything(tmp_path, monkeypa
 BAD_ARGS = [
     pytest.param({"path": "pe.txt"}, ValueError, "path must end in .npy, .npz or .safetensors", id="extension"),
     pytest.param({"path": "pe"}, ValueError, "path must end in", id="no-extension"),
-    pytest.param({"path": ".npy"}, ValueError, "path must end in", id="only-extension"),
+    pytest.param({"path": ".npy"}, ValueError, r"path has no file name before .npy, got '.npy'", id="only-extension"),
     pytest.param({"path": ""}, ValueError, "path is empty", id="empty-path"),
     pytest.param({"path": 3}, TypeError, "path must be a str", id="path-type"),
     pytest.param({"d_model": 0}, ValueError, "d_model must be >= 1", id="d-model"),
@@ -406,7 +406,8 @@ BAD_SPECS = [
     pytest.param(good_spec(extra=1), "unknown keys 'extra'", id="unknown-key"),
     pytest.param(good_spec(fastpe="1.0.0"), "written by fastpe 1.0.0, whose major version differs", id="major"),
     pytest.param(good_spec(fastpe=3), "must be a version string", id="version-type"),
-    pytest.param(good_spec(function="rope"), "names function 'rope'; fastpe can re-run 'table' only", id="function"),
+    pytest.param(good_spec(function="rope"), r"names function 'rope' \(no fastpe command writes it\); fastpe table "
+                 r"and save_table re-run the specs of tables only \('table'\)", id="function"),
     pytest.param(good_spec(params=[1]), "'params' must be an object", id="params-type"),
     pytest.param(good_spec(params={**_spec_params(D, L), "scale": 2}), "unknown params 'scale'", id="unknown-param"),
     pytest.param(good_spec(params={"d_model": D, "max_len": L}), "params lack 'base', 'layout'", id="missing-params"),

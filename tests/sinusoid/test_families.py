@@ -250,6 +250,11 @@ def test_add_large_goes_in_blocks(fast_backend):
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), offset=-1), ValueError, "offset must be >= 0"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), offset=2**32 - 2), ValueError, "offset \\+ seq"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), positions=[1, 2]), ValueError, "positions must have shape"),
+        # a 2-D x takes positions (seq,): one shape, said once
+        (lambda: fastpe.add_(np.zeros((2, 8), np.float32), positions=[0, 1, 2]), ValueError,
+         r"^positions must have shape \(2,\), got \(3,\)$"),
+        (lambda: fastpe.add_(np.zeros((3, 2, 8), np.float32), positions=[0, 1, 2]), ValueError,
+         r"^positions must have shape \(2,\) or \(3, 2\), got \(3,\)$"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), positions=[1, 2, 3], offset=1), ValueError, "offset or positions"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), config=fastpe.PosEncConfig(8)), ValueError, "config.d_model"),
         (lambda: fastpe.add_(np.zeros((3, 6), np.float32), scale=math.nan), ValueError, "scale must be finite"),
