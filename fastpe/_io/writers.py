@@ -31,6 +31,12 @@ target's directory renamed into place when complete (for ``.npy`` after its side
 nothing left behind on any error, Ctrl-C or (while
 :func:`~fastpe._io.atomic.signals_raise` holds them) SIGTERM and SIGHUP.
 
+Reading back.  Each writer also reads its format: the array entries a file holds
+(:meth:`Writer.entries`), an entry's dtype and shape from its header alone
+(:meth:`Writer.stored`, what :func:`fastpe._io.save.load_spec` compares with a spec) and
+the entry itself, memory-mapped where the format allows (:meth:`Writer.open`, what ``fastpe
+plot`` draws), a ``.safetensors`` header parsed by hand, without its package.
+
 Spec.  ``{"fastpe": VERSION, "function": NAME, "params": {...}}``: ``NAME`` the library
 function under ``fastpe.`` that computes the values (``"table"``, ``"grid.sincos_2d"``,
 ``"timestep"``, ``"alibi.bias"``, ``"relative.t5_bucket_matrix"``, ``"rope.cos_sin"``) and
