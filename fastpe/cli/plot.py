@@ -1,4 +1,4 @@
-"""``fastpe plot``: draw a table, a RoPE cache, an ALiBi bias or a saved .npy as a heatmap.
+"""``fastpe plot``: draw a table, a RoPE cache, an ALiBi bias or a saved array (.npy, .npz, .safetensors) as a heatmap.
 
 The numbers and the drawing live in :mod:`fastpe._plot`; this module parses, checks that the
 options fit the chosen kind, and writes the picture atomically.  matplotlib is imported only
