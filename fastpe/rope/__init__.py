@@ -36,7 +36,7 @@ import numpy as np
 
 from . import _scaling
 from ._rotary import Rotary
-from ._scaling import ROPE_TYPES, RopeSpec
+from ._scaling import ROPE_TYPES, RopeConfigWarning, RopeSpec
 
 __all__ = [
     "Rotary",
@@ -48,6 +48,7 @@ __all__ = [
     "resolve",
     "ROPE_TYPES",
     "RopeSpec",
+    "RopeConfigWarning",
 ]
 
 

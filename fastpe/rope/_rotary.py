@@ -62,7 +62,8 @@ class Rotary:
     :func:`fastpe.rope.resolve` (``scaling``: an HF ``rope_scaling`` / ``rope_parameters``
     dict, verbatim) and ``layout`` (``"neox"``, HF's halves; ``"gptj"``, adjacent pairs), and
     raises what ``resolve`` raises.  ``base=None`` is ``scaling['rope_theta']``, else 10000:
-    a model's ``config.json`` keeps ``rope_theta`` beside its rope dict.
+    a model's ``config.json`` keeps ``rope_theta`` beside its rope dict, so read a model's
+    configuration with :meth:`from_config`, which takes every field from where HF does.
 
     Attributes: ``head_dim``, ``rotary_dim``, ``layout``, ``rope_type``, ``base`` and every
     parameter of the rule (``factor``, ``original_max_position_embeddings``,
@@ -101,6 +102,29 @@ class Rotary:
         self = object.__new__(cls)
         self._set(spec, layout)
         return self
+
+    @classmethod
+    def from_config(cls, config, *, layer_type: str | None = None) -> Rotary:
+        """The Rotary a model's configuration describes, read as HF transformers reads it.
+
+        ``config``: the path of a ``config.json`` (``str`` or ``os.PathLike``), its dict, or
+        a transformers ``PretrainedConfig`` (read through its ``to_dict()``).  Every field
+        the model's rotary embedding reads is taken from where HF takes it -- top level or
+        inside ``rope_scaling`` / ``rope_parameters``, legacy names included (``rope_theta``,
+        ``rotary_emb_base``, ``partial_rotary_factor``, ``rotary_pct``, ``rotary_dim``,
+        ``head_dim``, ``qk_rope_head_dim``, ``hidden_size`` / ``n_embd``,
+        ``num_attention_heads`` / ``n_head``, ``max_position_embeddings`` / ``n_positions``,
+        Phi-3's top-level ``original_max_position_embeddings``), with the architecture's
+        defaults for what the file leaves out, and the layout the architecture rotates in
+        (``gptj`` for adjacent pairs, as GPT-J, Llama 4 and DeepSeek-V3 do).  A config with
+        per-layer rope parameters (Gemma 3, Gemma 4, ModernBERT: HF v5's nested
+        ``rope_parameters``) needs ``layer_type``, one of its ``layer_types``.  Keys starting
+        with ``_`` are ignored.  See :mod:`fastpe.rope._config` for each architecture.
+        """
+        from ._config import read_config
+
+        spec, layout = read_config(config, layer_type)
+        return cls._from_spec(spec, layout)
 
     # ------------------------------------------------------------------ what it holds
 

@@ -83,6 +83,9 @@ import functools
 import math
 import numbers
 import operator
+import os
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
@@ -97,12 +100,14 @@ __all__ = [
     "ROPE_TYPES",
     "ORIGINAL_LENGTH_TYPES",
     "RopeSpec",
+    "RopeConfigWarning",
     "resolve",
     "check_seq_len",
     "compute",
     "length_key",
     "yarn_correction_range",
     "uses_seq_len",
+    "warn",
     "MAX_HEAD_DIM",
     "MAX_LENGTH",
     "MAX_ATTENTION_FACTOR",
@@ -126,6 +131,24 @@ MAX_LENGTH = 1 << 64
 #: ``2**900`` would overflow them to ``inf - inf = NaN`` instead of the float32 overflow the
 #: exact value rounds to.  Real models use factors near 1.
 MAX_ATTENTION_FACTOR = 2.0**64
+
+
+class RopeConfigWarning(UserWarning):
+    """A RoPE configuration HF transformers accepts with a warning (its validators'
+    ``logger.warning``), or a key no rule reads: fastpe warns the same way and computes
+    what HF computes."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str) -> None:
+    """Issue a :class:`RopeConfigWarning` attributed to the first caller outside
+    ``fastpe/rope/`` (the user's line, not this package's)."""
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: warn's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RopeConfigWarning, stacklevel=level)
 
 
 @dataclass(frozen=True)
@@ -231,17 +254,17 @@ def _factor_list(name: str, value, n: int) -> tuple[float, ...]:
     return tuple(_real(f"{name}[{i}]", v, low=0.0, low_open=True) for i, v in enumerate(value))
 
 
-def _rope_type(scaling: Mapping) -> str:
+def _rope_type(scaling: Mapping, label: str = "scaling") -> str:
     # HF: ``rope_type`` wins; the legacy ``type`` fills in when it is absent
     key = "rope_type" if "rope_type" in scaling else "type"  # the key the caller wrote
     rope_type = scaling.get(key, "default")
     if rope_type is None:
         rope_type = "default"
     if not isinstance(rope_type, str):
-        raise TypeError(f"scaling[{key!r}] must be a string, got {type(rope_type).__name__} {rope_type!r}")
+        raise TypeError(f"{label}[{key!r}] must be a string, got {type(rope_type).__name__} {rope_type!r}")
     rope_type = _ALIASES.get(rope_type, rope_type)
     if rope_type not in ROPE_TYPES:
-        raise ValueError(f"scaling[{key!r}] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
+        raise ValueError(f"{label}[{key!r}] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
     return rope_type
 
 
@@ -259,6 +282,7 @@ def resolve(
     rotary_dim=None,
     scaling=None,
     max_position_embeddings=None,
+    label: str = "scaling",
 ) -> RopeSpec:
     """Validate every argument and the ``scaling`` dict; return the :class:`RopeSpec`.
 
@@ -266,6 +290,8 @@ def resolve(
     means ``int(head_dim * scaling['partial_rotary_factor'])`` if present (HF's rule), else
     ``head_dim``.  Giving both an argument and the dict's value is fine when they agree and
     a :class:`ValueError` when they do not.  The dict is only read, never modified.
+    ``label`` is how messages name the dict (``Rotary.from_config`` names the config field
+    it came from).
     """
     head_dim = check_int("head_dim", head_dim, low=2, high=MAX_HEAD_DIM)
     if scaling is None:
@@ -283,7 +309,7 @@ def resolve(
         )
     if not isinstance(scaling, dict):  # a read-only Mapping is fine; work on a plain copy
         scaling = dict(scaling)
-    rope_type = _rope_type(scaling)
+    rope_type = _rope_type(scaling, label)
 
     if max_position_embeddings is not None:
         max_position_embeddings = _length("max_position_embeddings", max_position_embeddings)
@@ -291,31 +317,31 @@ def resolve(
     # base / rope_theta
     theta = scaling.get("rope_theta")
     if theta is not None:
-        theta = _base("scaling['rope_theta']", theta)
+        theta = _base(f"{label}['rope_theta']", theta)
     if base is not None:
         base = _base("base", base)
         if theta is not None and theta != base:
-            raise ValueError(f"base={base!r} contradicts scaling['rope_theta']={theta!r}; give one of them")
+            raise ValueError(f"base={base!r} contradicts {label}['rope_theta']={theta!r}; give one of them")
     base = base if base is not None else theta if theta is not None else DEFAULT_BASE
 
     # rotary_dim / partial_rotary_factor
     prf = scaling.get("partial_rotary_factor")
     dim_from_prf = None
     if prf is not None:
-        prf = _real("scaling['partial_rotary_factor']", prf, low=0.0, low_open=True)
+        prf = _real(f"{label}['partial_rotary_factor']", prf, low=0.0, low_open=True)
         if prf > 1.0:
-            raise ValueError(f"scaling['partial_rotary_factor'] must be <= 1, got {prf!r}")
+            raise ValueError(f"{label}['partial_rotary_factor'] must be <= 1, got {prf!r}")
         dim_from_prf = int(head_dim * prf)  # HF's rule, float product truncated
     if rotary_dim is not None:
         rotary_dim = check_int("rotary_dim", rotary_dim, low=2)
         if dim_from_prf is not None and dim_from_prf != rotary_dim:
             raise ValueError(
-                f"rotary_dim={rotary_dim} contradicts scaling['partial_rotary_factor']={prf!r} "
+                f"rotary_dim={rotary_dim} contradicts {label}['partial_rotary_factor']={prf!r} "
                 f"(int({head_dim} * {prf!r}) = {dim_from_prf}); give one of them"
             )
         name = "rotary_dim"
     elif dim_from_prf is not None:
-        rotary_dim, name = dim_from_prf, "rotary_dim (int(head_dim * scaling['partial_rotary_factor']))"
+        rotary_dim, name = dim_from_prf, f"rotary_dim (int(head_dim * {label}['partial_rotary_factor']))"
     else:
         rotary_dim, name = head_dim, "rotary_dim (= head_dim)"
     if rotary_dim > head_dim:
@@ -327,108 +353,108 @@ def resolve(
 
     spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
                 max_position_embeddings=max_position_embeddings)
-    spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings))
-    _check_results(spec)
+    spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings, label))
+    _check_results(spec, label)
     return spec
 
 
-def _required(params: Mapping, key: str, rope_type: str):
+def _required(params: Mapping, key: str, rope_type: str, label: str = "scaling"):
     if key not in params:
-        raise ValueError(f"scaling[{key!r}] is required for rope_type {rope_type!r}")
+        raise ValueError(f"{label}[{key!r}] is required for rope_type {rope_type!r}")
     return params[key]
 
 
-def _factor(params: Mapping, rope_type: str) -> float:
+def _factor(params: Mapping, rope_type: str, label: str) -> float:
     # HF's validators say factor "must be a float or int >= 1" (they log it; we refuse it)
-    return _real("scaling['factor']", _required(params, "factor", rope_type), low=1.0)
+    return _real(f"{label}['factor']", _required(params, "factor", rope_type, label), low=1.0)
 
 
-def _original(params: Mapping, rope_type: str, max_position_embeddings) -> int:
+def _original(params: Mapping, rope_type: str, max_position_embeddings, label: str) -> int:
     value = params.get("original_max_position_embeddings")
     if value is None:
         if max_position_embeddings is None:
             raise ValueError(
-                f"scaling['original_max_position_embeddings'] (or max_position_embeddings, its "
+                f"{label}['original_max_position_embeddings'] (or max_position_embeddings, its "
                 f"default) is required for rope_type {rope_type!r}"
             )
         return max_position_embeddings
-    return _length("scaling['original_max_position_embeddings']", value)
+    return _length(f"{label}['original_max_position_embeddings']", value)
 
 
-def _beta(params: Mapping, key: str, default: float) -> float:
+def _beta(params: Mapping, key: str, default: float, label: str) -> float:
     # HF: ``get(...) or default``, so 0 and None both mean the default.  A negative count of
     # rotations has no correction dimension (``ln(O / (2*pi*beta))``; HF's math.log raises)
-    value = _opt_real("scaling", params, key)
+    value = _opt_real(label, params, key)
     if not value:
         return default
     if value < 0:
-        raise ValueError(f"scaling[{key!r}] must be > 0 (0 or null: the default {default:g}), got {value!r}")
+        raise ValueError(f"{label}[{key!r}] must be > 0 (0 or null: the default {default:g}), got {value!r}")
     return value
 
 
-def _llama3_band(params: Mapping, key: str) -> float:
+def _llama3_band(params: Mapping, key: str, label: str) -> float:
     # HF divides O by both (``O / low_freq_factor``: ZeroDivisionError at 0); a negative one is
     # taken as HF takes it (see _llama3)
-    value = _real(f"scaling[{key!r}]", _required(params, key, "llama3"))
+    value = _real(f"{label}[{key!r}]", _required(params, key, "llama3", label))
     if value == 0:
-        raise ValueError(f"scaling[{key!r}] must not be 0 (the band edge is original_max_position_embeddings / {key})")
+        raise ValueError(f"{label}[{key!r}] must not be 0 (the band edge is original_max_position_embeddings / {key})")
     return value
 
 
-def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -> dict:
+def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, label: str = "scaling") -> dict:
     if rope_type == "default":
         return {}
     if rope_type == "linear":
-        return {"factor": _factor(p, rope_type)}
+        return {"factor": _factor(p, rope_type, label)}
     if rope_type == "dynamic":
-        factor = _factor(p, rope_type)
+        factor = _factor(p, rope_type, label)
         if mpe is None:
             raise ValueError("max_position_embeddings is required for rope_type 'dynamic'")
         if rotary_dim < 4:
             raise ValueError("rotary_dim must be >= 4 for rope_type 'dynamic' (its exponent is dim / (dim - 2))")
         return {"factor": factor}
     if rope_type == "yarn":
-        out = {"factor": _factor(p, rope_type), "original_max_position_embeddings": _original(p, rope_type, mpe)}
-        out["attention_factor"] = _attention_key(p)
-        out["beta_fast"] = _beta(p, "beta_fast", 32.0)
-        out["beta_slow"] = _beta(p, "beta_slow", 1.0)
+        out = {"factor": _factor(p, rope_type, label), "original_max_position_embeddings": _original(p, rope_type, mpe, label)}
+        out["attention_factor"] = _attention_key(p, label)
+        out["beta_fast"] = _beta(p, "beta_fast", 32.0, label)
+        out["beta_slow"] = _beta(p, "beta_slow", 1.0, label)
         if out["beta_fast"] < out["beta_slow"]:
             raise ValueError(
-                f"scaling['beta_fast'] ({out['beta_fast']:g}) must be >= scaling['beta_slow'] "
+                f"{label}['beta_fast'] ({out['beta_fast']:g}) must be >= {label}['beta_slow'] "
                 f"({out['beta_slow']:g})"
             )
-        out["mscale"] = _opt_real("scaling", p, "mscale")
-        out["mscale_all_dim"] = _opt_real("scaling", p, "mscale_all_dim")
+        out["mscale"] = _opt_real(label, p, "mscale")
+        out["mscale_all_dim"] = _opt_real(label, p, "mscale_all_dim")
         truncate = p.get("truncate", True)
         if truncate is not None and not isinstance(truncate, (bool, np.bool_)):
-            raise TypeError(f"scaling['truncate'] must be true or false, got {type(truncate).__name__} {truncate!r}")
+            raise TypeError(f"{label}['truncate'] must be true or false, got {type(truncate).__name__} {truncate!r}")
         out["truncate"] = bool(truncate)  # HF tests its truth: an explicit null means false
         return out
     if rope_type == "llama3":
-        out = {"factor": _factor(p, rope_type), "original_max_position_embeddings": _original(p, rope_type, mpe)}
-        low = _llama3_band(p, "low_freq_factor")
-        high = _llama3_band(p, "high_freq_factor")
+        out = {"factor": _factor(p, rope_type, label), "original_max_position_embeddings": _original(p, rope_type, mpe, label)}
+        low = _llama3_band(p, "low_freq_factor", label)
+        high = _llama3_band(p, "high_freq_factor", label)
         if high <= low:
             raise ValueError(
-                f"scaling['high_freq_factor'] ({high:g}) must be greater than scaling['low_freq_factor'] ({low:g})"
+                f"{label}['high_freq_factor'] ({high:g}) must be greater than {label}['low_freq_factor'] ({low:g})"
             )
         out["low_freq_factor"], out["high_freq_factor"] = low, high
         return out
     assert rope_type == "longrope", rope_type
     n = rotary_dim // 2
     out = {
-        "short_factor": _factor_list("scaling['short_factor']", _required(p, "short_factor", rope_type), n),
-        "long_factor": _factor_list("scaling['long_factor']", _required(p, "long_factor", rope_type), n),
-        "original_max_position_embeddings": _original(p, rope_type, mpe),
-        "attention_factor": _attention_key(p),
+        "short_factor": _factor_list(f"{label}['short_factor']", _required(p, "short_factor", rope_type, label), n),
+        "long_factor": _factor_list(f"{label}['long_factor']", _required(p, "long_factor", rope_type, label), n),
+        "original_max_position_embeddings": _original(p, rope_type, mpe, label),
+        "attention_factor": _attention_key(p, label),
     }
     factor = p.get("factor")
     if factor is not None:
-        out["factor"] = _real("scaling['factor']", factor, low=1.0)
+        out["factor"] = _real(f"{label}['factor']", factor, low=1.0)
     if out["attention_factor"] is None:
         if factor is None and mpe is None:
             raise ValueError(
-                "longrope needs scaling['factor'], scaling['attention_factor'] or max_position_embeddings "
+                f"longrope needs {label}['factor'], {label}['attention_factor'] or max_position_embeddings "
                 "to set its attention factor"
             )
         orig = out["original_max_position_embeddings"]
@@ -436,22 +462,22 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None) -
         above_one = out["factor"] > 1 if factor is not None else mpe > orig
         if above_one and orig == 1:
             raise ValueError(
-                "scaling['original_max_position_embeddings'] must be >= 2 for LongRoPE's attention factor "
+                f"{label}['original_max_position_embeddings'] must be >= 2 for LongRoPE's attention factor "
                 "sqrt(1 + ln(factor) / ln(original_max_position_embeddings)), got 1 (ln 1 = 0); "
-                "give scaling['attention_factor'] to set the factor directly"
+                f"give {label}['attention_factor'] to set the factor directly"
             )
     return out
 
 
-def _attention_key(params: Mapping) -> float | None:
+def _attention_key(params: Mapping, label: str = "scaling") -> float | None:
     # HF (yarn, longrope) warns only below 0 and multiplies cos and sin by it, 0 included
-    value = _opt_real("scaling", params, "attention_factor", low=0.0)
+    value = _opt_real(label, params, "attention_factor", low=0.0)
     if value is not None and value > MAX_ATTENTION_FACTOR:
-        raise ValueError(f"scaling['attention_factor'] must be <= 2**64, got {value!r}")
+        raise ValueError(f"{label}['attention_factor'] must be <= 2**64, got {value!r}")
     return value
 
 
-def _check_results(spec: RopeSpec) -> None:
+def _check_results(spec: RopeSpec, label: str = "scaling") -> None:
     """Refuse, naming the key, a configuration whose results the kernels cannot take: every
     ``inv_freq`` in ``[0, MAX_INV_FREQ]`` and ``|attention_factor| <= MAX_ATTENTION_FACTOR``.
 
@@ -464,7 +490,7 @@ def _check_results(spec: RopeSpec) -> None:
         with localcontext() as ctx:
             ctx.prec = _PREC + 5
             denominator = _mscale(Decimal(spec.factor), Decimal(spec.mscale_all_dim))
-        pair = f"scaling['mscale'] = {spec.mscale!r} and scaling['mscale_all_dim'] = {spec.mscale_all_dim!r}"
+        pair = f"{label}['mscale'] = {spec.mscale!r} and {label}['mscale_all_dim'] = {spec.mscale_all_dim!r}"
         # exactly 0 needs mscale_all_dim * ln(factor) = -10 to 45 digits, which doubles
         # practically never give; but a DivisionByZero must not be what the caller sees
         if denominator == 0:
@@ -479,7 +505,7 @@ def _check_results(spec: RopeSpec) -> None:
                 i, v = next((i, v) for i, v in enumerate(values) if v > MAX_INV_FREQ)
                 e = getattr(spec, key)[i]
                 raise ValueError(
-                    f"scaling[{key!r}][{i}] = {e!r} is too small: inv_freq[{i}] = "
+                    f"{label}[{key!r}][{i}] = {e!r} is too small: inv_freq[{i}] = "
                     f"base**(-{2 * i}/{spec.rotary_dim}) / {e!r} = {v!r} exceeds {MAX_INV_FREQ:g}, "
                     "the largest frequency fastpe's exact kernels take"
                 )

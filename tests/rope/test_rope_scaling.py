@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from fastpe import rope
 from fastpe._exact import rope_scaling as twin
 from fastpe.rope import _scaling
+from support.hf_rope import hf_bound_ulps
 
 #: every backend it calls is named, or it calls none: the first run of make test decides it
 #: (tests/conftest.py deselects it in the default-only runs)
@@ -319,31 +320,6 @@ def test_twin_correction_range_matches():
 
 
 # =========================================================================== HF transformers
-
-
-def hf_bound_ulps(spec, seq_len) -> float:
-    """How far HF's float32 evaluation may be from the real value, in float32 ULPs (relative).
-
-    * ~4 ULP: float32 ``pow``, the divisions and products each rule makes;
-    * the exponent ``2i/dim`` rounded to float32 changes ``base**x`` by up to ``ln(base)`` ULP
-      (nothing when ``dim`` is a power of two: then it is exact);
-    * Llama-3's medium band is quadratic in ``p_i``: its relative condition number is up to
-      ``1 + factor * high / (high - low)``, which multiplies the errors above;
-    * YaRN's ramp is evaluated in float32 (index and bounds rounded, then ``1 - ramp``); an
-      absolute ramp error ``e`` moves the result by up to ``(factor - 1) * e`` relative.
-    """
-    dim = spec.rotary_dim
-    ln_base = math.log(spec.base)
-    if spec.rope_type == "dynamic":
-        length = max(seq_len or 0, spec.max_position_embeddings)
-        ln_base += dim / (dim - 2) * math.log(spec.factor * length / spec.max_position_embeddings - spec.factor + 1)
-    err = 4 + (0 if dim & (dim - 1) == 0 else ln_base)
-    if spec.rope_type == "llama3":
-        err *= 1 + spec.factor * spec.high_freq_factor / (spec.high_freq_factor - spec.low_freq_factor)
-    if spec.rope_type == "yarn":
-        low, high = _scaling.yarn_correction_range(spec)
-        err += 2 * (spec.factor - 1) * (1 + (dim / 2 + high) / max(high - low, 1e-3))
-    return err
 
 
 @pytest.fixture(scope="module")
