@@ -2,36 +2,31 @@
 ``.npy`` file (the last holds cos and sin stacked along a new first axis).
 
 ``--scaling`` takes an HF ``rope_scaling`` / ``rope_parameters`` dict as JSON text, or the
-path of a JSON file holding either such a dict or a whole model ``config.json``.  From a
-model config the command reads what HF's rotary embedding reads -- ``rope_theta``,
-``rope_scaling`` (or ``rope_parameters``), ``partial_rotary_factor``, ``head_dim`` (else
-``hidden_size // num_attention_heads``), ``max_position_embeddings`` and a top-level
-``original_max_position_embeddings`` (Phi-3 keeps it there) -- with HF's precedence;
-options given on the command line override the file.  The numbers come from
-:mod:`fastpe.rope`; this module only gathers arguments and writes the file.
+path of a JSON file holding either such a dict or a whole model ``config.json``.  A model
+config is read by :meth:`fastpe.rope.Rotary.from_config` -- every field HF's rotary
+embedding reads, where HF reads it, for that architecture (``--layer-type`` picks the
+layers of a config with per-layer rope parameters); options given on the command line
+override what it found.  The numbers come from :mod:`fastpe.rope`; this module only
+gathers arguments and writes the file.  The library's warnings (``RopeConfigWarning``:
+what HF's validators warn of) are printed as ``Warning:`` lines on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import click
 
 from . import options
-from ._write import check_size, default_path, entry, output_opt, write_arrays
+from ._write import check_size, default_path, dtype_opt, entry, output_opt, write_arrays
 
-__all__ = ["rope", "read_scaling", "from_model_config", "ENTRIES", "STACKED"]
+__all__ = ["rope", "read_scaling", "ENTRIES", "STACKED"]
 
 #: the arrays a file holds, in order; a .npy holds one array, STACKED (cos, sin on axis 0)
 ENTRIES = ("cos", "sin", "inv_freq", "attention_factor")
 STACKED = ("cos", "sin")
-
-#: keys that mark a JSON object as a model config rather than a rope dict
-_CONFIG_KEYS = frozenset({
-    "rope_scaling", "rope_parameters", "hidden_size", "num_attention_heads", "head_dim",
-    "max_position_embeddings", "model_type", "architectures",
-})
 
 
 def read_scaling(value: str) -> tuple[str, dict]:
@@ -64,51 +59,13 @@ def read_scaling(value: str) -> tuple[str, dict]:
         return "scaling", {}
     if not isinstance(data, dict):
         raise click.BadParameter(f"{where} must be a JSON object, got {type(data).__name__}")
-    kind = "config" if _CONFIG_KEYS & data.keys() else "scaling"
-    return kind, data
+    from ..rope._config import is_model_config
+
+    return ("config" if is_model_config(data) else "scaling"), data
 
 
 def _scaling_handler(ctx, param, value):
     return None if value is None else read_scaling(value)
-
-
-def _positive_int(config: dict, key: str):
-    value = config.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise options.InputError(f"config {key!r} must be a positive integer, got {value!r}")
-    return value
-
-
-def from_model_config(config: dict) -> dict:
-    """What HF's rotary embedding reads from a model config, as ``fastpe.rope`` arguments:
-    ``scaling`` (a new dict), ``head_dim`` and ``max_position_embeddings`` (None if absent)."""
-    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}  # HF's order
-    if not isinstance(scaling, dict):
-        raise options.InputError(f"config 'rope_scaling' must be a JSON object, got {type(scaling).__name__}")
-    scaling = dict(scaling)
-    # top-level values fill in what the dict lacks (HF's setdefault) ...
-    for key in ("rope_theta", "partial_rotary_factor"):
-        if config.get(key) is not None:
-            scaling.setdefault(key, config[key])
-    # ... except Phi-3's top-level original length, which HF prefers to the dict's
-    from ..rope._scaling import ORIGINAL_LENGTH_TYPES
-
-    rope_type = scaling.get("rope_type", scaling.get("type"))
-    if config.get("original_max_position_embeddings") is not None and rope_type in ORIGINAL_LENGTH_TYPES:
-        scaling["original_max_position_embeddings"] = config["original_max_position_embeddings"]
-
-    head_dim = _positive_int(config, "head_dim")
-    if head_dim is None:
-        hidden, heads = _positive_int(config, "hidden_size"), _positive_int(config, "num_attention_heads")
-        if hidden is not None and heads is not None:
-            head_dim = hidden // heads
-    return {
-        "scaling": scaling,
-        "head_dim": head_dim,
-        "max_position_embeddings": _positive_int(config, "max_position_embeddings"),
-    }
 
 
 def _positive(ctx, param, value):
@@ -123,35 +80,42 @@ def _positive(ctx, param, value):
 @click.option("--max-len", "max_len", type=int, default=None, callback=options.max_len_handler, metavar="N",
               help="Rows: positions 0 to N-1. Default: the config's max_position_embeddings.")
 @click.option("--base", type=float, default=None, callback=options.base_handler, metavar="B",
-              help="RoPE theta, finite and > 1. Default: rope_theta from --scaling, else 10000.")
+              help="RoPE theta, finite and > 1. Default: the model config's (wherever it keeps it), "
+              "else rope_theta in the --scaling dict, else 10000.")
 @click.option("--rotary-dim", type=int, default=None, metavar="N",
-              help="Rotated dimensions per head (even). Default: head_dim * partial_rotary_factor.")
-@click.option("--layout", type=click.Choice(["neox", "gptj"], case_sensitive=False), default="neox",
-              show_default=True, help="Column order: halves (HF/NeoX) or interleaved pairs (GPT-J).")
+              help="Rotated dimensions per head (even). Default: the config's, head_dim * partial_rotary_factor.")
+@click.option("--layout", type=click.Choice(["neox", "gptj"], case_sensitive=False), default=None,
+              help="Column order: halves (HF/NeoX) or interleaved pairs (GPT-J). Default: the model "
+              "config's architecture (gptj for GPT-J, Llama 4, DeepSeek-V3, ...), else neox.")
 @click.option("--scaling", default=None, callback=_scaling_handler, metavar="JSON|PATH",
               help="An HF rope_scaling/rope_parameters dict as JSON text, or a JSON file holding "
-              "one or a whole model config.json.")
+              "one or a whole model config.json (read as Rotary.from_config reads it).")
+@click.option("--layer-type", "layer_type", default=None, metavar="T",
+              help="The layers to write, for a config with per-layer rope parameters (Gemma 3, Gemma 4, "
+              "ModernBERT: full_attention, sliding_attention).")
 @click.option("--max-position-embeddings", type=int, default=None, callback=_positive, metavar="N",
               help="The model's max_position_embeddings (dynamic, yarn, llama3, longrope). "
               "Default: from the config.")
 @click.option("--seq-len", type=int, default=None, callback=_positive, metavar="N",
               help="Sequence length for dynamic/longrope. Default: MAX_LEN, as HF's forward pass.")
+@dtype_opt
 @options.backend_opt
 @output_opt("fastpe rope", "rope_<MAX_LEN>x<ROTARY_DIM>.npz",
             holds="A .npz or .safetensors holds cos, sin, inv_freq and attention_factor; a .npy holds one "
             "array, cos and sin stacked: shape (2, MAX_LEN, ROTARY_DIM), axis 0 = (cos, sin).")
 @click.pass_context
-def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, max_position_embeddings,
-         seq_len, backend, output) -> None:
+def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, layer_type,
+         max_position_embeddings, seq_len, dtype, backend, output) -> None:
     """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz, .safetensors or .npy file.
 
-    A .npz or .safetensors file holds cos and sin (float32, MAX_LEN x ROTARY_DIM, already
+    A .npz or .safetensors file holds cos and sin (MAX_LEN x ROTARY_DIM, --dtype, already
     multiplied by the attention factor, as HF's rotary embedding returns them), inv_freq
     (float64) and attention_factor (a float64 scalar): exactly fastpe.rope.cos_sin and
-    fastpe.rope.inv_freq of the same arguments.  A .npy file holds cos and sin stacked, an
-    array of shape (2, MAX_LEN, ROTARY_DIM) whose axis 0 is (cos, sin).  Every file records
-    its spec (PATH.json beside a .npy, inside the others; a .npy's spec lists the stacked
-    arrays).  Prints one summary line (-q: nothing).
+    fastpe.rope.inv_freq of the parameters the file's spec records.  A .npy file holds cos
+    and sin stacked, an array of shape (2, MAX_LEN, ROTARY_DIM) whose axis 0 is (cos, sin).
+    Every file records its spec (PATH.json beside a .npy, inside the others; a .npy's spec
+    lists the stacked arrays).  Prints one summary line (-q: nothing); what HF's validators
+    warn of is printed as a Warning: line on stderr.
 
     The file is written atomically; on any error nothing is written.
 
@@ -159,6 +123,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
     Examples:
       fastpe rope --head-dim 128 --max-len 8192 --base 500000
       fastpe rope --scaling path/to/config.json --max-len 8192 -o llama3.npz
+      fastpe rope --scaling gemma-3/config.json --layer-type sliding_attention --max-len 4096
       fastpe rope --head-dim 64 --max-len 4096 --scaling '{"rope_type": "linear", "factor": 2}'
     """
     import numpy as np
@@ -168,64 +133,158 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
     from .._io.writers import make_spec, writer_for
 
     kind, data = scaling if scaling is not None else ("scaling", {})
-    if kind == "config":
-        found = from_model_config(data)
-        data = found["scaling"]
-        head_dim = head_dim if head_dim is not None else found["head_dim"]
-        if max_position_embeddings is None:
-            max_position_embeddings = found["max_position_embeddings"]
-        if max_len is None and found["max_position_embeddings"] is not None:
-            try:
-                max_len = options.max_len_handler(ctx, None, found["max_position_embeddings"])
-            except click.BadParameter as exc:  # say where the value came from: no option was given
-                raise options.InputError(
-                    f"the default --max-len, config 'max_position_embeddings', {exc.message}; pass --max-len"
-                ) from None
-    else:
-        data = dict(data)
-    # options on the command line win over the file
-    if base is not None:
-        data.pop("rope_theta", None)
-    if rotary_dim is not None:
-        data.pop("partial_rotary_factor", None)
-    if head_dim is None:
-        raise click.UsageError("Missing option '--head-dim' (and no head_dim in a --scaling model config)")
-    if max_len is None:
-        raise click.UsageError("Missing option '--max-len' (and no max_position_embeddings in a --scaling config)")
-
-    if seq_len is None:
-        seq_len = max_len  # what HF's forward pass sees for positions 0 .. max_len-1
-    with options.library_errors():
-        spec = fr.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
-                          max_position_embeddings=max_position_embeddings)
-        inv, attention = fr.inv_freq(head_dim, base=base, rotary_dim=rotary_dim, scaling=data, seq_len=seq_len,
-                                     max_position_embeddings=max_position_embeddings)
-        name, _ = _backends.resolve(backend)
+    dtype = dtype.lower()
+    found = []  # the library's warnings, printed once each
+    with _warnings_to(found):
+        if kind == "config":
+            rotary, config_mpe = _from_config(data, layer_type, head_dim, base, rotary_dim,
+                                              max_position_embeddings, layout)
+            if max_len is None and config_mpe is not None:
+                try:
+                    max_len = options.max_len_handler(ctx, None, config_mpe)
+                except click.BadParameter as exc:  # say where the value came from: no option was given
+                    raise options.InputError(
+                        f"the default --max-len, config 'max_position_embeddings', {exc.message}; pass --max-len"
+                    ) from None
+        else:
+            if layer_type is not None:
+                raise click.UsageError("--layer-type needs a model config.json in --scaling (a rope dict has "
+                                       "one set of parameters)")
+            data = dict(data)
+            if base is not None:  # options on the command line win over the dict
+                data.pop("rope_theta", None)
+            if rotary_dim is not None:
+                data.pop("partial_rotary_factor", None)
+            if head_dim is None:
+                raise click.UsageError("Missing option '--head-dim' (and no head_dim in a --scaling model config)")
+            with options.library_errors():
+                rotary = fr.Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
+                                   max_position_embeddings=max_position_embeddings,
+                                   layout=(layout or "neox").lower())
+        if max_len is None:
+            raise click.UsageError("Missing option '--max-len' (and no max_position_embeddings in a --scaling config)")
+        if seq_len is None:
+            seq_len = max_len  # what HF's forward pass sees for positions 0 .. max_len-1
+        with options.library_errors():
+            inv, attention = rotary.inv_freq_at(seq_len), rotary.attention_factor_at(seq_len)
+            name, _ = _backends.resolve(backend)
+    _echo_warnings(found)
+    spec = rotary.spec
     path = output or default_path(f"rope_{max_len}x{spec.rotary_dim}.npz", "fastpe rope")
 
-    layout = layout.lower()
-    params = dict(positions={"arange": max_len}, head_dim=head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
-                  seq_len=seq_len, max_position_embeddings=max_position_embeddings, layout=layout, dtype="float32")
+    # the spec records the parameters: rope.cos_sin of them gives these bits -- the options
+    # and the rope dict as given, or what the model config resolved to
+    if kind == "config":
+        params = dict(positions={"arange": max_len}, head_dim=spec.head_dim, base=spec.base,
+                      rotary_dim=None if spec.rope_type == "proportional" else spec.rotary_dim,
+                      scaling=rule_dict(spec), seq_len=seq_len, max_position_embeddings=spec.max_position_embeddings,
+                      layout=rotary.layout, dtype=dtype)
+    else:
+        params = dict(positions={"arange": max_len}, head_dim=head_dim, base=base, rotary_dim=rotary_dim,
+                      scaling=data, seq_len=seq_len, max_position_embeddings=max_position_embeddings,
+                      layout=rotary.layout, dtype=dtype)
     recorded = make_spec("rope.cos_sin", params)
     names = STACKED if writer_for(path).one_array else ENTRIES
     shape = (max_len, spec.rotary_dim)
-    entries = [entry("cos", shape, "float32"), entry("sin", shape, "float32"),
+    entries = [entry("cos", shape, dtype), entry("sin", shape, dtype),
                entry("inv_freq", inv.shape, inv.dtype), entry("attention_factor", (), "float64")]
     entries = [e for e in entries if e.name in names]
-    # cos and sin, float32 (max_len, rotary_dim) each: refused before anything is allocated
-    # when they cannot be held in memory or written (exit status 2, or 1 for the disk)
-    check_size(path, entries, recorded, held=((2, *shape), "float32"))
+    # cos and sin (max_len, rotary_dim) each: refused before anything is allocated when they
+    # cannot be held in memory or written (exit status 2, or 1 for the disk)
+    check_size(path, entries, recorded, held=((2, *shape), dtype))
 
     def compute():
-        cos, sin = fr.cos_sin(**{**params, "positions": np.arange(max_len, dtype=np.uint32)}, backend=name)
-        return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
+        with warnings.catch_warnings():  # said once above
+            warnings.simplefilter("ignore", fr.RopeConfigWarning)
+            cos, sin = rotary.cos_sin(np.arange(max_len, dtype=np.uint32), dtype=dtype, seq_len=seq_len,
+                                      backend=name)
+        return {"cos": cos, "sin": sin, "inv_freq": np.array(inv), "attention_factor": np.float64(attention)}
 
     arrays, compute_s, write_s = write_arrays(path, entries, compute, recorded)
     cos = arrays["cos"]
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
-            f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {layout}, rope_type {spec.rope_type}, "
+            f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
             f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(2 * cos.nbytes)}, "
             f"backend {name}, {options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
         )
+
+
+def _from_config(data: dict, layer_type, head_dim, base, rotary_dim, max_position_embeddings, layout):
+    """``(Rotary, the config's max_position_embeddings)`` of a model config, read by
+    ``Rotary.from_config``; the options given replace what it found."""
+    from .. import rope as fr
+    from ..rope import _config
+
+    try:
+        spec, found_layout = _config.read_config(data, layer_type, head_dim=head_dim)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith("the config gives no head size"):
+            raise options.InputError(f"{exc}; or pass --head-dim") from exc
+        if str(exc).startswith("the config has per-layer rope parameters"):
+            raise options.InputError(str(exc).replace("pass layer_type=", "pass --layer-type")) from exc
+        raise options.InputError(str(exc)) from exc
+    config_mpe = spec.max_position_embeddings
+    with options.library_errors():
+        if base is None and rotary_dim is None and max_position_embeddings is None:
+            rotary = fr.Rotary._from_spec(spec, (layout or found_layout).lower())
+        else:
+            with warnings.catch_warnings():  # the config's own warnings were given once, above
+                warnings.simplefilter("ignore", fr.RopeConfigWarning)
+                if rotary_dim is None and spec.rope_type != "proportional":
+                    rotary_dim = spec.rotary_dim
+                rotary = fr.Rotary(spec.head_dim, base=spec.base if base is None else base, rotary_dim=rotary_dim,
+                                   scaling=rule_dict(spec),
+                                   max_position_embeddings=max_position_embeddings or spec.max_position_embeddings,
+                                   layout=(layout or found_layout).lower())
+    return rotary, config_mpe
+
+
+def rule_dict(spec) -> dict:
+    """A rope dict of a resolved spec's rule (JSON-ready), which ``fastpe.rope`` resolves back
+    to the same spec given the same head_dim, base, rotary_dim and max_position_embeddings."""
+    out = {"rope_type": spec.rope_type}
+    for key in ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+                "mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor", "short_factor",
+                "long_factor", "short_mscale", "long_mscale", "partial_rotary_factor"):
+        value = getattr(spec, key, None)
+        if value is not None:
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+class _warnings_to:
+    """Collect the library's RopeConfigWarnings (whatever the process's warning filters say)."""
+
+    def __init__(self, found: list):
+        self.found = found
+        self.catcher = warnings.catch_warnings(record=True)
+
+    def __enter__(self):
+        self.record = self.catcher.__enter__()
+        warnings.simplefilter("always", _warning_class())
+        return self
+
+    def __exit__(self, *exc):
+        for w in self.record:
+            if issubclass(w.category, _warning_class()):
+                text = str(w.message)
+                if text not in self.found:
+                    self.found.append(text)
+            else:  # not ours: as it would have been shown
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        self.catcher.__exit__(*exc)
+        return False  # on an error, its one line is all that is said
+
+
+def _warning_class():
+    from ..rope import RopeConfigWarning
+
+    return RopeConfigWarning
+
+
+def _echo_warnings(found: list) -> None:
+    for text in found:
+        click.echo(f"Warning: {text}", err=True)
+    found.clear()

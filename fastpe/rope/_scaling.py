@@ -133,6 +133,14 @@ MAX_LENGTH = 1 << 64
 MAX_ATTENTION_FACTOR = 2.0**64
 
 
+#: keys of a whole model config that no rope dict has: a ``scaling`` holding one of them is
+#: a config.json passed whole, whose rope_theta, head_dim and lengths sit beside its dict
+_CONFIG_ONLY_KEYS = ("rope_scaling", "rope_parameters", "model_type", "architectures", "hidden_size",
+                     "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "vocab_size",
+                     "max_position_embeddings", "intermediate_size", "head_dim", "n_embd", "n_head",
+                     "text_config", "layer_types", "torch_dtype")
+
+
 class RopeConfigWarning(UserWarning):
     """A RoPE configuration HF transformers accepts with a warning (its validators'
     ``logger.warning``), or a key no rule reads: fastpe warns the same way and computes

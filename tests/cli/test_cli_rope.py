@@ -12,15 +12,18 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
 
 from fastpe import rope
 from fastpe.cli._write import check_output
-from fastpe.cli.rope import from_model_config, read_scaling
+from fastpe.cli.rope import read_scaling, rule_dict
+from fastpe.rope import RopeConfigWarning, Rotary
 from conftest import DEFAULT, fastpe_env
 from support.cli import assert_one_line_error, listing, run, run_process, same_bits
+from support.hf_rope import CONFIGS
 
 SUMMARY = re.compile(
     r"wrote (?P<path>\S+): cos, sin float32 \((?P<rows>\d+), (?P<cols>\d+)\) (?P<layout>neox|gptj), "
@@ -60,10 +63,20 @@ def load(path) -> dict[str, np.ndarray]:
 def expected(max_len, head_dim, **kwargs):
     layout = kwargs.pop("layout", "neox")
     seq_len = kwargs.pop("seq_len", max_len)
-    inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
-    cos, sin = rope.cos_sin(np.arange(max_len), head_dim, seq_len=seq_len, layout=layout, backend=DEFAULT,
-                            **kwargs)
+    dtype = kwargs.pop("dtype", "float32")
+    with warnings.catch_warnings():  # the command's own warnings are asserted where they are expected
+        warnings.simplefilter("ignore", RopeConfigWarning)
+        inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+        cos, sin = rope.cos_sin(np.arange(max_len), head_dim, seq_len=seq_len, layout=layout, dtype=dtype,
+                                backend=DEFAULT, **kwargs)
     return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
+
+
+def of_rotary(rotary, max_len, dtype="float32"):
+    """What the file of a Rotary holds, at seq_len MAX_LEN."""
+    cos, sin = rotary.cos_sin(np.arange(max_len), dtype=dtype, seq_len=max_len, backend=DEFAULT)
+    return {"cos": cos, "sin": sin, "inv_freq": rotary.inv_freq_at(max_len),
+            "attention_factor": np.float64(rotary.attention_factor_at(max_len))}
 
 
 def assert_file_is(path, want):
@@ -127,7 +140,9 @@ def test_rope_parameters_style_config(in_tmp):
     (in_tmp / "config.json").write_text(json.dumps(config))
     result = run("rope", "--scaling", "config.json", "--max-len", 7, "-o", "y.npz")
     assert result.exit_code == 0, result.output
-    want = expected(7, 64, scaling=params, max_position_embeddings=128)
+    # Qwen3Config's head_dim defaults to 128, and HF's rotary module reads that, not
+    # hidden_size // num_attention_heads = 64 (the command's own reader used to)
+    want = expected(7, 128, scaling=params, max_position_embeddings=128)
     assert_file_is("y.npz", want)
     assert float(want["attention_factor"]) > 1 and SUMMARY.fullmatch(result.stdout.strip())["type"] == "yarn"
 
@@ -215,10 +230,17 @@ BAD = [
                   '{"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1, 1, 1], "factor": 2,'
                   ' "original_max_position_embeddings": 4}'], "must have rotary_dim/2 = 4 entries, got 2",
                  id="longrope-length"),
-    pytest.param(["--scaling", "badcfg.json", "--max-len", "4"], "config 'head_dim' must be a positive integer",
+    pytest.param(["--scaling", "badcfg.json", "--max-len", "4"], "config['head_dim'] must be an integer, got str",
                  id="config-head-dim"),
-    pytest.param(["--scaling", "nohead.json", "--max-len", "4"], "Missing option '--head-dim'",
-                 id="config-without-head-dim"),
+    pytest.param(["--scaling", "nohead.json", "--max-len", "4"], "the config gives no head size", id="config-without-head-dim"),
+    pytest.param(["--scaling", "gemma3.json", "--max-len", "4"], "pass --layer-type one of them",
+                 id="config-needs-layer-type"),
+    pytest.param(["--scaling", "gemma3.json", "--max-len", "4", "--layer-type", "nope"],
+                 "layer_type 'nope' is not one of", id="config-bad-layer-type"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--layer-type", "full_attention"],
+                 "--layer-type needs a model config.json", id="layer-type-without-config"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--dtype", "float8"], "--dtype", id="dtype"),
+
     pytest.param(["--head-dim", "8", "--max-len", "4", "--seq-len", "0"], "--seq-len", id="seq-len-0"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "-o", "out.txt"], "does not end in .npy, .npz or .safetensors",
                  id="out-txt"),
@@ -254,6 +276,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(in_tmp, args, messag
     (in_tmp / "badcfg.json").write_text(json.dumps({"hidden_size": 64, "head_dim": "64"}))
     (in_tmp / "nohead.json").write_text(json.dumps({"model_type": "x", "rope_theta": 1e4}))
     (in_tmp / "bigcfg.json").write_text(json.dumps({"model_type": "x", "head_dim": 8, "max_position_embeddings": 2**40}))
+    (in_tmp / "gemma3.json").write_text((CONFIGS / "gemma-3-4b-it.json").read_text())
     before = listing()
     result = run("rope", *args)
     assert result.exit_code == 2, result.output
@@ -280,16 +303,72 @@ def test_read_scaling_tells_configs_from_rope_dicts(tmp_path):
     assert read_scaling(str(path)) == ("config", LLAMA3_CONFIG)
 
 
-@pytest.mark.any_backend
-def test_from_model_config_follows_hf_precedence():
-    found = from_model_config({**LLAMA3_CONFIG, "rope_parameters": {"rope_type": "linear", "factor": 3.0}})
-    assert found == {"scaling": {**LLAMA3_SCALING, "rope_theta": 500000.0}, "head_dim": 64,
-                     "max_position_embeddings": 131072}  # rope_scaling wins, top-level theta fills in
-    inner = from_model_config({"rope_theta": 1.0e4, "rope_parameters": {"rope_theta": 2.0e4}})
-    assert inner["scaling"] == {"rope_theta": 2.0e4} and inner["head_dim"] is None
-    config = {**LLAMA3_CONFIG}
-    from_model_config(config)
-    assert config == LLAMA3_CONFIG  # the loaded config is not modified
+def test_configs_are_read_as_rotary_from_config_reads_them(in_tmp):
+    """The command reads a config.json through Rotary.from_config (HF's precedence: rope_scaling
+    wins over rope_parameters, the top-level theta fills in), and records what it resolved to:
+    the spec's parameters re-create the same bits through rope.cos_sin."""
+    config = {**LLAMA3_CONFIG, "rope_parameters": {"rope_type": "linear", "factor": 3.0}}
+    (in_tmp / "c.json").write_text(json.dumps(config))
+    assert run("rope", "--scaling", "c.json", "--max-len", 9, "-o", "c.npz").exit_code == 0
+    rotary = Rotary.from_config(config)
+    assert rotary.rope_type == "llama3" and rotary.base == 5e5
+    assert_file_is("c.npz", of_rotary(rotary, 9))
+    spec = json.loads(str(load("c.npz")["spec"]))
+    params = spec["params"]
+    assert params["scaling"] == rule_dict(rotary.spec) and params["head_dim"] == 64 and params["base"] == 5e5
+    again = rope.cos_sin(np.arange(9), **{k: v for k, v in params.items() if k != "positions"}, backend=DEFAULT)
+    assert same_bits(again[0], load("c.npz")["cos"])
+
+
+@pytest.mark.parametrize("name, layer, args", [
+    pytest.param("phi-3.5-mini-instruct", None, [], id="phi-3.5"),
+    pytest.param("phi-3-mini-128k-instruct", None, [], id="phi-3-su"),
+    pytest.param("gpt-j-6b", None, [], id="gpt-j"),
+    pytest.param("gpt-neox-20b", None, [], id="gpt-neox"),
+    pytest.param("deepseek-v3", None, [], id="deepseek-v3"),
+    pytest.param("gemma-3-12b-it", "sliding_attention", [], id="gemma-3-sliding"),
+    pytest.param("modernbert-base", "full_attention", ["--dtype", "float64"], id="modernbert-float64"),
+    pytest.param("llama-3.1-8b", None, ["--dtype", "float16"], id="llama-3.1-float16"),
+])
+def test_real_configs(in_tmp, name, layer, args):
+    source = CONFIGS / f"{name}.json"
+    cli = ["rope", "--scaling", source, "--max-len", 33, "-o", "r.npz", *args]
+    if layer is not None:
+        cli += ["--layer-type", layer]
+    result = run(*cli)
+    assert result.exit_code == 0, result.output
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        rotary = Rotary.from_config(source, layer_type=layer)
+    # the library's warnings, each one line on stderr (no other output there)
+    assert result.stderr.splitlines() == [f"Warning: {w.message}" for w in record]
+    dtype = args[1] if args else "float32"
+    assert_file_is("r.npz", of_rotary(rotary, 33, dtype))
+    match = SUMMARY.fullmatch(result.stdout.rstrip("\n").replace(f"cos, sin {dtype}", "cos, sin float32"))
+    assert match and match["layout"] == rotary.layout and match["type"] == rotary.rope_type
+    assert float(match["af"]) == pytest.approx(rotary.attention_factor_at(33), rel=1e-7)
+
+
+def test_options_override_a_real_config(in_tmp):
+    source = CONFIGS / "gpt-neox-20b.json"
+    result = run("rope", "--scaling", source, "--max-len", 5, "--head-dim", 64, "-o", "a.npz")
+    assert result.exit_code == 0, result.output
+    assert load("a.npz")["cos"].shape == (5, 16)  # rotary_pct 0.25 of the given head
+    result = run("rope", "--scaling", source, "--max-len", 5, "--layout", "gptj", "--base", 5e5,
+                 "--rotary-dim", 8, "-o", "b.npz")
+    assert result.exit_code == 0, result.output
+    assert_file_is("b.npz", expected(5, 96, base=5e5, rotary_dim=8, layout="gptj"))
+
+
+def test_bfloat16_and_the_npy_stack(in_tmp):
+    pytest.importorskip("ml_dtypes")
+    import ml_dtypes
+
+    result = run("rope", "--head-dim", 16, "--max-len", 7, "--dtype", "bfloat16", "-o", "b.npy")
+    assert result.exit_code == 0, result.output
+    stacked = np.load("b.npy").view(ml_dtypes.bfloat16)
+    want = expected(7, 16, dtype="bfloat16")
+    assert same_bits(stacked[0], want["cos"]) and same_bits(stacked[1], want["sin"])
 
 
 @pytest.mark.any_backend
