@@ -109,10 +109,12 @@ def inv_freq_exact(spec, seq_len: int | None = None) -> tuple[list[Decimal], Dec
             out = []
             for x in p:
                 wavelength = two_pi / x
-                # HF's order of the tests: with lo < 0 the first always holds
+                # HF's order of the tests: with lo < 0 the first always holds, with hi < 0
+                # the second never does; hi == lo leaves no band (HF's 0 / 0 needs a
+                # wavelength equal to O / lo, which no real frequency has)
                 if wavelength > orig / lo:
                     out.append(x / factor)
-                elif wavelength < orig / hi:
+                elif wavelength < orig / hi or hi == lo:
                     out.append(x)
                 else:
                     s = (orig / wavelength - lo) / (hi - lo)

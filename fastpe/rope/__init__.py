@@ -57,8 +57,8 @@ def resolve(head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_
 
     Same arguments and errors as :func:`inv_freq`.  ``base=None`` means
     ``scaling['rope_theta']`` when present, else 10000 -- a model's ``config.json`` keeps
-    ``rope_theta`` at its top level, beside ``rope_scaling``: pass it as ``base``.
-    ``rotary_dim=None`` means
+    ``rope_theta`` at its top level, beside ``rope_scaling``: pass it as ``base``, or read the
+    whole config with :meth:`Rotary.from_config`.  ``rotary_dim=None`` means
     ``int(head_dim * scaling['partial_rotary_factor'])`` when present (HF's rule), else
     ``head_dim``.  An explicit argument that contradicts the dict is a ``ValueError``.
     """
@@ -91,14 +91,16 @@ def inv_freq(
     base:
         RoPE theta, finite and > 1.  Default: ``scaling['rope_theta']`` if present, else
         10000.0.  A model's ``config.json`` keeps ``rope_theta`` at its top level, not in
-        ``rope_scaling``: pass ``base=config["rope_theta"]``.
+        ``rope_scaling``: pass ``base=config["rope_theta"]``, or use
+        :meth:`Rotary.from_config`, which reads it (and every other field) where HF does.
     rotary_dim:
         How many leading dimensions of each head rotate (even, ``<= head_dim``).  Default:
         ``int(head_dim * scaling['partial_rotary_factor'])`` if present, else ``head_dim``.
     scaling:
         ``None`` or an HF ``rope_scaling`` / ``rope_parameters`` dict, verbatim: key
-        ``rope_type`` (or legacy ``type``) and that type's keys.  Keys that do not apply
-        are ignored, as HF does.  Never modified.
+        ``rope_type`` (or legacy ``type``) and that type's keys.  A key the type does not
+        read is ignored with a :class:`RopeConfigWarning` naming it, as HF warns of it.
+        Never modified.
     seq_len:
         The current sequence length, for dynamic and longrope; ``None`` gives HF's values
         at initialisation (no dynamic scaling; longrope's ``short_factor``).
@@ -113,13 +115,20 @@ def inv_freq(
     Raises
     ------
     TypeError, ValueError
-        Naming the argument or dict key: unknown ``rope_type``, a missing required key,
-        ``factor < 1``, a longrope factor list whose length is not ``rotary_dim / 2``, an
-        odd or too large ``rotary_dim``, a ``scaling`` that is not a dict, a bad ``base``;
-        a value HF's own arithmetic fails on (a negative ``beta_fast``, LongRoPE's
-        attention factor with ``original_max_position_embeddings = 1``), and a result the
-        kernels cannot take (a LongRoPE factor giving an ``inv_freq`` above 1024, an
-        attention factor beyond ``2**64``) -- see :mod:`fastpe.rope._scaling`.
+        Naming the argument or dict key: unknown ``rope_type``, a missing required key, a
+        longrope factor list whose length is not ``rotary_dim / 2``, an odd or too large
+        ``rotary_dim``, a ``scaling`` that is not a dict, a bad ``base``; a value HF's own
+        arithmetic fails on (a factor of 0, a negative ``beta_fast``, LongRoPE's attention
+        factor with ``original_max_position_embeddings = 1``), and a result the kernels
+        cannot take (a factor giving an ``inv_freq`` above 1024, an attention factor beyond
+        ``2**64``) -- see :mod:`fastpe.rope._scaling`.
+
+    Warns
+    -----
+    RopeConfigWarning
+        Wherever HF's validators warn and compute (a ``factor`` below 1, ``beta_fast <
+        beta_slow``, ``high_freq_factor <= low_freq_factor``, an unread key, ...): fastpe
+        computes what HF computes.
     """
     rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                     max_position_embeddings=max_position_embeddings)

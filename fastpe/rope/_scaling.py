@@ -42,13 +42,16 @@ llama3
     ``(1 - s_i) * p_i / factor + s_i * p_i`` with
     ``s_i = (O / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`` (HF's
     order of the tests, which matters only for a negative ``low_freq_factor``: every
-    frequency is then divided).
+    frequency is then divided).  With ``high_freq_factor <= low_freq_factor`` (Llama 4
+    Scout: both 1) the smoothing band is empty: HF's float32 code divides where
+    ``w_i > O / low_freq_factor`` and keeps the rest, its ``0 / 0`` reached only where a
+    float32 wavelength equals ``O / low_freq_factor`` exactly -- a point no real
+    frequency is at (``p_i`` is algebraic, ``2*pi`` is not), so the exact rule is that cut.
 longrope
     ``p_i / e_i`` with ``e = long_factor`` if ``seq_len > O`` else ``short_factor``.
     Attention factor: ``attention_factor`` if given, else 1 if ``F <= 1``, else
     ``sqrt(1 + ln F / ln O)``, with ``F = factor`` if given, else
     ``max_position_embeddings / O``.
-
 For yarn, llama3 and longrope a missing ``original_max_position_embeddings`` defaults to
 ``max_position_embeddings``, as HF's ``standardize_rope_params`` does.
 
@@ -59,21 +62,28 @@ attention factor alike); since 4.56 (huggingface/transformers#40320) the explici
 ``factor`` wins and the ratio is only a fallback for a null factor.  fastpe follows the
 current rule; to reproduce an older release, put that ratio in ``factor`` yourself.
 
-Where HF only logs a warning for a value its validators call invalid (``factor < 1``,
-``beta_fast < beta_slow``, ``high_freq_factor <= low_freq_factor``, a LongRoPE list of the
-wrong length), fastpe raises; keys a rule does not read are ignored, as in HF.  A value HF
-takes without a warning, fastpe takes too and computes the same rule with (an
-``attention_factor`` of 0, a negative ``mscale`` or ``low_freq_factor``, a base so close to
-1 that YaRN's ramp runs backwards), except where HF's own arithmetic fails and fastpe
+Warnings.  Where HF's validators (``RotaryEmbeddingConfigMixin._validate_*``) only log a
+warning and then compute, fastpe issues a :class:`RopeConfigWarning` saying the same and
+computes what HF computes: a ``factor`` below 1, ``beta_fast < beta_slow``,
+``high_freq_factor <= low_freq_factor``, a negative ``attention_factor`` (and YaRN's given as
+an int), Llama-3's ``original_max_position_embeddings >= max_position_embeddings``, YaRN's
+``factor`` against ``max_position_embeddings / original_max_position_embeddings``, LongRoPE
+without a ``factor``, and every key the rope type does not read, by name (HF's
+"unrecognized keys").
+Where HF warns and its own arithmetic then fails or gives non-finite numbers, fastpe
 raises instead, naming the key: a negative ``beta_fast`` or ``beta_slow`` (``math.log`` of
 a negative number), a ``low_freq_factor`` or ``high_freq_factor`` of 0 (division by zero),
-LongRoPE's attention factor with ``original_max_position_embeddings = 1`` (``ln 1 = 0``
-divides).  Every key is validated in :func:`resolve`, before any arithmetic, and so are the
-results the kernels take: a LongRoPE factor so small that an ``inv_freq`` passes
+a ``factor`` of 0 or below (dynamic: below 0), LongRoPE's attention factor with
+``original_max_position_embeddings = 1`` (``ln 1 = 0`` divides), LongRoPE lists of the
+wrong length (torch cannot broadcast them), non-numbers.  A value HF takes without a
+warning, fastpe takes too and computes the same rule with (an ``attention_factor`` of 0, a
+negative ``mscale`` or ``low_freq_factor``, a base so close to 1 that YaRN's ramp runs
+backwards).  Every key is validated in :func:`resolve`, before any arithmetic, and so are
+the results the kernels take: a factor so small that an ``inv_freq`` passes
 ``MAX_INV_FREQ`` (1024), an ``mscale`` pair whose attention factor passes
 :data:`MAX_ATTENTION_FACTOR` (``2**64``).  Also refused, though HF computes something:
 non-finite numbers, a base of at most 1 (as everywhere in fastpe), a negative or zero
-LongRoPE factor (a negative or infinite frequency), an ``attention_factor`` above ``2**64``,
+LongRoPE factor (a negative or infinite frequency), an attention factor above ``2**64``,
 lengths above :data:`MAX_LENGTH`.
 """
 
@@ -113,7 +123,8 @@ __all__ = [
     "MAX_ATTENTION_FACTOR",
 ]
 
-#: the rope types understood, as HF spells them (``rope_type``, or legacy ``type``)
+#: the rope types understood, as HF spells them (``rope_type``, or legacy ``type``): every
+#: key of HF 5.24's ``ROPE_INIT_FUNCTIONS`` and the ``default`` rule of the model classes
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 #: legacy names: early Phi-3 configs say ``"type": "su"`` for what is now ``longrope``
 _ALIASES = {"su": "longrope"}
@@ -132,6 +143,19 @@ MAX_LENGTH = 1 << 64
 #: exact value rounds to.  Real models use factors near 1.
 MAX_ATTENTION_FACTOR = 2.0**64
 
+#: the keys each rope type reads besides ``rope_type`` / ``type``, ``rope_theta`` and
+#: ``partial_rotary_factor``: HF's validators' required and optional keys.  Any other key
+#: draws a :class:`RopeConfigWarning` naming it.
+TYPE_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+             "mscale", "mscale_all_dim", "truncate"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"),
+}
+_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
 #: keys of a whole model config that no rope dict has: a ``scaling`` holding one of them is
 #: a config.json passed whole, whose rope_theta, head_dim and lengths sit beside its dict
@@ -294,12 +318,15 @@ def resolve(
 ) -> RopeSpec:
     """Validate every argument and the ``scaling`` dict; return the :class:`RopeSpec`.
 
-    ``base=None`` means ``scaling['rope_theta']`` if present, else 10000; ``rotary_dim=None``
-    means ``int(head_dim * scaling['partial_rotary_factor'])`` if present (HF's rule), else
-    ``head_dim``.  Giving both an argument and the dict's value is fine when they agree and
-    a :class:`ValueError` when they do not.  The dict is only read, never modified.
-    ``label`` is how messages name the dict (``Rotary.from_config`` names the config field
-    it came from).
+    ``base=None`` means ``scaling['rope_theta']`` if present, else 10000 (a model's
+    ``config.json`` keeps ``rope_theta`` beside its rope dict, not in it: pass it as
+    ``base``, or read the config with ``Rotary.from_config``); ``rotary_dim=None`` means
+    ``int(head_dim * scaling['partial_rotary_factor'])`` if present (HF's rule), else
+    ``head_dim``.  Giving both an argument and
+    the dict's value is fine when they agree and a :class:`ValueError` when they do not.
+    The dict is only read, never modified.  ``label`` is how messages name the dict
+    (``Rotary.from_config`` names the config field it came from).  Issues a
+    :class:`RopeConfigWarning` wherever HF's validators warn (see the module notes).
     """
     head_dim = check_int("head_dim", head_dim, low=2, high=MAX_HEAD_DIM)
     if scaling is None:
@@ -312,7 +339,7 @@ def resolve(
     nested = [k for k, v in scaling.items() if isinstance(v, Mapping)]
     if nested:
         raise ValueError(
-            f"scaling holds dicts under {', '.join(map(repr, nested))}: per-layer rope_parameters "
+            f"{label} holds dicts under {', '.join(map(repr, nested))}: per-layer rope_parameters "
             "are not supported; pass one layer's dict"
         )
     if not isinstance(scaling, dict):  # a read-only Mapping is fine; work on a plain copy
@@ -332,24 +359,36 @@ def resolve(
             raise ValueError(f"base={base!r} contradicts {label}['rope_theta']={theta!r}; give one of them")
     base = base if base is not None else theta if theta is not None else DEFAULT_BASE
 
-    # rotary_dim / partial_rotary_factor
+    rotary_dim = _rotary_dim(head_dim, rotary_dim, scaling, label)
+
+    _warn_unread_keys(scaling, rope_type, label)
+    spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
+                max_position_embeddings=max_position_embeddings)
+    spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings, label))
+    _check_results(spec, label)
+    return spec
+
+
+def _rotary_dim(head_dim: int, rotary_dim, scaling: Mapping, label: str) -> int:
+    """``rotary_dim``, or ``int(head_dim * partial_rotary_factor)`` (HF's rule), or the head."""
     prf = scaling.get("partial_rotary_factor")
     dim_from_prf = None
+    key = f"{label}['partial_rotary_factor']"
     if prf is not None:
-        prf = _real(f"{label}['partial_rotary_factor']", prf, low=0.0, low_open=True)
+        prf = _real(key, prf, low=0.0, low_open=True)
         if prf > 1.0:
-            raise ValueError(f"{label}['partial_rotary_factor'] must be <= 1, got {prf!r}")
+            raise ValueError(f"{key} must be <= 1, got {prf!r}")
         dim_from_prf = int(head_dim * prf)  # HF's rule, float product truncated
     if rotary_dim is not None:
         rotary_dim = check_int("rotary_dim", rotary_dim, low=2)
         if dim_from_prf is not None and dim_from_prf != rotary_dim:
             raise ValueError(
-                f"rotary_dim={rotary_dim} contradicts {label}['partial_rotary_factor']={prf!r} "
+                f"rotary_dim={rotary_dim} contradicts {key}={prf!r} "
                 f"(int({head_dim} * {prf!r}) = {dim_from_prf}); give one of them"
             )
         name = "rotary_dim"
     elif dim_from_prf is not None:
-        rotary_dim, name = dim_from_prf, f"rotary_dim (int(head_dim * {label}['partial_rotary_factor']))"
+        rotary_dim, name = dim_from_prf, f"rotary_dim (int(head_dim * {key}))"
     else:
         rotary_dim, name = head_dim, "rotary_dim (= head_dim)"
     if rotary_dim > head_dim:
@@ -358,12 +397,25 @@ def resolve(
         raise ValueError(f"{name} must be >= 2, got {rotary_dim}")
     if rotary_dim % 2:
         raise ValueError(f"{name} must be even, got {rotary_dim}")
+    return rotary_dim
 
-    spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
-                max_position_embeddings=max_position_embeddings)
-    spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings, label))
-    _check_results(spec, label)
-    return spec
+
+def _warn_unread_keys(scaling: Mapping, rope_type: str, label: str) -> None:
+    """One warning naming every key ``rope_type`` does not read (HF: "unrecognized keys")."""
+    known = _COMMON_KEYS + TYPE_KEYS[rope_type]
+    unread = [k for k in scaling if k not in known]
+    if not unread:
+        return
+    import difflib
+
+    names = []
+    for key in unread:
+        name = f"{label}[{key!r}]"
+        close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
+        names.append(f"{name} (did you mean {close[0]!r}?)" if close else name)
+    many = len(unread) > 1
+    warn(f"{', '.join(names)} {'are not keys' if many else 'is not a key'} of rope_type {rope_type!r}: "
+         f"{'they are' if many else 'it is'} ignored (HF warns of unrecognized keys and ignores them too)")
 
 
 def _required(params: Mapping, key: str, rope_type: str, label: str = "scaling"):
@@ -372,12 +424,40 @@ def _required(params: Mapping, key: str, rope_type: str, label: str = "scaling")
     return params[key]
 
 
-def _factor(params: Mapping, rope_type: str, label: str) -> float:
-    # HF's validators say factor "must be a float or int >= 1" (they log it; we refuse it)
-    return _real(f"{label}['factor']", _required(params, "factor", rope_type, label), low=1.0)
+#: what a factor below 1 does to each rule (the warning says it)
+_BELOW_ONE = {
+    "linear": "every frequency is multiplied by 1 / factor",
+    "dynamic": "the base grows more slowly past max_position_embeddings",
+    "yarn": "the interpolated frequencies rise instead of falling; the attention factor is 1",
+    "llama3": "the low frequencies rise instead of falling",
+    "longrope": "the attention factor is 1",
+}
 
 
-def _original(params: Mapping, rope_type: str, max_position_embeddings, label: str) -> int:
+def _factor(params: Mapping, rope_type: str, label: str, value=None) -> float:
+    """``factor``: required (a number) for linear, dynamic, yarn and llama3; also
+    longrope's optional one (``value`` given).  HF's validators say factor "must be a
+    float or int >= 1" -- a log line, after which it computes -- so a factor below 1 is a
+    warning here too; one HF's arithmetic cannot use (0 divides, a negative flips the
+    frequencies) is an error."""
+    name = f"{label}['factor']"
+    if value is None:
+        value = _required(params, "factor", rope_type, label)
+    value = _real(name, value)
+    if rope_type == "dynamic":
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0 for rope_type 'dynamic' (the base grows by "
+                             f"factor * L / M - (factor - 1)), got {value!r}")
+    elif rope_type != "longrope" and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if value < 1:
+        warn(f"{name} = {value!r} is below 1: HF warns (its validator wants a factor >= 1) and computes with it, "
+             f"as fastpe does ({_BELOW_ONE[rope_type]})")
+    return value
+
+
+def _original(params: Mapping, rope_type: str, max_position_embeddings, label: str) -> tuple[int, bool]:
+    """``(original_max_position_embeddings, whether the dict gave it)``."""
     value = params.get("original_max_position_embeddings")
     if value is None:
         if max_position_embeddings is None:
@@ -385,8 +465,8 @@ def _original(params: Mapping, rope_type: str, max_position_embeddings, label: s
                 f"{label}['original_max_position_embeddings'] (or max_position_embeddings, its "
                 f"default) is required for rope_type {rope_type!r}"
             )
-        return max_position_embeddings
-    return _length(f"{label}['original_max_position_embeddings']", value)
+        return max_position_embeddings, False
+    return _length(f"{label}['original_max_position_embeddings']", value), True
 
 
 def _beta(params: Mapping, key: str, default: float, label: str) -> float:
@@ -422,30 +502,44 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, l
             raise ValueError("rotary_dim must be >= 4 for rope_type 'dynamic' (its exponent is dim / (dim - 2))")
         return {"factor": factor}
     if rope_type == "yarn":
-        out = {"factor": _factor(p, rope_type, label), "original_max_position_embeddings": _original(p, rope_type, mpe, label)}
-        out["attention_factor"] = _attention_key(p, label)
+        factor = _factor(p, rope_type, label)
+        orig, _ = _original(p, rope_type, mpe, label)
+        out = {"factor": factor, "original_max_position_embeddings": orig}
+        out["attention_factor"] = _attention_key(p, rope_type, label)
         out["beta_fast"] = _beta(p, "beta_fast", 32.0, label)
         out["beta_slow"] = _beta(p, "beta_slow", 1.0, label)
         if out["beta_fast"] < out["beta_slow"]:
-            raise ValueError(
-                f"{label}['beta_fast'] ({out['beta_fast']:g}) must be >= {label}['beta_slow'] "
-                f"({out['beta_slow']:g})"
-            )
+            warn(f"{label}['beta_fast'] ({out['beta_fast']:g}) is below {label}['beta_slow'] ({out['beta_slow']:g}): "
+                 "HF warns and computes with them, as fastpe does (the ramp then runs backwards)")
         out["mscale"] = _opt_real(label, p, "mscale")
         out["mscale_all_dim"] = _opt_real(label, p, "mscale_all_dim")
         truncate = p.get("truncate", True)
         if truncate is not None and not isinstance(truncate, (bool, np.bool_)):
             raise TypeError(f"{label}['truncate'] must be true or false, got {type(truncate).__name__} {truncate!r}")
         out["truncate"] = bool(truncate)  # HF tests its truth: an explicit null means false
+        if mpe is not None:
+            implicit = mpe / orig  # HF's check, in its float arithmetic
+            if implicit != factor and implicit != 1:
+                warn(f"{label}['factor'] = {factor!r} differs from max_position_embeddings / "
+                     f"{label}['original_max_position_embeddings'] = {mpe} / {orig} = {implicit!r}: HF warns and "
+                     "uses the explicit factor (since transformers 4.56), as fastpe does")
         return out
     if rope_type == "llama3":
-        out = {"factor": _factor(p, rope_type, label), "original_max_position_embeddings": _original(p, rope_type, mpe, label)}
+        factor = _factor(p, rope_type, label)
+        orig, given = _original(p, rope_type, mpe, label)
+        out = {"factor": factor, "original_max_position_embeddings": orig}
         low = _llama3_band(p, "low_freq_factor", label)
         high = _llama3_band(p, "high_freq_factor", label)
         if high <= low:
-            raise ValueError(
-                f"{label}['high_freq_factor'] ({high:g}) must be greater than {label}['low_freq_factor'] ({low:g})"
-            )
+            warn(f"{label}['high_freq_factor'] ({high:g}) is not greater than {label}['low_freq_factor'] ({low:g}): "
+                 "HF warns and computes with them, as fastpe does -- with no band between them, every frequency "
+                 "whose wavelength exceeds original_max_position_embeddings / low_freq_factor is divided by "
+                 "factor and the others are kept")
+        if mpe is not None and orig >= mpe:
+            where = f"{label}['original_max_position_embeddings']" if given else \
+                "original_max_position_embeddings (defaulted to max_position_embeddings)"
+            warn(f"{where} = {orig} is not below max_position_embeddings = {mpe}: HF warns and computes with it, "
+                 "as fastpe does")
         out["low_freq_factor"], out["high_freq_factor"] = low, high
         return out
     assert rope_type == "longrope", rope_type
@@ -453,19 +547,23 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, l
     out = {
         "short_factor": _factor_list(f"{label}['short_factor']", _required(p, "short_factor", rope_type, label), n),
         "long_factor": _factor_list(f"{label}['long_factor']", _required(p, "long_factor", rope_type, label), n),
-        "original_max_position_embeddings": _original(p, rope_type, mpe, label),
-        "attention_factor": _attention_key(p, label),
     }
+    orig, _ = _original(p, rope_type, mpe, label)
+    out["original_max_position_embeddings"] = orig
+    out["attention_factor"] = _attention_key(p, rope_type, label)
     factor = p.get("factor")
-    if factor is not None:
-        out["factor"] = _real(f"{label}['factor']", factor, low=1.0)
+    if factor is None:
+        ratio = f" = {mpe} / {orig}" if mpe is not None else ""
+        warn(f"{label} has no 'factor': HF warns and recommends setting it to max_position_embeddings / "
+             f"original_max_position_embeddings{ratio}, the ratio LongRoPE's attention factor falls back to")
+    else:
+        out["factor"] = _factor(p, rope_type, label, factor)
     if out["attention_factor"] is None:
         if factor is None and mpe is None:
             raise ValueError(
                 f"longrope needs {label}['factor'], {label}['attention_factor'] or max_position_embeddings "
                 "to set its attention factor"
             )
-        orig = out["original_max_position_embeddings"]
         # sqrt(1 + ln F / ln O) for F > 1: ln 1 = 0 divides (HF: ZeroDivisionError)
         above_one = out["factor"] > 1 if factor is not None else mpe > orig
         if above_one and orig == 1:
@@ -477,11 +575,20 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, l
     return out
 
 
-def _attention_key(params: Mapping, label: str = "scaling") -> float | None:
-    # HF (yarn, longrope) warns only below 0 and multiplies cos and sin by it, 0 included
-    value = _opt_real(label, params, "attention_factor", low=0.0)
-    if value is not None and value > MAX_ATTENTION_FACTOR:
-        raise ValueError(f"{label}['attention_factor'] must be <= 2**64, got {value!r}")
+def _attention_key(params: Mapping, rope_type: str, label: str) -> float | None:
+    """yarn's and longrope's ``attention_factor``, multiplying cos and sin.  HF warns below
+    0 (and, for yarn, of anything but a float) and multiplies by it all the same."""
+    raw = params.get("attention_factor")
+    value = _opt_real(label, params, "attention_factor")
+    if value is None:
+        return None
+    name = f"{label}['attention_factor']"
+    if abs(value) > MAX_ATTENTION_FACTOR:
+        raise ValueError(f"{name} must be <= 2**64 in magnitude, got {value!r}")
+    if value < 0:
+        warn(f"{name} = {value!r} is negative: HF warns and multiplies cos and sin by it, as fastpe does")
+    elif rope_type == "yarn" and not isinstance(raw, float):
+        warn(f"{name} = {raw!r} is not a float: HF's YaRN validator warns; the value is used as given")
     return value
 
 
@@ -489,10 +596,12 @@ def _check_results(spec: RopeSpec, label: str = "scaling") -> None:
     """Refuse, naming the key, a configuration whose results the kernels cannot take: every
     ``inv_freq`` in ``[0, MAX_INV_FREQ]`` and ``|attention_factor| <= MAX_ATTENTION_FACTOR``.
 
-    The other rules cannot break these bounds once their keys are in range (their
-    frequencies are at most 1 and their attention factors at most ~72); LongRoPE divides by
-    factors that may be tiny, and YaRN's ``mscale`` pair is a ratio whose denominator may
-    be 0.  The values are those :func:`compute` returns (and caches).
+    Once their keys are in range, the default and dynamic rules give frequencies of at most
+    1; a factor below 1 raises the others' by up to ``1 / factor``; LongRoPE divides by
+    factors that may be tiny; Llama-3's smoothing with a negative ``high_freq_factor``
+    beside a positive ``low_freq_factor`` (HF computes it) can go below 0; YaRN's
+    ``mscale`` pair is a ratio whose denominator may be 0.  The values are those
+    :func:`compute` returns (and caches).
     """
     if spec.rope_type == "yarn" and spec.attention_factor is None and spec.mscale and spec.mscale_all_dim:
         with localcontext() as ctx:
@@ -506,6 +615,8 @@ def _check_results(spec: RopeSpec, label: str = "scaling") -> None:
         attention = _compute(spec, None)[1]
         if not abs(attention) <= MAX_ATTENTION_FACTOR:
             raise ValueError(f"{pair} give the attention factor {attention!r}; its magnitude must be <= 2**64")
+    if spec.rope_type in ("default", "dynamic"):
+        return
     if spec.rope_type == "longrope":
         for long, key in ((False, "short_factor"), (True, "long_factor")):
             values = _compute(spec, long)[0]
@@ -517,6 +628,19 @@ def _check_results(spec: RopeSpec, label: str = "scaling") -> None:
                     f"base**(-{2 * i}/{spec.rotary_dim}) / {e!r} = {v!r} exceeds {MAX_INV_FREQ:g}, "
                     "the largest frequency fastpe's exact kernels take"
                 )
+        return
+    values = _compute(spec, None)[0]
+    if max(values) > MAX_INV_FREQ:
+        i, v = next((i, v) for i, v in enumerate(values) if v > MAX_INV_FREQ)
+        raise ValueError(f"{label}['factor'] = {spec.factor!r} is too small: inv_freq[{i}] = {v!r} exceeds "
+                         f"{MAX_INV_FREQ:g}, the largest frequency fastpe's exact kernels take")
+    if min(values) < 0:  # llama3 only: see _llama3
+        i, v = next((i, v) for i, v in enumerate(values) if v < 0)
+        raise ValueError(
+            f"{label}['high_freq_factor'] = {spec.high_freq_factor!r} below 0 beside {label}['low_freq_factor'] = "
+            f"{spec.low_freq_factor!r} gives the negative frequency inv_freq[{i}] = {v!r} (HF computes it); "
+            "fastpe's exact kernels take frequencies >= 0"
+        )
 
 
 # ------------------------------------------------------------------------------ numerics
@@ -682,13 +806,17 @@ def _llama3(spec: RopeSpec, p) -> list[Decimal]:
     two_pi = 2 * decimal_pi(_PREC + 5)
     out = []
     for x in p:
-        # O / wavelength, with wavelength = 2*pi / p_i: the bands compare it with lo and hi.
-        # HF tests ``wavelength > O / lo`` first; with lo < 0 that holds everywhere (O / lo is
-        # negative), so every frequency is divided, whatever hi says
+        # O / wavelength, with wavelength = 2*pi / p_i: the bands compare it with lo and hi,
+        # in HF's order.  HF tests ``wavelength > O / lo`` first; with lo < 0 that holds
+        # everywhere (O / lo is negative), so every frequency is divided, whatever hi says.
+        # Its ``wavelength < O / hi`` never holds for hi < 0: then every frequency the first
+        # test leaves is smoothed, with s <= 0 (a negative result is refused in resolve)
         turns = orig * x / two_pi
         if lo < 0 or turns < lo:  # wavelength > O / low_freq_factor: fully interpolated
             out.append(x / factor)
-        elif turns > hi:  # wavelength < O / high_freq_factor: unchanged
+        elif (hi > 0 and turns > hi) or hi == lo:  # wavelength < O / high_freq_factor: unchanged
+            # hi == lo leaves no band: HF's float32 0 / 0 there needs a wavelength equal to
+            # O / lo, which no real p_i has (algebraic, where 2*pi is transcendental)
             out.append(x)
         else:
             s = (turns - lo) / (hi - lo)

@@ -73,6 +73,7 @@ from support.strategies import (
     names_one_of,
     real_array_form,
     rope_config,
+    rope_warnings_named,
     short,
     st_dtype_arg,
     st_position,
@@ -690,6 +691,7 @@ def rope_reference_twin(kwargs, seq_len):
 
 @crossing
 @fuzz(200)
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # values here; warnings: below
 @given(cfg=rope_config(), data=st.data())
 def test_rope_cos_sin_agrees_across_backends_and_with_mpmath(cfg, data):
     seq_len = data.draw(st.one_of(st.none(), st.integers(0, POSITION_LIMIT)))
@@ -782,6 +784,7 @@ def rotation_slack(x0, rotary_dim, layout, af):
 
 @crossing
 @fuzz(150)
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # values here; warnings: below
 @given(case=rope_apply_case(), qk=st.booleans())
 def test_rope_apply_agrees_across_backends(case, qk):
     call, q0, k0 = case
@@ -876,6 +879,7 @@ def mutate_scaling(data, cfg):
 
 
 @fuzz(200)
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # the setup's; the calls' are checked
 @given(cfg=rope_config(max_head_dim=16, types=("linear", "dynamic", "yarn", "llama3", "longrope", "su", None)),
        data=st.data())
 def test_rope_scaling_dicts_are_refused_by_name_or_computed(cfg, data):
@@ -901,15 +905,17 @@ def test_rope_scaling_dicts_are_refused_by_name_or_computed(cfg, data):
         call, fn = dict(mutated, q=np.ones((4, 2, head_dim), dtype=np.float32),
                         k=np.ones((4, 1, head_dim), dtype=np.float32), positions=positions), rope.apply_qk_
     # besides the key, an error may name any argument the caller passed (a contradiction
-    # between the dict and an argument names both)
-    ok, result = judge(fn, call, blame=blame | (passed if expect == ANY else set()), expect=expect,
-                       inplace=("x", "q", "k"))
+    # between the dict and an argument names both); what HF only warns of is a warning
+    with rope_warnings_named(call_text(fn, call)):
+        ok, result = judge(fn, call, blame=blame | (passed if expect == ANY else set()), expect=expect,
+                           inplace=("x", "q", "k"))
     if ok and fn_name == "inv_freq":
         inv, af = result
         assert np.isfinite(inv).all() and (inv >= 0).all() and math.isfinite(af), (
             f"{call_text(fn, call)} gave {inv.tolist()}, {af!r}")
-        spec = rope.resolve(**mutated)
-        twin = rope_reference_twin(mutated, call["seq_len"] if spec.rope_type in ("dynamic", "longrope") else None)
+        with rope_warnings_named(call_text(fn, call)):
+            spec = rope.resolve(**mutated)
+            twin = rope_reference_twin(mutated, call["seq_len"] if spec.rope_type in ("dynamic", "longrope") else None)
         assert np.array_equal(inv, twin[0]) and af == twin[1], (call_text(fn, call), result, twin)
 
 
@@ -941,20 +947,23 @@ def test_rope_scaling_sweep():
                 for seq_len in (None, 1 << 20):
                     call = dict(extra, head_dim=8, scaling=scaling, seq_len=seq_len)
                     try:
-                        ok, result = judge(rope.inv_freq, call, blame={key} | ({"scaling"} if expect == ANY else set()),
-                                           expect=expect)
+                        with rope_warnings_named(call_text(rope.inv_freq, call)):
+                            ok, result = judge(rope.inv_freq, call, blame={key} | ({"scaling"} if expect == ANY else
+                                                                                   set()), expect=expect)
                         if not ok:
                             continue
                         inv, af = result
                         assert np.isfinite(inv).all() and (inv >= 0).all() and math.isfinite(af), (
                             f"{call_text(rope.inv_freq, call)} gave {inv.tolist()}, {af!r}")
-                        spec = rope.resolve(**{k: v for k, v in call.items() if k != "seq_len"})
-                        twin = rope_reference_twin({k: v for k, v in call.items() if k != "seq_len"},
-                                                   seq_len if spec.rope_type in ("dynamic", "longrope") else None)
+                        with rope_warnings_named(call_text(rope.inv_freq, call)):
+                            spec = rope.resolve(**{k: v for k, v in call.items() if k != "seq_len"})
+                            twin = rope_reference_twin({k: v for k, v in call.items() if k != "seq_len"},
+                                                       seq_len if spec.rope_type in ("dynamic", "longrope") else None)
                         assert np.array_equal(inv, twin[0]) and af == twin[1], (
                             f"{call_text(rope.inv_freq, call)} = {inv.tolist()}, {af!r}; twin {twin}")
-                        judge(rope.cos_sin, dict(call, positions=[0, 3, POSITION_LIMIT - 1]),
-                              blame={key, "scaling"}, expect=ANY)
+                        with rope_warnings_named(call_text(rope.cos_sin, call)):
+                            judge(rope.cos_sin, dict(call, positions=[0, 3, POSITION_LIMIT - 1]),
+                                  blame={key, "scaling"}, expect=ANY)
                     except AssertionError as exc:
                         first = str(exc).splitlines()[0]
                         kind = re.search(r"raised (\w+)|accepted|names none|twin|gave", first)
@@ -965,6 +974,7 @@ def test_rope_scaling_sweep():
 
 @pytest.mark.any_backend
 @fuzz(200)
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # the setup's; the call's are checked
 @given(cfg=rope_config(max_head_dim=16), data=st.data())
 def test_rope_refuses_bad_arguments(cfg, data):
     fn_name = data.draw(st.sampled_from(("inv_freq", "cos_sin", "apply_", "apply_qk_")))
@@ -1034,7 +1044,8 @@ def test_rope_refuses_bad_arguments(cfg, data):
         blame = {"rotary_dim", "partial_rotary_factor"}
     if name == "base" and "rope_theta" in (cfg.get("scaling") or {}):
         blame = {"base", "rope_theta"}
-    judge(fn, {**call, name: value}, blame=blame, expect=REJECT, inplace=inplace)
+    with rope_warnings_named(name):
+        judge(fn, {**call, name: value}, blame=blame, expect=REJECT, inplace=inplace)
 
 
 @fuzz(120)
@@ -1640,8 +1651,8 @@ CLI_COMMANDS = {
               ("--d-model", "--max-len", "--base", "--layout", "--denominator", "--min-timescale",
                "--max-timescale", "--dtype", "--chunk-mb", "--backend")),
     "rope": (["rope", "--head-dim", "8", "--max-len", "4"], "r.npz",
-             ("--head-dim", "--max-len", "--base", "--rotary-dim", "--layout", "--scaling",
-              "--max-position-embeddings", "--seq-len", "--backend")),
+             ("--head-dim", "--max-len", "--base", "--rotary-dim", "--layout", "--scaling", "--layer-type",
+              "--max-position-embeddings", "--seq-len", "--dtype", "--backend")),
     "alibi": (["alibi", "--heads", "2", "--q-len", "3"], "a.npy",
               ("--heads", "--q-len", "--k-len", "--form", "--max-bias", "--dtype", "--backend")),
     "t5-buckets": (["t5-buckets", "--q-len", "3"], "b.npy",

@@ -33,7 +33,6 @@ PER_LAYER = {"gemma3_text", "gemma4_text", "modernbert"}
 REFUSED = {
     "gemma-4-26b-a4b-it-full_attention": r"'proportional' is not supported",
     "gemma-4-31b-it-full_attention": r"'proportional' is not supported",
-    "llama-4-scout-17b-16e-instruct": r"high_freq_factor'\] \(1\) must be greater than",
 }
 
 
@@ -66,6 +65,7 @@ EXPECTED = {
     "llama-3-8b": ("default", 128, 128, 500000.0, "neox", 1.0),
     "llama-3.1-8b": ("llama3", 128, 128, 500000.0, "neox", 1.0),
     "llama-3.2-1b": ("llama3", 64, 64, 500000.0, "neox", 1.0),
+    "llama-4-scout-17b-16e-instruct": ("llama3", 128, 128, 500000.0, "gptj", 1.0),  # low == high == 1
     "llama-4-scout-17b-16e": ("llama3", 128, 128, 500000.0, "gptj", 1.0),
     "mistral-7b-v0.1": ("default", 128, 128, 10000.0, "neox", 1.0),
     "mistral-nemo-base-2407": ("default", 128, 128, 1e6, "neox", 1.0),  # head_dim, not 5120 / 32
@@ -87,7 +87,12 @@ EXPECTED = {
 }
 
 #: the warnings HF's validators give for a config (a message fragment each); no other warns
-WARNINGS = {}
+WARNINGS = {
+    "llama-4-scout-17b-16e-instruct": r"high_freq_factor'\] \(1\) is not greater than",
+    **{name: r"has no 'factor'" for name in ("phi-3-medium-128k-instruct", "phi-3-mini-128k-instruct",
+                                             "phi-3-vision-128k-instruct", "phi-3.5-mini-instruct",
+                                             "phi-4-mini-instruct")},
+}
 
 
 

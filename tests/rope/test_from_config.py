@@ -63,8 +63,9 @@ def test_phi3_reads_its_top_level_original_length(name):
     assert rotary.attention_factor == pytest.approx(PHI3_ATTENTION, rel=1e-15) and rotary.attention_factor > 1.19
     head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
     scaling = dict(cfg["rope_scaling"], partial_rotary_factor=cfg.get("partial_rotary_factor", 1.0))
-    _, old = rope.inv_freq(head_dim, base=cfg["rope_theta"], scaling=scaling,
-                           max_position_embeddings=cfg["max_position_embeddings"])
+    with pytest.warns(RopeConfigWarning, match="no 'factor'"):
+        _, old = rope.inv_freq(head_dim, base=cfg["rope_theta"], scaling=scaling,
+                               max_position_embeddings=cfg["max_position_embeddings"])
     assert old == 1.0  # what the dict alone says, without the top-level field
 
 
@@ -215,9 +216,21 @@ def test_errors_name_the_config_field():
         Rotary.from_config(dict(llama, max_position_embeddings="131072"))
     with pytest.raises(ValueError, match=r"^config\['original_max_position_embeddings'\] must be >= 1"):
         Rotary.from_config(dict(llama, original_max_position_embeddings=0))
-    with pytest.raises(ValueError, match=r"^config\['text_config'\]\['rope_scaling'\]\['factor'\] must be >= 1"):
+    with pytest.raises(ValueError, match=r"^config\['text_config'\]\['rope_scaling'\]\['factor'\] must be > 0"):
         Rotary.from_config({"model_type": "llama4", "text_config": dict(
             fields("llama-4-scout-17b-16e"), model_type=None, rope_scaling=dict(llama["rope_scaling"], factor=0))})
+
+
+def test_unknown_rope_keys_are_reported_by_name():
+    llama = fields("llama-3.1-8b")
+    cfg = dict(llama, rope_scaling={"rope_type": "yarn", "factor": 16.0, "beta_fsat": 32.0,
+                                    "original_max_position_embeddings": 8192})
+    with pytest.warns(RopeConfigWarning, match=r"config\['rope_scaling'\]\['beta_fsat'\] \(did you mean "
+                                               r"'beta_fast'\?\) is not a key of rope_type 'yarn'.*ignored"):
+        rotary = Rotary.from_config(cfg)
+    assert rotary.beta_fast == 32.0  # the default: the misspelt key was not read
+    with pytest.warns(RopeConfigWarning, match=r"scaling\['mrope_section'\], scaling\['finetuned'\] are not keys"):
+        rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "mrope_section": [1], "finetuned": True})
 
 
 def test_notes_are_ignored():

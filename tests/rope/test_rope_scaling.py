@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import types
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -23,11 +24,14 @@ from hypothesis import strategies as st
 from fastpe import rope
 from fastpe._exact import rope_scaling as twin
 from fastpe.rope import _scaling
-from support.hf_rope import hf_bound_ulps
+from support.hf_rope import hf_bound_ulps, inv_freq_ulps
 
 #: every backend it calls is named, or it calls none: the first run of make test decides it
-#: (tests/conftest.py deselects it in the default-only runs)
-pytestmark = pytest.mark.any_backend
+#: (tests/conftest.py deselects it in the default-only runs).  The LongRoPE dicts here are
+#: mostly without a ``factor``, for the ratio rule of the attention factor: HF's advice to
+#: set one (a RopeConfigWarning) is asserted in test_warnings.py, not in each value test
+pytestmark = [pytest.mark.any_backend,
+              pytest.mark.filterwarnings("ignore:.* has no 'factor'.*:fastpe.rope.RopeConfigWarning")]
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
@@ -168,14 +172,17 @@ def test_original_max_position_embeddings_defaults_to_max_position_embeddings():
 def test_yarn_explicit_factor_wins_over_the_implicit_ratio():
     """Current HF (since transformers 4.56): an explicit factor is used even when
     max_position_embeddings / original_max_position_embeddings says otherwise."""
-    explicit = rope.inv_freq(128, scaling=YARN, max_position_embeddings=32768)
+    with pytest.warns(rope.RopeConfigWarning, match=r"differs from max_position_embeddings / .* = 8.0: HF warns"):
+        explicit = rope.inv_freq(128, scaling=YARN, max_position_embeddings=32768)
     assert explicit[1] == 0.1 * math.log(4) + 1  # factor 4, not 32768/4096 = 8
     np.testing.assert_array_equal(explicit[0], rope.inv_freq(128, scaling=YARN)[0])
 
 
 def test_legacy_type_key_su_alias_and_ignored_keys():
     a = rope.inv_freq(64, scaling={"type": "linear", "factor": 2.0})
-    b = rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "finetuned": True, "mrope_section": [1]})
+    # keys the type does not read are ignored, as HF ignores them, and named in a warning, as HF names them
+    with pytest.warns(rope.RopeConfigWarning, match=r"scaling\['finetuned'\], scaling\['mrope_section'\] are not keys"):
+        b = rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "finetuned": True, "mrope_section": [1]})
     c = rope.inv_freq(64, scaling={"rope_type": "linear", "type": "yarn", "factor": 2.0})  # rope_type wins
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[0], c[0])
@@ -261,9 +268,18 @@ TWIN_CASES = [
     pytest.param(32, {"scaling": {"rope_type": "dynamic", "factor": 1e300}, "max_position_embeddings": 64},
                  65, id="dynamic-huge-factor-long"),
     pytest.param(32, {"scaling": {**YARN, "original_max_position_embeddings": 2**64}}, None, id="yarn-longest-original"),
+    pytest.param(128, {"base": 5e5, "scaling": {**LLAMA3, "factor": 16.0, "high_freq_factor": 1.0}}, None,
+                 id="llama3-equal-bands"),
+    pytest.param(64, {"base": 5e5, "scaling": {**LLAMA3, "low_freq_factor": 4.0, "high_freq_factor": 1.0}}, None,
+                 id="llama3-reversed-bands"),
+    pytest.param(64, {"base": 5e5, "scaling": {**LLAMA3, "factor": 0.5}}, None, id="llama3-factor-below-1"),
+    pytest.param(64, {"base": 1e4, "scaling": {**YARN, "factor": 0.25}}, None, id="yarn-factor-below-1"),
+    pytest.param(64, {"base": 1e4, "scaling": {**YARN, "beta_fast": 1.0, "beta_slow": 8.0}}, None,
+                 id="yarn-betas-reversed"),
 ]
 
 
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # some cases are ones HF warns of
 @pytest.mark.parametrize("head_dim, kwargs, seq_len", TWIN_CASES)
 def test_agrees_with_the_exact_twin(head_dim, kwargs, seq_len):
     inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
@@ -302,6 +318,7 @@ def random_case(rng, kind):
     return head_dim, {**kwargs, "scaling": s, "max_position_embeddings": mpe}, seq_len
 
 
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # random lengths: HF's length checks warn
 @pytest.mark.parametrize("kind", _scaling.ROPE_TYPES)
 def test_agrees_with_the_exact_twin_on_random_configs(kind):
     rng = np.random.default_rng(_scaling.ROPE_TYPES.index(kind))
@@ -396,9 +413,73 @@ HF_CASES = [
                  4096, 8, id="longrope-original-1-attention-given"),
     pytest.param(32, {**longrope(16), "rope_theta": 1e4, "original_max_position_embeddings": 1, "factor": 1.0},
                  4096, 8, id="longrope-original-1-factor-1"),
+    # Llama 4 Scout: low_freq_factor == high_freq_factor == 1 (HF warns; no smoothing band)
+    pytest.param(128, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 16.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}, 10485760, None,
+                 id="llama3-llama4-scout"),
+    pytest.param(64, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 4.0,
+                      "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}, 131072, None,
+                 id="llama3-high-below-low"),
+]
+
+#: values HF's validators warn of and then compute with: fastpe warns and computes the same
+HF_WARNED = [
+    pytest.param(64, {"rope_type": "linear", "rope_theta": 1e4, "factor": 0.5}, 4096, None, "factor", id="linear-0.5"),
+    pytest.param(64, {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 0.5}, 2048, 6000, "factor",
+                 id="dynamic-0.5"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 0.5, "original_max_position_embeddings": 4096},
+                 2048, None, "factor", id="yarn-0.5"),
+    pytest.param(64, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 0.5, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072, None, "factor",
+                 id="llama3-0.5"),
+    pytest.param(32, {**longrope(16), "rope_theta": 1e4, "factor": 0.5}, 4096, 5000, "factor", id="longrope-0.5"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "beta_fast": 1.0, "beta_slow": 8.0,
+                      "original_max_position_embeddings": 4096}, 16384, None, "beta_fast", id="yarn-betas-reversed"),
+    pytest.param(64, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "attention_factor": -1.5,
+                      "original_max_position_embeddings": 4096}, 16384, None, "attention_factor",
+                 id="yarn-attention-negative"),
+    pytest.param(32, {**longrope(16), "rope_theta": 1e4, "factor": 2.0, "attention_factor": -0.5}, 8192, 10,
+                 "attention_factor", id="longrope-attention-negative"),
+    pytest.param(64, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 2.0,
+                      "high_freq_factor": 2.0, "original_max_position_embeddings": 8192}, 131072, None,
+                 "high_freq_factor", id="llama3-equal-bands"),
 ]
 
 
+@pytest.mark.parametrize("head_dim, scaling, mpe, seq_len, key", HF_WARNED)
+def test_what_hf_warns_of_is_warned_of_and_computed_as_hf_does(hf, head_dim, scaling, mpe, seq_len, key):
+    with pytest.warns(rope.RopeConfigWarning, match=rf"scaling\['{key}'\]"):
+        ours, attention = rope.inv_freq(head_dim, scaling=scaling, seq_len=seq_len, max_position_embeddings=mpe)
+    theirs, their_attention = hf(head_dim, scaling, max_position_embeddings=mpe, seq_len=seq_len)
+    with pytest.warns(rope.RopeConfigWarning):
+        spec = rope.resolve(head_dim, scaling=scaling, max_position_embeddings=mpe)
+    assert inv_freq_ulps(theirs, ours) <= hf_bound_ulps(spec, seq_len)
+    assert attention == pytest.approx(float(their_attention), rel=4e-16, abs=0)
+
+
+def test_llama4_scout_is_a_cut_as_hf_computes_it(hf):
+    """Llama 4 Scout's low_freq_factor == high_freq_factor == 1: HF's smoothing factor
+    divides by ``high - low = 0``, but only inside its medium band, ``wavelength == O / low``
+    exactly in float32 -- which no wavelength of this config is (the nearest, pair 35's
+    8209, is 0.2% away): every HF value is finite and either the default frequency or it
+    divided by factor, split where the wavelength passes 8192.  fastpe's exact rule is that
+    cut (an exact wavelength never equals O / low: p_i is algebraic, 2*pi is not)."""
+    scaling = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 16.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+    theirs, _ = hf(128, scaling, max_position_embeddings=10485760)
+    assert np.isfinite(theirs).all()
+    with pytest.warns(rope.RopeConfigWarning, match="no band between them"):
+        ours, _ = rope.inv_freq(128, scaling=scaling, max_position_embeddings=10485760)
+    plain, _ = rope.inv_freq(128, base=5e5)
+    wavelength = 2 * math.pi / plain
+    divided = wavelength > 8192
+    assert divided.sum() == 29 and not np.any(np.abs(wavelength / 8192 - 1) < 1e-3)
+    np.testing.assert_array_equal(ours, np.where(divided, plain / 16.0, plain))
+    close = np.abs(theirs - np.where(divided, plain / 16.0, plain)) <= 8 * 2.0**-24 * ours
+    assert close.all()
+
+
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # warnings: HF_WARNED below
 @pytest.mark.parametrize("head_dim, scaling, mpe, seq_len", HF_CASES)
 def test_agrees_with_hf_transformers(hf, head_dim, scaling, mpe, seq_len):
     ours, attention = rope.inv_freq(head_dim, scaling=scaling, seq_len=seq_len, max_position_embeddings=mpe)
@@ -406,7 +487,7 @@ def test_agrees_with_hf_transformers(hf, head_dim, scaling, mpe, seq_len):
     assert theirs.shape == ours.shape
     spec = rope.resolve(head_dim, scaling=scaling, max_position_embeddings=mpe)
     bound = hf_bound_ulps(spec, seq_len)
-    worst = float(np.max(np.abs(theirs - ours) / ours)) / 2**-24
+    worst = inv_freq_ulps(theirs, ours)
     assert worst <= bound, f"{worst:.2f} float32 ULP from HF, bound {bound:.1f}"
     # HF's attention factor is a Python double; ours is the correctly rounded value
     assert attention == pytest.approx(float(their_attention), rel=4e-16, abs=0)
@@ -441,6 +522,7 @@ def test_what_hf_cannot_compute_is_refused_naming_the_key(hf, scaling, mpe, key)
         rope.inv_freq(32, scaling=scaling, max_position_embeddings=mpe)
 
 
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # random lengths: HF's length checks warn
 @pytest.mark.parametrize("kind", _scaling.ROPE_TYPES)
 def test_agrees_with_hf_transformers_on_random_configs(hf, kind):
     rng = np.random.default_rng(100 + _scaling.ROPE_TYPES.index(kind))
@@ -453,7 +535,7 @@ def test_agrees_with_hf_transformers_on_random_configs(hf, kind):
         ours, attention = rope.inv_freq(head_dim, scaling=scaling, seq_len=seq_len, max_position_embeddings=mpe)
         theirs, their_attention = hf(head_dim, scaling, max_position_embeddings=mpe, seq_len=seq_len)
         spec = rope.resolve(head_dim, scaling=scaling, max_position_embeddings=mpe)
-        worst = float(np.max(np.abs(theirs - ours) / ours)) / 2**-24
+        worst = inv_freq_ulps(theirs, ours)
         assert worst <= hf_bound_ulps(spec, seq_len), (head_dim, scaling, seq_len, worst)
         assert attention == pytest.approx(float(their_attention), rel=4e-16, abs=0)
 
@@ -482,11 +564,19 @@ BAD = [
                  r"scaling\['factor'\] is required", id="llama3-no-factor"),
     pytest.param({"scaling": {k: v for k, v in LLAMA3.items() if k != "low_freq_factor"}}, ValueError,
                  r"scaling\['low_freq_factor'\] is required", id="llama3-no-low"),
-    pytest.param({"scaling": {**LLAMA3, "high_freq_factor": 1.0}}, ValueError, "must be greater than",
-                 id="llama3-high-not-above-low"),
-    pytest.param({"scaling": {"rope_type": "linear", "factor": 0.5}}, ValueError,
-                 r"scaling\['factor'\] must be >= 1", id="linear-factor-below-1"),
-    pytest.param({"scaling": {**YARN, "factor": 0.9}}, ValueError, r"must be >= 1", id="yarn-factor-below-1"),
+    # a factor HF's arithmetic cannot use (it warns of any below 1, and computes those above 0)
+    pytest.param({"scaling": {"rope_type": "linear", "factor": 0.0}}, ValueError,
+                 r"scaling\['factor'\] must be > 0, got 0.0", id="linear-factor-0"),
+    pytest.param({"scaling": {**YARN, "factor": -2.0}}, ValueError, r"scaling\['factor'\] must be > 0",
+                 id="yarn-factor-negative"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": -0.5}, "max_position_embeddings": 8}, ValueError,
+                 r"scaling\['factor'\] must be >= 0 for rope_type 'dynamic'", id="dynamic-factor-negative"),
+    pytest.param({"scaling": {"rope_type": "linear", "factor": 1e-4}}, ValueError,
+                 r"scaling\['factor'\] = 0.0001 is too small: inv_freq\[0\] = 10000.0 exceeds 1024",
+                 id="linear-factor-tiny"),
+    pytest.param({"scaling": {**LLAMA3, "low_freq_factor": 1.0, "high_freq_factor": -1.0}}, ValueError,
+                 r"scaling\['high_freq_factor'\] = -1.0 below 0 beside .* gives the negative frequency",
+                 id="llama3-negative-high"),
     pytest.param({"scaling": {"rope_type": "linear", "factor": "2"}}, TypeError, "must be a number",
                  id="factor-str"),
     pytest.param({"scaling": {"rope_type": "linear", "factor": True}}, TypeError, "must be a number",
@@ -499,9 +589,9 @@ BAD = [
                  r"original_max_position_embeddings'\] \(or max_position_embeddings", id="yarn-no-original"),
     pytest.param({"scaling": {**YARN, "original_max_position_embeddings": 4096.5}}, TypeError,
                  "original_max_position_embeddings'] must be an integer", id="yarn-original-float"),
-    pytest.param({"scaling": {**YARN, "beta_fast": 1, "beta_slow": 8}}, ValueError, "beta_fast", id="yarn-betas"),
     pytest.param({"scaling": {**YARN, "truncate": "no"}}, TypeError, "truncate", id="yarn-truncate-str"),
-    pytest.param({"scaling": {**YARN, "attention_factor": -1.0}}, ValueError, "attention_factor", id="yarn-attn-neg"),
+    pytest.param({"scaling": {**YARN, "attention_factor": -2.0**65}}, ValueError,
+                 r"attention_factor'\] must be <= 2\*\*64 in magnitude", id="yarn-attn-huge-negative"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "long_factor"}}, ValueError,
                  r"scaling\['long_factor'\] is required", id="longrope-no-long"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "short_factor"}}, ValueError,
@@ -584,6 +674,7 @@ BAD = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # some warn of a key, then refuse another
 @pytest.mark.parametrize("kwargs, exc, message", BAD)
 def test_bad_input_names_the_argument(kwargs, exc, message):
     kwargs = dict(kwargs)
@@ -601,6 +692,7 @@ def test_bad_head_dim(head_dim, exc):
         rope.inv_freq(head_dim)
 
 
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # one length for all: HF's checks warn
 def test_the_scaling_dict_is_never_modified():
     for scaling in (LLAMA3, YARN, longrope(64), {"type": "linear", "factor": 2}, {"rope_theta": 5e5}):
         before = copy.deepcopy(scaling)
@@ -679,14 +771,25 @@ def test_every_key_is_refused_by_name_or_computed_exactly(case):
     from fastpe._validate import check_inv_freq
 
     head_dim, kwargs, seq_len = case
-    try:
-        inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
-    except (TypeError, ValueError) as exc:
-        assert str(exc).startswith(("scaling", "max_position_embeddings", "base", "rotary_dim", "longrope needs")), exc
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            inv, attention = rope.inv_freq(head_dim, seq_len=seq_len, **kwargs)
+        except (TypeError, ValueError) as exc:
+            assert str(exc).startswith(("scaling", "max_position_embeddings", "base", "rotary_dim",
+                                        "longrope needs")), exc
+            inv = None
+    for w in record:  # what HF warns of: a RopeConfigWarning naming the key
+        assert w.category is rope.RopeConfigWarning and str(w.message).startswith(
+            ("scaling", "original_max_position_embeddings")), w
+    if inv is None:
         return
     check_inv_freq(inv)  # what cos_sin and apply_ will accept
     assert math.isfinite(attention) and abs(attention) <= _scaling.MAX_ATTENTION_FACTOR
-    ref, ref_attention = twin.inv_freq(rope.resolve(head_dim, **kwargs), seq_len)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rope.RopeConfigWarning)
+        spec = rope.resolve(head_dim, **kwargs)
+    ref, ref_attention = twin.inv_freq(spec, seq_len)
     assert ulps64(inv, ref) <= 1 and ulps64([attention], [ref_attention]) <= 1, (kwargs, seq_len)
 
 

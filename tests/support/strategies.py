@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import math
 import os
@@ -520,3 +522,24 @@ SCALING_KEYS = ("factor", "original_max_position_embeddings", "attention_factor"
                 "beta_slow", "mscale", "mscale_all_dim", "truncate", "low_freq_factor",
                 "high_freq_factor", "short_factor", "long_factor", "rope_theta",
                 "partial_rotary_factor", "rope_type", "type")
+
+
+@contextlib.contextmanager
+def rope_warnings_named(what: str):
+    """Record the block's RopeConfigWarnings (what HF's validators warn of: a warning, never
+    an error, whatever the filters say) and check each names what it is about -- a key, as
+    ``scaling['factor']`` or ``config['rope_scaling']['factor']``, or a config field."""
+    import warnings
+
+    from fastpe.rope import RopeConfigWarning
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", RopeConfigWarning)
+        yield record
+    for w in record:
+        assert issubclass(w.category, RopeConfigWarning), f"{what}: warned {w.category.__name__}: {w.message}"
+        assert str(w.message).startswith(ROPE_WARNING_NAMES), f"{what}: the warning {w.message} names no key"
+
+
+#: how a RopeConfigWarning begins: with the key or field it is about
+ROPE_WARNING_NAMES = ("scaling", "config", "original_max_position_embeddings")
