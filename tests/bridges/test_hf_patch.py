@@ -52,14 +52,14 @@ from support import oracle  # noqa: E402
 from support.hf_models import rotary_modules, shifted, tiny_config, tiny_gemma3_multimodal, tiny_model  # noqa: E402
 
 #: the architectures the per-model tests cover (tests/support/hf_models.py's names)
-ARCHS = ["llama-2", "llama-3.1", "llama-3.2", "llama-4", "mistral", "qwen2", "qwen2.5-yarn", "qwen3",
+ARCHS = ["llama-2", "llama-3.1", "llama-3.2", "llama-4", "llama-4-instruct", "mistral", "qwen2", "qwen2.5-yarn", "qwen3",
          "phi-3-mini", "phi-3.5-mini", "phi-4-mini", "phimoe", "gemma-2", "gemma-3", "gemma-4", "gemma-4-default",
          "gpt-neox", "gpt-j", "stablelm", "deepseek-v3", "gpt-oss", "modernbert"]
 #: where fused=True rotates q and k in place: the attention's q/k are (batch, seq, heads,
 #: head_dim) rows (or their first rotary_dim values).  Elsewhere they are slices of one
 #: fused qkv projection (Phi-3, GPT-NeoX, ModernBERT) or of larger tensors (DeepSeek's rope
 #: part), which HF's arithmetic rotates
-IN_PLACE = {"llama-2", "llama-3.1", "llama-3.2", "llama-4", "mistral", "qwen2", "qwen2.5-yarn", "qwen3", "phimoe",
+IN_PLACE = {"llama-2", "llama-3.1", "llama-3.2", "llama-4", "llama-4-instruct", "mistral", "qwen2", "qwen2.5-yarn", "qwen3", "phimoe",
             "gemma-2", "gemma-3", "gemma-4", "gemma-4-default", "gpt-j", "stablelm", "gpt-oss"}
 #: LongRoPE models: their rule changes past the original length
 LONG = {"phi-3.5-mini", "phi-4-mini", "phimoe"}

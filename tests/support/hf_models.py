@@ -74,7 +74,7 @@ SYNTHETIC = {
 #: the models the tests build: name -> the config file (or SYNTHETIC entry) it starts from
 MODELS = {
     "llama-2": "llama-2-7b", "llama-3": "llama-3-8b", "llama-3.1": "llama-3.1-8b", "llama-3.2": "llama-3.2-1b",
-    "llama-4": "llama-4-scout-17b-16e", "mistral": "mistral-7b-v0.1", "mistral-nemo": "mistral-nemo-base-2407",
+    "llama-4": "llama-4-scout-17b-16e", "llama-4-instruct": "llama-4-scout-17b-16e-instruct", "mistral": "mistral-7b-v0.1", "mistral-nemo": "mistral-nemo-base-2407",
     "qwen2": "qwen2-7b", "qwen2.5-yarn": "qwen2.5-7b-instruct-yarn", "qwen3": "qwen3-8b",
     "phi-3-mini": "phi-3-mini-4k-instruct", "phi-3.5-mini": "phi-3.5-mini-instruct", "phi-4-mini": "phi-4-mini-instruct",
     "phimoe": "phimoe", "gemma-2": "gemma-2-9b-it", "gemma-3": "gemma-3-12b-it", "gemma-4": "gemma-4-31b-it",
