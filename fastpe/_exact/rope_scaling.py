@@ -121,8 +121,16 @@ def inv_freq_exact(spec, seq_len: int | None = None) -> tuple[list[Decimal], Dec
                     out.append((1 - s) * x / factor + s * x)
             return out, one
 
+        if kind == "proportional":
+            # the exponent over the whole head; HF's int(prf * head_dim // 2) pairs rotate
+            n = int(spec.partial_rotary_factor * spec.head_dim // 2)
+            factor = one if spec.factor is None else _d(spec.factor)
+            rotated = [x / factor for x in _powers(ln_base, spec.head_dim)[:n]]
+            return rotated + [Decimal(0)] * (dim // 2 - n), one
+
         assert kind == "longrope", kind
         orig = spec.original_max_position_embeddings
+        long = bool(seq_len and seq_len > orig)
         if spec.attention_factor is not None:
             attention = _d(spec.attention_factor)
         else:
@@ -131,7 +139,7 @@ def inv_freq_exact(spec, seq_len: int | None = None) -> tuple[list[Decimal], Dec
             else:
                 factor = _d(Fraction(spec.max_position_embeddings, orig))
             attention = one if factor <= 1 else (1 + factor.ln() / _d(orig).ln()).sqrt()
-        ext = spec.long_factor if seq_len and seq_len > orig else spec.short_factor
+        ext = spec.long_factor if long else spec.short_factor
         return [x / _d(e) for x, e in zip(p, ext)], attention
 
 

@@ -1,24 +1,31 @@
 """Rotary position embeddings (RoPE): exact cos/sin caches and in-place rotation.
 
-Configure it with the model's own ``rope_scaling`` / ``rope_parameters`` dict, exactly as
-it appears in the Hugging Face ``config.json``::
+Read a model's configuration with :meth:`Rotary.from_config` (a ``config.json`` path, its
+dict, or a transformers ``PretrainedConfig``), which takes every field HF's rotary
+embedding reads from where HF takes it, or build a :class:`Rotary` from the model's own
+``rope_scaling`` / ``rope_parameters`` dict, verbatim, and the fields beside it::
 
     import numpy as np
     from fastpe import rope
 
     scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-    inv, attention = rope.inv_freq(128, base=500000.0, scaling=scaling)
-    cos, sin = rope.cos_sin(np.arange(8192), 128, base=500000.0, scaling=scaling)
-    q = rope.apply_(q, positions, base=500000.0, scaling=scaling)   # (tokens, heads, 128)
+    rotary = rope.Rotary(128, base=500000.0, scaling=scaling)    # validated once
+    cos, sin = rotary.cos_sin(np.arange(8192))
+    q = rotary.apply_(q, positions)                               # (tokens, heads, 128)
+
+The module functions (:func:`inv_freq`, :func:`cos_sin`, :func:`apply_`, :func:`apply_qk_`)
+take the same configuration on every call and build a Rotary each time: the same bits.
 
 Supported ``rope_type`` values (or the legacy key ``type``): ``default``, ``linear``,
-``dynamic``, ``yarn``, ``llama3``, ``longrope`` (``su``, Phi-3's old name, is accepted).
-The rules and their parity with HF transformers are described in
-:mod:`fastpe.rope._scaling`: every ``inv_freq`` is the correctly rounded float64 of the
-rule's real value, which HF's float32 values match to float32 precision.  The cos/sin
-values are then exact (within 1 float32 ULP) for that float64 ``inv_freq`` at every
-position below ``2**32``.
+``dynamic``, ``yarn``, ``llama3``, ``longrope`` (``su``, Phi-3's old name, is accepted) and
+``proportional`` (Gemma 4) -- every rule of HF transformers 5.24.  The rules and their
+parity with HF transformers are described in :mod:`fastpe.rope._scaling`: every
+``inv_freq`` is the correctly rounded float64 of the rule's real value, which HF's float32
+values match to float32 precision; where HF's validators warn, fastpe issues a
+:class:`RopeConfigWarning` and computes what HF computes.  The cos/sin values are then
+exact (within 1 float32 ULP) for that float64 ``inv_freq`` at every position below
+``2**32``.
 
 Sequence length.  Dynamic NTK and LongRoPE depend on the current length.  :func:`inv_freq`
 with ``seq_len=None`` returns what HF computes at initialisation (dynamic: no scaling;

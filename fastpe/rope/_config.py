@@ -451,7 +451,15 @@ def _build(cfg: _Config, rope: dict, label: str, layer: str | None) -> tuple[Rop
         _ignored(cfg, "rope_theta", base, "GPT-NeoX's config reads rotary_emb_base")
 
     head_dim, head_name = _head_dim(cfg, layer)
-    rotary_dim = _rotary_dim(cfg, rope, label, rope_type, head_dim, head_name)
+    if rope_type == "proportional":
+        # the rule's own key (how many pairs turn); the top level fills it in (HF's setdefault,
+        # GPT-NeoX's from rotary_pct), class defaults included
+        top = cfg.get("rotary_pct" if kind == "gpt_neox" else "partial_rotary_factor")
+        if rope.get("partial_rotary_factor") is None and top is not None:
+            rope["partial_rotary_factor"] = top
+        rotary_dim = None
+    else:
+        rotary_dim = _rotary_dim(cfg, rope, label, rope_type, head_dim, head_name)
 
     mpe_key = "n_positions" if cfg.get("max_position_embeddings") is None and cfg.given("n_positions") else \
         "max_position_embeddings"

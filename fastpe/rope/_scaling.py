@@ -52,6 +52,13 @@ longrope
     Attention factor: ``attention_factor`` if given, else 1 if ``F <= 1``, else
     ``sqrt(1 + ln F / ln O)``, with ``F = factor`` if given, else
     ``max_position_embeddings / O``.
+proportional (Gemma 4)
+    ``p_i / factor`` (``factor`` 1 by default) for ``i < n = int(partial_rotary_factor *
+    head_dim // 2)`` -- the exponent over the whole ``head_dim``, ``p_i = base ** (-2i /
+    head_dim)`` -- and 0 for the other pairs: ``rotary_dim`` is the whole head
+    (``2 * (head_dim // 2)``), its pairs across the full half (NeoX's ``i`` and
+    ``i + head_dim/2``), the last ``head_dim/2 - n`` of them not rotated.
+
 For yarn, llama3 and longrope a missing ``original_max_position_embeddings`` defaults to
 ``max_position_embeddings``, as HF's ``standardize_rope_params`` does.
 
@@ -68,8 +75,9 @@ computes what HF computes: a ``factor`` below 1, ``beta_fast < beta_slow``,
 ``high_freq_factor <= low_freq_factor``, a negative ``attention_factor`` (and YaRN's given as
 an int), Llama-3's ``original_max_position_embeddings >= max_position_embeddings``, YaRN's
 ``factor`` against ``max_position_embeddings / original_max_position_embeddings``, LongRoPE
-without a ``factor``, and every key the rope type does not read, by name (HF's
-"unrecognized keys").
+without a ``factor``, proportional without a ``partial_rotary_factor``, and every key the
+rope type does not read, by name (HF's "unrecognized keys"; fastpe does not count as
+unrecognized a key it reads, as proportional's ``factor``).
 Where HF warns and its own arithmetic then fails or gives non-finite numbers, fastpe
 raises instead, naming the key: a negative ``beta_fast`` or ``beta_slow`` (``math.log`` of
 a negative number), a ``low_freq_factor`` or ``high_freq_factor`` of 0 (division by zero),
@@ -125,7 +133,7 @@ __all__ = [
 
 #: the rope types understood, as HF spells them (``rope_type``, or legacy ``type``): every
 #: key of HF 5.24's ``ROPE_INIT_FUNCTIONS`` and the ``default`` rule of the model classes
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
 #: legacy names: early Phi-3 configs say ``"type": "su"`` for what is now ``longrope``
 _ALIASES = {"su": "longrope"}
 #: the rules that read ``original_max_position_embeddings``: a model config's top-level value
@@ -144,7 +152,8 @@ MAX_LENGTH = 1 << 64
 MAX_ATTENTION_FACTOR = 2.0**64
 
 #: the keys each rope type reads besides ``rope_type`` / ``type``, ``rope_theta`` and
-#: ``partial_rotary_factor``: HF's validators' required and optional keys.  Any other key
+#: ``partial_rotary_factor``: HF's validators' required and optional keys, and one HF's
+#: validator omits although its rule reads it (proportional's ``factor``).  Any other key
 #: draws a :class:`RopeConfigWarning` naming it.
 TYPE_KEYS = {
     "default": (),
@@ -154,6 +163,7 @@ TYPE_KEYS = {
              "mscale", "mscale_all_dim", "truncate"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"),
+    "proportional": ("factor",),
 }
 _COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 
@@ -208,10 +218,19 @@ class RopeSpec:
     high_freq_factor: float | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    partial_rotary_factor: float | None = None  # proportional: the share of head_dim // 2 pairs rotated
 
     @property
     def n_freq(self) -> int:
         return self.rotary_dim // 2
+
+    @property
+    def rotated_pairs(self) -> int:
+        """The pairs that rotate: ``rotary_dim / 2``, except proportional's leading
+        ``int(partial_rotary_factor * head_dim // 2)`` (HF's float arithmetic)."""
+        if self.rope_type == "proportional":
+            return int(self.partial_rotary_factor * self.head_dim // 2)
+        return self.n_freq
 
 
 # ---------------------------------------------------------------------------- validation
@@ -322,7 +341,8 @@ def resolve(
     ``config.json`` keeps ``rope_theta`` beside its rope dict, not in it: pass it as
     ``base``, or read the config with ``Rotary.from_config``); ``rotary_dim=None`` means
     ``int(head_dim * scaling['partial_rotary_factor'])`` if present (HF's rule), else
-    ``head_dim``.  Giving both an argument and
+    ``head_dim`` (``proportional`` rotates pairs across the whole head, its
+    ``partial_rotary_factor`` counting the pairs that turn).  Giving both an argument and
     the dict's value is fine when they agree and a :class:`ValueError` when they do not.
     The dict is only read, never modified.  ``label`` is how messages name the dict
     (``Rotary.from_config`` names the config field it came from).  Issues a
@@ -359,11 +379,14 @@ def resolve(
             raise ValueError(f"base={base!r} contradicts {label}['rope_theta']={theta!r}; give one of them")
     base = base if base is not None else theta if theta is not None else DEFAULT_BASE
 
-    rotary_dim = _rotary_dim(head_dim, rotary_dim, scaling, label)
+    if rope_type == "proportional":
+        rotary_dim, prf = _proportional_dims(head_dim, rotary_dim, scaling, label)
+    else:
+        rotary_dim, prf = _rotary_dim(head_dim, rotary_dim, scaling, label), None
 
     _warn_unread_keys(scaling, rope_type, label)
     spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
-                max_position_embeddings=max_position_embeddings)
+                max_position_embeddings=max_position_embeddings, partial_rotary_factor=prf)
     spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings, label))
     _check_results(spec, label)
     return spec
@@ -398,6 +421,31 @@ def _rotary_dim(head_dim: int, rotary_dim, scaling: Mapping, label: str) -> int:
     if rotary_dim % 2:
         raise ValueError(f"{name} must be even, got {rotary_dim}")
     return rotary_dim
+
+
+def _proportional_dims(head_dim: int, rotary_dim, scaling: Mapping, label: str) -> tuple[int, float]:
+    """Proportional rotates pairs across the whole head (``2 * (head_dim // 2)`` columns);
+    ``partial_rotary_factor`` in ``[0, 1]`` says how many turn (HF: missing means 1, with
+    a warning)."""
+    key = f"{label}['partial_rotary_factor']"
+    prf = scaling.get("partial_rotary_factor")
+    if prf is None:
+        warn(f"{key} is missing for rope_type 'proportional': every pair rotates (HF warns and takes 1.0, which "
+             "makes it the default rule divided by factor); give a value below 1 for proportional RoPE")
+        prf = 1.0
+    else:
+        prf = _real(key, prf, low=0.0)
+        if prf > 1.0:
+            raise ValueError(f"{key} must be <= 1, got {prf!r}")
+    full = 2 * (head_dim // 2)
+    if rotary_dim is not None:
+        rotary_dim = check_int("rotary_dim", rotary_dim, low=2)
+        if rotary_dim != full:
+            raise ValueError(
+                f"rotary_dim={rotary_dim} contradicts rope_type 'proportional', which pairs dimensions across the "
+                f"whole head (rotary_dim {full} for head_dim {head_dim}); {key} sets how many pairs rotate"
+            )
+    return full, prf
 
 
 def _warn_unread_keys(scaling: Mapping, rope_type: str, label: str) -> None:
@@ -500,6 +548,11 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, l
             raise ValueError("max_position_embeddings is required for rope_type 'dynamic'")
         if rotary_dim < 4:
             raise ValueError("rotary_dim must be >= 4 for rope_type 'dynamic' (its exponent is dim / (dim - 2))")
+        return {"factor": factor}
+    if rope_type == "proportional":
+        factor = p.get("factor")
+        if factor is not None:  # HF: ``get("factor", 1.0)``, divided by
+            factor = _real(f"{label}['factor']", factor, low=0.0, low_open=True)
         return {"factor": factor}
     if rope_type == "yarn":
         factor = _factor(p, rope_type, label)
@@ -750,6 +803,8 @@ def _compute(spec: RopeSpec, key) -> tuple[tuple[float, ...], float]:
         one = Decimal(1)
         if kind == "dynamic":
             values, attention = _base_powers(_dynamic_ln_base(spec, key), dim), one
+        elif kind == "proportional":
+            values, attention = _proportional(spec), one
         else:
             p = _base_powers(_ln_base(spec.base), dim)
             if kind == "default":
@@ -822,6 +877,14 @@ def _llama3(spec: RopeSpec, p) -> list[Decimal]:
             s = (turns - lo) / (hi - lo)
             out.append((1 - s) * x / factor + s * x)
     return out
+
+
+def _proportional(spec: RopeSpec) -> list[Decimal]:
+    """``base ** (-2i / head_dim) / factor`` for the rotated pairs, 0 for the others."""
+    p = _base_powers(_ln_base(spec.base), spec.head_dim)  # the exponent over the whole head
+    n = spec.rotated_pairs
+    factor = Decimal(1) if spec.factor is None else Decimal(spec.factor)
+    return [x / factor for x in p[:n]] + [Decimal(0)] * (spec.n_freq - n)
 
 
 def _longrope(spec: RopeSpec, p, *, long: bool) -> tuple[list[Decimal], Decimal]:

@@ -331,6 +331,7 @@ def test_configs_are_read_as_rotary_from_config_reads_them(in_tmp):
     pytest.param("deepseek-v3", None, [], id="deepseek-v3"),
     pytest.param("llama-4-scout-17b-16e-instruct", None, [], id="llama-4"),
     pytest.param("gemma-3-12b-it", "sliding_attention", [], id="gemma-3-sliding"),
+    pytest.param("gemma-4-31b-it", "full_attention", [], id="gemma-4-full"),
     pytest.param("modernbert-base", "full_attention", ["--dtype", "float64"], id="modernbert-float64"),
     pytest.param("llama-3.1-8b", None, ["--dtype", "float16"], id="llama-3.1-float16"),
 ])

@@ -689,10 +689,14 @@ def rope_reference_twin(kwargs, seq_len):
     return np.array(values, dtype=np.float64), attention
 
 
+#: every rope type, for the properties of values
+ROPE_TYPES_DRAWN = (None, "default", "linear", "dynamic", "yarn", "llama3", "longrope", "su", "proportional")
+
+
 @crossing
 @fuzz(200)
 @pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # values here; warnings: below
-@given(cfg=rope_config(), data=st.data())
+@given(cfg=rope_config(types=ROPE_TYPES_DRAWN), data=st.data())
 def test_rope_cos_sin_agrees_across_backends_and_with_mpmath(cfg, data):
     seq_len = data.draw(st.one_of(st.none(), st.integers(0, POSITION_LIMIT)))
     layout = data.draw(st.sampled_from(("neox", "gptj")))
@@ -733,7 +737,7 @@ def test_rope_cos_sin_agrees_across_backends_and_with_mpmath(cfg, data):
 
 @st.composite
 def rope_apply_case(draw):
-    cfg = draw(rope_config(max_head_dim=32))
+    cfg = draw(rope_config(max_head_dim=32, types=ROPE_TYPES_DRAWN))
     head_dim = cfg["head_dim"]
     ndim = draw(st.sampled_from((3, 4)))
     heads = draw(st.integers(1, 3))
@@ -880,7 +884,8 @@ def mutate_scaling(data, cfg):
 
 @fuzz(200)
 @pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # the setup's; the calls' are checked
-@given(cfg=rope_config(max_head_dim=16, types=("linear", "dynamic", "yarn", "llama3", "longrope", "su", None)),
+@given(cfg=rope_config(max_head_dim=16, types=("linear", "dynamic", "yarn", "llama3", "longrope", "su", "proportional",
+                                               None)),
        data=st.data())
 def test_rope_scaling_dicts_are_refused_by_name_or_computed(cfg, data):
     """A scaling dict with one key set to a bad or an edge value: either a clean result
@@ -931,6 +936,7 @@ SWEEP_CONFIGS = (
       "original_max_position_embeddings": 8192}, {}),
     ({"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [1.0, 2.0, 4.0, 8.0],
       "original_max_position_embeddings": 4096, "factor": 4.0}, {"max_position_embeddings": 16384}),
+    ({"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 2.0}, {}),
 )
 
 

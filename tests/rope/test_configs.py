@@ -29,12 +29,6 @@ from support.oracle import mp_correct, rope_value_fn, ulp_distance
 
 PER_LAYER = {"gemma3_text", "gemma4_text", "modernbert"}
 
-#: configs whose rule fastpe does not take yet: refused, naming why
-REFUSED = {
-    "gemma-4-26b-a4b-it-full_attention": r"'proportional' is not supported",
-    "gemma-4-31b-it-full_attention": r"'proportional' is not supported",
-}
-
 
 def _cases():
     for path in config_paths():
@@ -44,8 +38,7 @@ def _cases():
             yield pytest.param(path, layer, id=path.stem + ("" if layer is None else f"-{layer}"))
 
 
-ALL_CASES = list(_cases())
-CASES = [c for c in ALL_CASES if c.id not in REFUSED]
+CASES = list(_cases())
 
 #: what each config reads into: (rope_type, head_dim, rotary_dim, base, layout, attention factor)
 EXPECTED = {
@@ -55,7 +48,9 @@ EXPECTED = {
     "gemma-3-12b-it-sliding_attention": ("default", 256, 256, 10000.0, "neox", 1.0),  # rope_local_base_freq
     "gemma-3-4b-it-full_attention": ("linear", 256, 256, 1e6, "neox", 1.0),
     "gemma-3-4b-it-sliding_attention": ("default", 256, 256, 10000.0, "neox", 1.0),
+    "gemma-4-26b-a4b-it-full_attention": ("proportional", 512, 512, 1e6, "neox", 1.0),  # global_head_dim
     "gemma-4-26b-a4b-it-sliding_attention": ("default", 256, 256, 10000.0, "neox", 1.0),
+    "gemma-4-31b-it-full_attention": ("proportional", 512, 512, 1e6, "neox", 1.0),
     "gemma-4-31b-it-sliding_attention": ("default", 256, 256, 10000.0, "neox", 1.0),
     "gpt-j-6b": ("default", 256, 64, 10000.0, "gptj", 1.0),  # rotary_dim of n_embd / n_head
     "gpt-neox-20b": ("default", 96, 24, 10000.0, "neox", 1.0),  # rotary_pct, rotary_emb_base
@@ -95,7 +90,6 @@ WARNINGS = {
 }
 
 
-
 def read(source, layer):
     """``Rotary.from_config``, with the warnings :data:`WARNINGS` expects (and no other)."""
     name = source.stem if hasattr(source, "stem") else None
@@ -119,13 +113,7 @@ def case_id(path, layer):
 
 def test_every_config_is_covered():
     assert len(config_paths()) == 30
-    assert sorted(case_id(*p.values) for p in ALL_CASES) == sorted([*EXPECTED, *REFUSED])
-
-
-@pytest.mark.parametrize("path, layer", [c for c in ALL_CASES if c.id in REFUSED])
-def test_the_configs_of_rules_not_taken_are_refused_by_name(path, layer):
-    with pytest.raises(ValueError, match=REFUSED[case_id(path, layer)]):
-        Rotary.from_config(path, layer_type=layer)
+    assert sorted(case_id(*p.values) for p in CASES) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("path, layer", CASES)

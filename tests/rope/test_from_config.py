@@ -289,6 +289,26 @@ def test_modernbert_global_and_local_theta():
     assert Rotary.from_config(scaled, layer_type="sliding_attention").factor == 2.0
 
 
+def test_gemma4_full_attention_layers_have_their_own_head_dim():
+    cfg = fields("gemma-4-31b-it")
+    full = Rotary.from_config(cfg, layer_type="full_attention")
+    assert (full.head_dim, full.rotary_dim, full.rope_type, full.partial_rotary_factor) == (512, 512, "proportional",
+                                                                                             0.25)
+    assert np.count_nonzero(full.inv_freq) == 64  # int(0.25 * 512 // 2) pairs turn, the other 192 do not
+    assert Rotary.from_config(cfg, layer_type="sliding_attention").head_dim == 256
+    assert Rotary.from_config(dict(cfg, global_head_dim=384), layer_type="full_attention").head_dim == 384
+    per_layer = {k: v for k, v in cfg.items() if k != "global_head_dim"}
+    per_layer["per_layer_config"] = {f"{i:02d}": {"head_dim": 512} for i, t in enumerate(cfg["layer_types"])
+                                     if t == "full_attention"}
+    assert Rotary.from_config(per_layer, layer_type="full_attention") == full  # as to_dict() writes it
+    per_layer["per_layer_config"]["05"] = {"head_dim": 256}
+    with pytest.raises(ValueError, match=r"gives the 'full_attention' layers different head_dims \(256, 512\)"):
+        Rotary.from_config(per_layer, layer_type="full_attention")
+    null = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], full_attention=None))
+    with pytest.raises(ValueError, match=r"\['full_attention'\] is null: layers of type 'full_attention' use no RoPE"):
+        Rotary.from_config(null, layer_type="full_attention")
+
+
 # ============================================================================ the sources
 
 
@@ -301,8 +321,8 @@ def test_a_path_a_directory_a_dict_and_a_pretrained_config(tmp_path, hf):
     assert Rotary.from_config(tmp_path) == want  # a model directory: its config.json
     config, _ = hf.hf_model_config(cfg)
     assert Rotary.from_config(config) == want  # through to_dict(): transformers is not imported by fastpe
-    for name in ("gemma-3-12b-it", "deepseek-v3", "gpt-j-6b", "gpt-neox-20b", "phi-3-mini-128k-instruct",
-                 "modernbert-base"):
+    for name in ("gemma-3-12b-it", "gemma-4-31b-it", "deepseek-v3", "gpt-j-6b", "gpt-neox-20b",
+                 "phi-3-mini-128k-instruct", "modernbert-base"):
         config, _ = hf.hf_model_config(fields(name))
         for layer in hf.hf_layer_types(config):
             assert quietly(config, layer_type=layer) == quietly(fields(name), layer_type=layer), (name, layer)

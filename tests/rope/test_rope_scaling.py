@@ -268,6 +268,10 @@ TWIN_CASES = [
     pytest.param(32, {"scaling": {"rope_type": "dynamic", "factor": 1e300}, "max_position_embeddings": 64},
                  65, id="dynamic-huge-factor-long"),
     pytest.param(32, {"scaling": {**YARN, "original_max_position_embeddings": 2**64}}, None, id="yarn-longest-original"),
+    pytest.param(512, {"base": 1e6, "scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.25}}, None,
+                 id="proportional"),
+    pytest.param(77, {"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.6, "factor": 3.0}}, None,
+                 id="proportional-odd-head"),
     pytest.param(128, {"base": 5e5, "scaling": {**LLAMA3, "factor": 16.0, "high_freq_factor": 1.0}}, None,
                  id="llama3-equal-bands"),
     pytest.param(64, {"base": 5e5, "scaling": {**LLAMA3, "low_freq_factor": 4.0, "high_freq_factor": 1.0}}, None,
@@ -315,6 +319,11 @@ def random_case(rng, kind):
     if kind == "longrope":
         s.update(short_factor=[float(v) for v in rng.uniform(0.5, 3, n)],
                  long_factor=[float(v) for v in rng.uniform(1, 60, n)], original_max_position_embeddings=mpe // 8)
+    if kind == "proportional":
+        kwargs.pop("rotary_dim", None)  # pairs across the whole head
+        s.update(partial_rotary_factor=float(rng.choice([0.25, 0.5, 0.75, 1.0, rng.uniform(0, 1)])))
+        if rng.integers(2):
+            s["factor"] = factor
     return head_dim, {**kwargs, "scaling": s, "max_position_embeddings": mpe}, seq_len
 
 
@@ -413,6 +422,13 @@ HF_CASES = [
                  4096, 8, id="longrope-original-1-attention-given"),
     pytest.param(32, {**longrope(16), "rope_theta": 1e4, "original_max_position_embeddings": 1, "factor": 1.0},
                  4096, 8, id="longrope-original-1-factor-1"),
+    # Gemma 4's full-attention layers: 64 of 256 pairs turn, the exponent over head_dim 512
+    pytest.param(512, {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}, 262144, None,
+                 id="proportional-gemma4"),
+    pytest.param(96, {"rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.5, "factor": 2.0},
+                 4096, None, id="proportional-factor"),
+    pytest.param(98, {"rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.3}, 4096, None,
+                 id="proportional-odd-pairs"),
     # Llama 4 Scout: low_freq_factor == high_freq_factor == 1 (HF warns; no smoothing band)
     pytest.param(128, {"rope_type": "llama3", "rope_theta": 5e5, "factor": 16.0, "low_freq_factor": 1.0,
                        "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}, 10485760, None,
@@ -494,8 +510,8 @@ def test_agrees_with_hf_transformers(hf, head_dim, scaling, mpe, seq_len):
 
 
 def test_hf_rope_types_are_all_covered(hf):
-    """A new rope_type in HF should be noticed here (``proportional`` is Gemma-specific)."""
-    assert set(hf.init_functions) - set(_scaling.ROPE_TYPES) <= {"proportional"}
+    """A new rope_type in HF should be noticed here: every one of ROPE_INIT_FUNCTIONS is read."""
+    assert set(hf.init_functions) | {"default"} == set(_scaling.ROPE_TYPES)
     covered = {p.values[1].get("rope_type") for p in HF_CASES}
     assert covered == set(_scaling.ROPE_TYPES)
 
@@ -546,7 +562,7 @@ BAD = [
     # (kwargs, exception, message fragment)
     pytest.param({"scaling": {"rope_type": "ntk"}}, ValueError, r"scaling\['rope_type'\] 'ntk' is not supported",
                  id="unknown-type"),
-    pytest.param({"scaling": {"type": "proportional"}}, ValueError, "not supported", id="unsupported-type"),
+    pytest.param({"scaling": {"type": "axial"}}, ValueError, "not supported", id="unsupported-type"),
     pytest.param({"scaling": {"rope_type": 3}}, TypeError, r"scaling\['rope_type'\] must be a string", id="type-int"),
     pytest.param({"scaling": [("rope_type", "linear")]}, TypeError, "scaling must be a dict", id="scaling-list"),
     pytest.param({"scaling": "linear"}, TypeError, "scaling must be a dict", id="scaling-str"),
@@ -592,6 +608,12 @@ BAD = [
     pytest.param({"scaling": {**YARN, "truncate": "no"}}, TypeError, "truncate", id="yarn-truncate-str"),
     pytest.param({"scaling": {**YARN, "attention_factor": -2.0**65}}, ValueError,
                  r"attention_factor'\] must be <= 2\*\*64 in magnitude", id="yarn-attn-huge-negative"),
+    pytest.param({"scaling": {"rope_type": "proportional", "partial_rotary_factor": 1.5}}, ValueError,
+                 r"scaling\['partial_rotary_factor'\] must be <= 1", id="proportional-partial-above-1"),
+    pytest.param({"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.5}, "rotary_dim": 64},
+                 ValueError, r"rotary_dim=64 contradicts rope_type 'proportional'", id="proportional-rotary-dim"),
+    pytest.param({"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 0}}, ValueError,
+                 r"scaling\['factor'\] must be > 0", id="proportional-factor-0"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "long_factor"}}, ValueError,
                  r"scaling\['long_factor'\] is required", id="longrope-no-long"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "short_factor"}}, ValueError,

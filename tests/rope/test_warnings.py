@@ -29,6 +29,7 @@ CASES = [
     pytest.param(YARN, 16384, None, id="yarn-clean"),
     pytest.param({**LONGROPE, "factor": 32.0}, 131072, None, id="longrope-clean"),
     pytest.param({"rope_type": "default"}, 4096, None, id="default-clean"),
+    pytest.param({"rope_type": "proportional", "partial_rotary_factor": 0.25}, 4096, None, id="proportional-clean"),
     pytest.param({**YARN, "beta_fsat": 32.0}, 16384, r"scaling\['beta_fsat'\] \(did you mean 'beta_fast'\?\) is not a "
                  r"key of rope_type 'yarn'", id="unknown-key"),
     pytest.param({"rope_type": "default", "factor": 2.0}, 4096, r"scaling\['factor'\] is not a key of rope_type "
@@ -59,6 +60,8 @@ CASES = [
                  id="llama3-original-defaulted"),
     pytest.param(LONGROPE, 131072, r"scaling has no 'factor': HF warns and recommends setting it to "
                  r"max_position_embeddings / original_max_position_embeddings = 131072 / 4096", id="longrope-no-factor"),
+    pytest.param({"rope_type": "proportional"}, 4096, r"scaling\['partial_rotary_factor'\] is missing for rope_type "
+                 "'proportional'", id="proportional-no-partial"),
 ]
 
 

@@ -423,7 +423,9 @@ def rope_config(draw, max_head_dim: int = 64, types=(None, "default", "linear", 
     head_dim = draw(st.integers(low_dim, max_head_dim))
     rotary_dim = None
     prf = None
-    choice = draw(st.sampled_from(("none", "arg", "prf")))
+    # proportional pairs across the whole head (any head_dim): its partial_rotary_factor
+    # counts the pairs that turn, drawn below
+    choice = "none" if rope_type == "proportional" else draw(st.sampled_from(("none", "arg", "prf")))
     if choice == "arg":
         rotary_dim = 2 * draw(st.integers(low_dim // 2, head_dim // 2))
     elif choice == "prf":
@@ -431,7 +433,7 @@ def rope_config(draw, max_head_dim: int = 64, types=(None, "default", "linear", 
         prf = target / head_dim
         if int(head_dim * prf) % 2 or int(head_dim * prf) < low_dim:
             prf = None
-    if rotary_dim is None and prf is None and head_dim % 2:
+    if rotary_dim is None and prf is None and head_dim % 2 and rope_type != "proportional":
         rotary_dim = head_dim - 1  # an odd head needs an even rotary part
         if rotary_dim < low_dim:
             head_dim, rotary_dim = head_dim + 1, None
@@ -487,6 +489,10 @@ def rope_config(draw, max_head_dim: int = 64, types=(None, "default", "linear", 
             scaling["factor"] = draw(factor)
         if draw(st.booleans()):
             scaling["attention_factor"] = draw(st.sampled_from((1.0, 1.2, 0.75)))
+    elif rope_type == "proportional":
+        scaling["partial_rotary_factor"] = draw(st.one_of(st.sampled_from((0.25, 0.5, 1.0, 0.0)), st.floats(0.0, 1.0)))
+        if draw(st.booleans()):
+            scaling["factor"] = draw(factor)
     if draw(st.booleans()):
         kwargs = {"head_dim": head_dim, "base": base}
     else:
@@ -517,6 +523,7 @@ SCALING_READS = {
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "factor",
                  "attention_factor"),
+    "proportional": ("factor",),
 }
 SCALING_KEYS = ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
                 "beta_slow", "mscale", "mscale_all_dim", "truncate", "low_freq_factor",
