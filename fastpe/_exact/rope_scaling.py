@@ -131,7 +131,9 @@ def inv_freq_exact(spec, seq_len: int | None = None) -> tuple[list[Decimal], Dec
         assert kind == "longrope", kind
         orig = spec.original_max_position_embeddings
         long = bool(seq_len and seq_len > orig)
-        if spec.attention_factor is not None:
+        if spec.short_mscale is not None:
+            attention = _d(spec.long_mscale if long else spec.short_mscale)
+        elif spec.attention_factor is not None:
             attention = _d(spec.attention_factor)
         else:
             if spec.factor is not None:

@@ -24,7 +24,8 @@ class's ``convert_rope_params_to_dict``) and each model's rotary module reads th
   Pythia's ``rotary_pct`` and ``rotary_emb_base`` (it ignores a top-level ``rope_theta``);
   GPT-J / CodeGen's ``rotary_dim``, ``n_embd``, ``n_head``, ``n_positions`` and fixed base
   10000; DeepSeek's ``qk_rope_head_dim`` (the rotated head) and ``rope_interleave``; Phi-3's
-  legacy ``su`` / ``yarn`` for longrope; Gemma 3's linear scaling on full-attention layers only, with ``rope_local_base_freq`` on
+  legacy ``su`` / ``yarn`` for longrope; Phi-3.5-MoE's ``short_mscale`` / ``long_mscale``;
+  Gemma 3's linear scaling on full-attention layers only, with ``rope_local_base_freq`` on
   sliding ones; ModernBERT's ``global_rope_theta`` / ``local_rope_theta``; Gemma 4's
   ``global_head_dim`` (or ``per_layer_config``) on full-attention layers;
 * the layout: ``gptj`` (adjacent pairs) for the architectures HF rotates in pairs
@@ -33,7 +34,7 @@ class's ``convert_rope_params_to_dict``) and each model's rotary module reads th
 
 Keys starting with ``_`` are notes and are ignored.  Every error is a :class:`TypeError`
 or :class:`ValueError` naming the config field (``config['rope_scaling']['factor']``);
-a field the architecture ignores draws a :class:`~fastpe.rope.RopeConfigWarning`.
+every warning HF's validators give is a :class:`~fastpe.rope.RopeConfigWarning`.
 
 The Phi-3 configs published with ``"type": "su"`` (the original Phi-3-mini/medium-128k and
 Phi-3-vision revisions) read here as longrope with their top-level original length.
@@ -439,6 +440,10 @@ def _build(cfg: _Config, rope: dict, label: str, layer: str | None) -> tuple[Rop
     rope_type = _scaling._rope_type(rope, label)
     if kind == "phi3":
         rope_type = _phi3_rope(rope, label, rope_type)
+    if kind != "phimoe" and cfg.model_type is not None and (
+            cfg.model_type in ARCHITECTURES or cfg.model_type in DEFAULT_READS_PARTIAL
+            or cfg.model_type in _DEFAULT_IGNORES_PARTIAL):
+        _drop_mscale(rope, label, cfg.model_type)
 
     # rope_theta: the dict's, else the top level's (GPT-NeoX: rotary_emb_base), else the
     # class default
@@ -490,6 +495,18 @@ def _phi3_rope(rope: dict, label: str, rope_type: str) -> str:
         raise ValueError(f"{label}: Phi-3 takes rope_type 'default' or 'longrope' (legacy 'su', 'yarn'), "
                          f"got {written!r}")
     return rope_type
+
+
+def _drop_mscale(rope: dict, label: str, model_type: str) -> None:
+    """LongRoPE's ``short_mscale`` / ``long_mscale`` are read by Phi-3.5-MoE's rotary
+    embedding only: another architecture's ignores them, and so does its reading here."""
+    unread = [key for key in ("short_mscale", "long_mscale") if key in rope]
+    if unread:
+        many = len(unread) > 1
+        warn(f"{', '.join(f'{label}[{k!r}]' for k in unread)} {'are' if many else 'is'} ignored: {model_type}'s "
+             f"rotary embedding does not read {'them' if many else 'it'} (Phi-3.5-MoE's, model_type 'phimoe', does)")
+        for key in unread:
+            rope.pop(key)
 
 
 def _ignored(cfg: _Config, key: str, used, why: str) -> None:

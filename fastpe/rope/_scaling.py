@@ -49,7 +49,9 @@ llama3
     frequency is at (``p_i`` is algebraic, ``2*pi`` is not), so the exact rule is that cut.
 longrope
     ``p_i / e_i`` with ``e = long_factor`` if ``seq_len > O`` else ``short_factor``.
-    Attention factor: ``attention_factor`` if given, else 1 if ``F <= 1``, else
+    Attention factor: ``short_mscale`` / ``long_mscale`` on the same switch when given
+    (Phi-3.5-MoE; HF's ``PhimoeRotaryEmbedding`` multiplies by them), else
+    ``attention_factor`` if given, else 1 if ``F <= 1``, else
     ``sqrt(1 + ln F / ln O)``, with ``F = factor`` if given, else
     ``max_position_embeddings / O``.
 proportional (Gemma 4)
@@ -77,7 +79,7 @@ an int), Llama-3's ``original_max_position_embeddings >= max_position_embeddings
 ``factor`` against ``max_position_embeddings / original_max_position_embeddings``, LongRoPE
 without a ``factor``, proportional without a ``partial_rotary_factor``, and every key the
 rope type does not read, by name (HF's "unrecognized keys"; fastpe does not count as
-unrecognized a key it reads, as proportional's ``factor``).
+unrecognized the keys it reads, as Phi-3.5-MoE's ``short_mscale`` / ``long_mscale``).
 Where HF warns and its own arithmetic then fails or gives non-finite numbers, fastpe
 raises instead, naming the key: a negative ``beta_fast`` or ``beta_slow`` (``math.log`` of
 a negative number), a ``low_freq_factor`` or ``high_freq_factor`` of 0 (division by zero),
@@ -152,9 +154,10 @@ MAX_LENGTH = 1 << 64
 MAX_ATTENTION_FACTOR = 2.0**64
 
 #: the keys each rope type reads besides ``rope_type`` / ``type``, ``rope_theta`` and
-#: ``partial_rotary_factor``: HF's validators' required and optional keys, and one HF's
-#: validator omits although its rule reads it (proportional's ``factor``).  Any other key
-#: draws a :class:`RopeConfigWarning` naming it.
+#: ``partial_rotary_factor``: HF's validators' required and optional keys, and the two
+#: HF's validator omits although a rotary module reads them (LongRoPE's ``short_mscale`` /
+#: ``long_mscale``, read by ``PhimoeRotaryEmbedding``; proportional's ``factor``, read by
+#: its rule).  Any other key draws a :class:`RopeConfigWarning` naming it.
 TYPE_KEYS = {
     "default": (),
     "linear": ("factor",),
@@ -162,7 +165,8 @@ TYPE_KEYS = {
     "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
              "mscale", "mscale_all_dim", "truncate"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor",
+                 "short_mscale", "long_mscale"),
     "proportional": ("factor",),
 }
 _COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
@@ -218,6 +222,8 @@ class RopeSpec:
     high_freq_factor: float | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    short_mscale: float | None = None  # longrope (Phi-3.5-MoE): the attention factor, both or neither
+    long_mscale: float | None = None
     partial_rotary_factor: float | None = None  # proportional: the share of head_dim // 2 pairs rotated
 
     @property
@@ -611,7 +617,8 @@ def _type_params(rope_type: str, p: Mapping, rotary_dim: int, mpe: int | None, l
              f"original_max_position_embeddings{ratio}, the ratio LongRoPE's attention factor falls back to")
     else:
         out["factor"] = _factor(p, rope_type, label, factor)
-    if out["attention_factor"] is None:
+    out["short_mscale"], out["long_mscale"] = _mscale_pair(p, label)
+    if out["attention_factor"] is None and out["short_mscale"] is None:
         if factor is None and mpe is None:
             raise ValueError(
                 f"longrope needs {label}['factor'], {label}['attention_factor'] or max_position_embeddings "
@@ -643,6 +650,22 @@ def _attention_key(params: Mapping, rope_type: str, label: str) -> float | None:
     elif rope_type == "yarn" and not isinstance(raw, float):
         warn(f"{name} = {raw!r} is not a float: HF's YaRN validator warns; the value is used as given")
     return value
+
+
+def _mscale_pair(params: Mapping, label: str) -> tuple[float | None, float | None]:
+    """LongRoPE's ``short_mscale`` / ``long_mscale`` (Phi-3.5-MoE): both or neither."""
+    values = {}
+    for key, other in (("short_mscale", "long_mscale"), ("long_mscale", "short_mscale")):
+        if params.get(key) is None:
+            if params.get(other) is not None:
+                raise ValueError(f"{label}[{key!r}] is required beside {label}[{other!r}]: the attention factor at "
+                                 "lengths up to and past original_max_position_embeddings")
+            return None, None
+        value = _real(f"{label}[{key!r}]", params[key])
+        if abs(value) > MAX_ATTENTION_FACTOR:
+            raise ValueError(f"{label}[{key!r}] must be <= 2**64 in magnitude, got {value!r}")
+        values[key] = value
+    return values["short_mscale"], values["long_mscale"]
 
 
 def _check_results(spec: RopeSpec, label: str = "scaling") -> None:
@@ -889,7 +912,9 @@ def _proportional(spec: RopeSpec) -> list[Decimal]:
 
 def _longrope(spec: RopeSpec, p, *, long: bool) -> tuple[list[Decimal], Decimal]:
     orig = spec.original_max_position_embeddings
-    if spec.attention_factor is not None:
+    if spec.short_mscale is not None:  # Phi-3.5-MoE: the attention factor switches with the factors
+        attention = Decimal(spec.long_mscale if long else spec.short_mscale)
+    elif spec.attention_factor is not None:
         attention = Decimal(spec.attention_factor)
     else:
         if spec.factor is not None:

@@ -936,6 +936,9 @@ SWEEP_CONFIGS = (
       "original_max_position_embeddings": 8192}, {}),
     ({"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [1.0, 2.0, 4.0, 8.0],
       "original_max_position_embeddings": 4096, "factor": 4.0}, {"max_position_embeddings": 16384}),
+    ({"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [1.0, 2.0, 4.0, 8.0],
+      "original_max_position_embeddings": 4096, "short_mscale": 1.25, "long_mscale": 1.5},
+     {"max_position_embeddings": 131072}),
     ({"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 2.0}, {}),
 )
 

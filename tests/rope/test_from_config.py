@@ -95,6 +95,79 @@ def test_phi3_top_level_original_wins_and_defaults_to_4096():
     assert quietly(generic_top).original_max_position_embeddings == 2048
 
 
+def test_phi3_ignores_mscale_keys_with_a_warning():
+    cfg = fields("phi-3.5-mini-instruct")
+    cfg["rope_scaling"] = dict(cfg["rope_scaling"], short_mscale=1.2, long_mscale=1.3, factor=32.0)
+    with pytest.warns(RopeConfigWarning, match=r"'short_mscale'\], .*'long_mscale'\] are ignored: phi3's rotary"):
+        rotary = Rotary.from_config(cfg)
+    assert rotary.short_mscale is None and rotary.attention_factor == pytest.approx(PHI3_ATTENTION, rel=1e-15)
+    llama = dict(cfg, model_type="llama")  # any architecture but Phi-3.5-MoE's: ignored
+    with pytest.warns(RopeConfigWarning, match=r"are ignored: llama's rotary embedding"):
+        assert Rotary.from_config(llama).short_mscale is None
+    unknown = {k: v for k, v in cfg.items() if k != "model_type"}  # no architecture: fastpe's rule reads them
+    assert Rotary.from_config(unknown).attention_factor == 1.2
+
+
+#: Phi-3.5-MoE-instruct's published scalars (tests/data has no file: its factor lists were
+#: not found); the factor lists here are placeholders -- the attention factor does not
+#: depend on them
+PHIMOE_MSCALE = 1.243163121016122
+
+
+def phimoe_config(short=None, long=None):
+    return {
+        "model_type": "phimoe", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope", "short_factor": short or [1.0] * 64, "long_factor": long or [1.0] * 64,
+                         "short_mscale": PHIMOE_MSCALE, "long_mscale": PHIMOE_MSCALE,
+                         "original_max_position_embeddings": 4096},
+    }
+
+
+def test_phimoe_attention_factor_is_its_mscale():
+    with pytest.warns(RopeConfigWarning, match="no 'factor'"):
+        rotary = Rotary.from_config(phimoe_config())
+    assert rotary.head_dim == 128 and rotary.rope_type == "longrope"  # 4096 / 32
+    for seq_len in (None, 1, 4096, 4097, 131072):
+        assert rotary.attention_factor_at(seq_len) == PHIMOE_MSCALE  # 1.2432, not LongRoPE's 1.1902
+    distinct = phimoe_config()
+    distinct["rope_scaling"].update(short_mscale=1.25, long_mscale=1.5)
+    with pytest.warns(RopeConfigWarning):
+        r = Rotary.from_config(distinct)
+    assert (r.attention_factor_at(4096), r.attention_factor_at(4097)) == (1.25, 1.5)
+    with pytest.raises(ValueError, match=r"'long_mscale'\] is required beside .*'short_mscale'\]"):
+        bad = phimoe_config()
+        del bad["rope_scaling"]["long_mscale"]
+        quietly(bad)
+
+
+def test_phimoe_against_hf(hf):
+    """HF's PhimoeRotaryEmbedding: the same attention factor, 1.2432, and frequencies.
+
+    Its forward pass recomputes the frequencies without the sequence length (so with
+    short_factor at every length) while the mscale switches; fastpe follows LongRoPE there
+    (long_factor past original_max_position_embeddings).  With equal placeholder lists the
+    two agree at every length; with distinct ones, up to original_max_position_embeddings."""
+    import torch
+
+    for short, long in (([1.0] * 64, [1.0] * 64), ([1.0 + i / 64 for i in range(64)], [2.0 + i for i in range(64)])):
+        cfg = phimoe_config(short, long)
+        config, _ = hf.hf_model_config(cfg)
+        module = hf.hf_rotary(config)
+        rotary = quietly(cfg)
+        for n in ((4096, 8192) if short == long else (4096,)):
+            with torch.no_grad():
+                cos, sin = module(torch.zeros(1, n, 1), torch.arange(n)[None])
+            theirs = cos[0, :, :64].double().numpy()
+            c, _ = rotary.cos_sin(np.arange(n))
+            inv = rotary.inv_freq_at(n)
+            bound = hf.cos_sin_bound(np.arange(n), inv, inv * (1 + 8 * 2.0**-24), rotary.attention_factor_at(n))
+            assert np.all(np.abs(c[:, :64] - theirs) <= bound)
+            # the attention factor HF multiplies by: its cos at position 0
+            assert float(cos[0, 0, 0]) == pytest.approx(PHIMOE_MSCALE, rel=2**-23)
+            assert rotary.attention_factor_at(n) == PHIMOE_MSCALE
+
+
 # ================================================================ DeepSeek, GPT-NeoX, GPT-J
 
 
@@ -326,6 +399,8 @@ def test_a_path_a_directory_a_dict_and_a_pretrained_config(tmp_path, hf):
         config, _ = hf.hf_model_config(fields(name))
         for layer in hf.hf_layer_types(config):
             assert quietly(config, layer_type=layer) == quietly(fields(name), layer_type=layer), (name, layer)
+    phimoe, _ = hf.hf_model_config(phimoe_config())
+    assert quietly(phimoe) == quietly(phimoe_config())
 
 
 def test_bad_sources_are_refused(tmp_path):

@@ -110,6 +110,17 @@ def test_hf_warns_of_the_same_dicts(hf_warnings, scaling, mpe, message):
     assert bool(logged) == (message is not None), logged
 
 
+def test_keys_fastpe_reads_are_not_called_unrecognized(hf_warnings):
+    """Where HF's generic validator lists a key as unrecognized although a rotary module reads
+    it (Phi-3.5-MoE's short_mscale / long_mscale, read by PhimoeRotaryEmbedding), fastpe,
+    which reads it too, does not warn of it."""
+    scaling = {**LONGROPE, "factor": 32.0, "short_mscale": 1.2, "long_mscale": 1.2}
+    assert any("short_mscale" in line for line in hf_warnings(scaling, 131072))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rope.inv_freq(32, scaling=scaling, max_position_embeddings=131072)[1] == 1.2
+
+
 def test_the_warning_class():
     assert issubclass(RopeConfigWarning, UserWarning)
     assert rope.RopeConfigWarning is RopeConfigWarning and "RopeConfigWarning" in rope.__all__

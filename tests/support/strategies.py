@@ -489,6 +489,9 @@ def rope_config(draw, max_head_dim: int = 64, types=(None, "default", "linear", 
             scaling["factor"] = draw(factor)
         if draw(st.booleans()):
             scaling["attention_factor"] = draw(st.sampled_from((1.0, 1.2, 0.75)))
+        if draw(st.integers(0, 3)) == 0:  # Phi-3.5-MoE's attention factors
+            scaling["short_mscale"] = draw(st.sampled_from((1.243163121016122, 1.0, 0.5)))
+            scaling["long_mscale"] = draw(st.sampled_from((1.243163121016122, 2.0)))
     elif rope_type == "proportional":
         scaling["partial_rotary_factor"] = draw(st.one_of(st.sampled_from((0.25, 0.5, 1.0, 0.0)), st.floats(0.0, 1.0)))
         if draw(st.booleans()):
@@ -522,13 +525,13 @@ SCALING_READS = {
              "beta_slow", "mscale", "mscale_all_dim", "truncate"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings", "factor",
-                 "attention_factor"),
+                 "attention_factor", "short_mscale", "long_mscale"),
     "proportional": ("factor",),
 }
 SCALING_KEYS = ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
                 "beta_slow", "mscale", "mscale_all_dim", "truncate", "low_freq_factor",
                 "high_freq_factor", "short_factor", "long_factor", "rope_theta",
-                "partial_rotary_factor", "rope_type", "type")
+                "partial_rotary_factor", "rope_type", "type", "short_mscale", "long_mscale")
 
 
 @contextlib.contextmanager
