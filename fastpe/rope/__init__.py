@@ -107,7 +107,8 @@ def inv_freq(
         ``None`` or an HF ``rope_scaling`` / ``rope_parameters`` dict, verbatim: key
         ``rope_type`` (or legacy ``type``) and that type's keys.  A key the type does not
         read is ignored with a :class:`RopeConfigWarning` naming it, as HF warns of it.
-        Never modified.
+        Never modified.  A whole model config is refused: read it with
+        :meth:`Rotary.from_config`.
     seq_len:
         The current sequence length, for dynamic and longrope; ``None`` gives HF's values
         at initialisation (no dynamic scaling; longrope's ``short_factor``).

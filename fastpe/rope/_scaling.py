@@ -362,11 +362,19 @@ def resolve(
             "scaling must be a dict (an HF rope_scaling / rope_parameters dict) or None, "
             f"got {type(scaling).__name__}"
         )
+    whole = [k for k in _CONFIG_ONLY_KEYS if k in scaling]
+    if whole:
+        raise ValueError(
+            f"{label} is a whole model config (it has {', '.join(map(repr, whole[:3]))}), not a rope dict: read "
+            "it with fastpe.rope.Rotary.from_config(config), which also takes rope_theta, head_dim, the lengths "
+            "and the per-layer dicts from beside the dict -- or pass scaling=config['rope_scaling'] with "
+            "base=config['rope_theta'] and the lengths yourself"
+        )
     nested = [k for k, v in scaling.items() if isinstance(v, Mapping)]
     if nested:
         raise ValueError(
-            f"{label} holds dicts under {', '.join(map(repr, nested))}: per-layer rope_parameters "
-            "are not supported; pass one layer's dict"
+            f"{label} holds dicts under {', '.join(map(repr, nested))}: per-layer rope_parameters (HF v5); "
+            "pass one layer's dict, or read the config with fastpe.rope.Rotary.from_config(config, layer_type=...)"
         )
     if not isinstance(scaling, dict):  # a read-only Mapping is fine; work on a plain copy
         scaling = dict(scaling)

@@ -622,6 +622,12 @@ BAD = [
                  ValueError, r"rotary_dim=64 contradicts rope_type 'proportional'", id="proportional-rotary-dim"),
     pytest.param({"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 0}}, ValueError,
                  r"scaling\['factor'\] must be > 0", id="proportional-factor-0"),
+    # a whole config.json is not a rope dict: its rope_theta, head_dim and lengths sit beside it
+    pytest.param({"scaling": {"model_type": "llama", "rope_theta": 5e5, "rope_scaling": LLAMA3}}, ValueError,
+                 r"^scaling is a whole model config \(it has 'rope_scaling', 'model_type'\), not a rope dict: "
+                 r"read it with fastpe.rope.Rotary.from_config\(config\)", id="whole-config"),
+    pytest.param({"scaling": {"rope_theta": 5e5, "hidden_size": 4096, "max_position_embeddings": 8192}}, ValueError,
+                 "Rotary.from_config", id="whole-config-flat"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "long_factor"}}, ValueError,
                  r"scaling\['long_factor'\] is required", id="longrope-no-long"),
     pytest.param({"scaling": {k: v for k, v in longrope(64).items() if k != "short_factor"}}, ValueError,
