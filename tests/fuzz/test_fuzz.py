@@ -26,6 +26,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -66,12 +67,14 @@ from support.strategies import (
     SWAPPED_DTYPES,
     assert_near,
     assert_same_bits,
+    bits,
     call_text,
     fuzz,
     int_array_form,
     judge,
     names_one_of,
     real_array_form,
+    model_config,
     rope_config,
     rope_warnings_named,
     short,
@@ -270,8 +273,8 @@ def test_table_refuses_bad_arguments(kw, max_len, data):
         "d_model": BAD_INTS + (0, -1, 65537, 2**64),
         "max_len": BAD_INTS + (0, -1, POSITION_LIMIT + 1, 2**64),
         "base": BAD_REALS + (1.0, 0.5, 0, -10.0, 1, np.float64(1.0)),
-        "layout": BAD_CHOICES + ("inter leaved", "neox"),
-        "denominator": BAD_CHOICES + ("half", "dd"),
+        "layout": BAD_CHOICES + ("INTERLEAVED", "neox"),
+        "denominator": BAD_CHOICES + ("half", "D"),
         "min_timescale": BAD_REALS + (0, -1.0, 1 / 2048, 2.0**-11, 1e6),
         "max_timescale": BAD_REALS + (0.0, -1.0, float(kw.get("min_timescale", 1.0)) / 2),
         "dtype": BAD_DTYPES,
@@ -1074,6 +1077,177 @@ def test_rope_positions_inside_x(data, backend):
         assert np.array_equal(result, x_copy, equal_nan=True), "apply_ with positions inside x"
 
 
+# ---------------------------------------------------------------- Rotary and from_config
+
+#: the backend the Rotary properties run on: the values are the module functions' on every
+#: backend (the properties above cross them)
+ROTARY_BACKEND = FAST[0] if FAST else "python"
+
+
+@pytest.mark.any_backend
+@fuzz(150)
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")  # values here; warnings: test_warnings.py
+@given(cfg=rope_config(max_head_dim=24, types=ROPE_TYPES_DRAWN), data=st.data())
+def test_rotary_is_the_module_functions(cfg, data):
+    """A Rotary gives the module functions' bits for the same arguments -- frequencies at any
+    length, caches of (seq,) and (batch, seq) positions, rotations -- and compares equal to
+    one built again."""
+    layout = data.draw(st.sampled_from(("neox", "gptj")))
+    rotary = rope.Rotary(**cfg, layout=layout)
+    assert rotary == rope.Rotary(**cfg, layout=layout) and rotary.rope_type in repr(rotary)
+    seq_len = data.draw(st.one_of(st.none(), st.integers(0, POSITION_LIMIT)))
+    inv, af = rope.inv_freq(**cfg, seq_len=seq_len)
+    assert np.array_equal(rotary.inv_freq_at(seq_len), inv) and rotary.attention_factor_at(seq_len) == af
+    values = data.draw(st.lists(st_position(), min_size=0, max_size=6))
+    dtype = data.draw(st_out_dtype)
+    got = rotary.cos_sin(values, dtype=dtype, seq_len=seq_len, backend=ROTARY_BACKEND)
+    want = rope.cos_sin(values, layout=layout, dtype=dtype, seq_len=seq_len, backend=ROTARY_BACKEND, **cfg)
+    assert bits(got[0]) == bits(want[0]) and bits(got[1]) == bits(want[1]), f"Rotary({cfg}).cos_sin({values})"
+    batch = data.draw(st.integers(1, 3))
+    grid_pos = np.array(values * batch, dtype=np.int64).reshape(batch, len(values))
+    c2, s2 = rotary.cos_sin(grid_pos, dtype=dtype, seq_len=seq_len, backend=ROTARY_BACKEND)
+    assert c2.shape == (batch, len(values), rotary.rotary_dim)
+    if seq_len is not None or not rotary.length_dependent:
+        assert all(bits(c2[b]) == bits(got[0]) and bits(s2[b]) == bits(got[1]) for b in range(batch))
+    rng = np.random.default_rng(len(values))
+    q0 = rng.standard_normal((batch, 2, len(values), cfg["head_dim"])).astype(np.float32)
+    k0 = rng.standard_normal((batch, 1, len(values), cfg["head_dim"])).astype(np.float32)
+    q, k, wq, wk = q0.copy(), k0.copy(), q0.copy(), k0.copy()
+    rotary.apply_qk_(q, k, grid_pos, seq_len=seq_len, backend=ROTARY_BACKEND)
+    rope.apply_qk_(wq, wk, grid_pos, layout=layout, seq_len=seq_len, backend=ROTARY_BACKEND, **cfg)
+    assert bits(q) == bits(wq) and bits(k) == bits(wk), f"Rotary({cfg}).apply_qk_"
+
+
+@pytest.mark.any_backend
+@fuzz(200)
+@given(cfg=rope_config(max_head_dim=16, types=ROPE_TYPES_DRAWN), data=st.data())
+def test_rotary_refuses_bad_arguments(cfg, data):
+    """The constructor refuses what resolve refuses (and a bad layout), naming it; each call
+    refuses its bad positions and arrays by name and touches nothing."""
+    with rope_warnings_named("Rotary"):
+        rotary = rope.Rotary(**cfg)
+    head_dim = cfg["head_dim"]
+    where = data.draw(st.sampled_from(("constructor", "cos_sin", "apply_", "apply_qk_")))
+    if where == "constructor":
+        pools = {"head_dim": BAD_INTS + (0, 1, 65538), "base": BAD_REALS + (1.0, 0.5),
+                 "rotary_dim": BAD_INTS + (0, 3, head_dim + 2), "layout": BAD_CHOICES + ("halves",),
+                 "scaling": ("linear", 1.0, {"rope_type": "nope"}, {"rope_type": "linear"},
+                             {"layer": {"rope_type": "default"}}, {"rope_scaling": {}, "hidden_size": 64}),
+                 "max_position_embeddings": BAD_INTS + (0, -1)}
+        name = data.draw(st.sampled_from(sorted(pools)))
+        blame = {name} | ({"scaling", "rope_type", "factor", "head_dim", "rotary_dim"} if name == "scaling" else set())
+        if name in ("rotary_dim", "base"):
+            blame |= {"partial_rotary_factor", "rope_theta", "proportional"}
+        with rope_warnings_named(name):
+            judge(rope.Rotary, {**cfg, name: data.draw(st.sampled_from(pools[name]))}, blame=blame, expect=REJECT)
+        return
+    positions = [0, 1, 2]
+    if where == "cos_sin":
+        call = {"positions": positions}
+        pools = {"positions": BAD_POSITIONS[:8] + ([[0, 1], [2]], [[[0]]]), "dtype": BAD_DTYPES,
+                 "seq_len": BAD_INTS + (-1, POSITION_LIMIT + 1), "backend": BAD_BACKENDS,
+                 "out": (np.empty((3, 1), np.float32), (np.empty((3, 1), np.float32),) * 2, "cos, sin")}
+        fn, inplace = rotary.cos_sin, ()
+    else:
+        x = np.ones((3, 2, head_dim), np.float32)
+        call = {"x": x, "positions": positions} if where == "apply_" else {
+            "q": x, "k": np.ones((3, 1, head_dim), np.float32), "positions": positions}
+        pools = {"positions": BAD_POSITIONS[:8] + ([0, 1],), "seq_len": BAD_INTS + (-1,), "backend": BAD_BACKENDS,
+                 "offset": (1, -1, 1.0, None), "x" if where == "apply_" else "q": (
+                     x.astype(np.float64), x[..., ::-1], np.ones((3, 2, head_dim + 2), np.float32), x.tolist())}
+        fn = rotary.apply_ if where == "apply_" else rotary.apply_qk_
+        inplace = ("x",) if where == "apply_" else ("q", "k")
+    name = data.draw(st.sampled_from(sorted(pools)))
+    blame = {name} | ({"positions"} if name == "offset" else set()) | ({"head_dim"} if name in "xq" else set())
+    judge(fn, {**call, name: data.draw(st.sampled_from(pools[name]))}, blame=blame, expect=REJECT, inplace=inplace)
+
+
+#: what an error about a model config may name: its fields, the arguments, the head size
+CONFIG_NAMES = ("config", "layer_type", "head_dim", "rotary_dim", "max_position_embeddings",
+                "original_max_position_embeddings", "the config", "longrope needs", "Phi-3", "base")
+
+
+@fuzz(250)
+@given(case=model_config(), data=st.data())
+def test_from_config_reads_or_refuses_by_name(case, data):
+    """A model config dict with its fields valid or not: either a Rotary whose values are the
+    exact twin's of its spec (and whose caches compute), the same read from a file, or a
+    TypeError/ValueError naming the field -- never another error, a hang or the config
+    modified.  Warnings are RopeConfigWarnings naming the key."""
+    from fastpe._exact import rope_scaling as _reference_scaling
+    from fastpe._validate import check_inv_freq
+
+    cfg, layer_type, mutated = case
+    what = f"Rotary.from_config({short(cfg, 300)}, layer_type={layer_type!r}) [{mutated}]"
+    with rope_warnings_named(what):
+        try:
+            ok, rotary = judge(rope.Rotary.from_config, {"config": cfg, "layer_type": layer_type},
+                               blame=set(CONFIG_NAMES) | set(mutated), expect=ANY)
+        except AssertionError as exc:
+            raise AssertionError(f"{what}: {exc}") from None
+    if not ok:
+        message = str(rotary)
+        assert message.startswith(CONFIG_NAMES) or "config[" in message or any(name in message for name in mutated), (
+            f"{what}: {message}")
+        return
+    spec = rotary.spec
+    for seq_len in (None, min(spec.max_position_embeddings or 1, POSITION_LIMIT), POSITION_LIMIT):
+        inv, af = rotary.inv_freq_at(seq_len), rotary.attention_factor_at(seq_len)
+        check_inv_freq(inv)
+        assert math.isfinite(af), what
+        twin, twin_af = _reference_scaling.inv_freq(spec, seq_len)
+        assert np.array_equal(inv, np.array(twin)) and af == twin_af, f"{what}: not the twin's values at {seq_len}"
+    c, s = rotary.cos_sin([0, 5, POSITION_LIMIT - 1], backend=ROTARY_BACKEND)
+    assert np.isfinite(c).all() and np.isfinite(s).all(), what
+    try:
+        text = json.dumps(cfg)
+    except (TypeError, ValueError):  # a value JSON cannot hold (NaN is fine; a set is not)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "config.json")
+        with open(path, "w") as f:
+            f.write(text)
+        with rope_warnings_named(what):
+            assert rope.Rotary.from_config(path, layer_type=layer_type) == rotary, f"{what}: from its file"
+
+
+@fuzz(60)
+@given(case=model_config())
+def test_from_config_agrees_with_hf_where_both_read_it(case):
+    """Where HF transformers builds the config and its model's rotary module, fastpe reads the
+    same configuration: frequencies within HF's float32 error, the attention factor to the
+    double.  (Where either refuses, nothing is compared.)"""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.utils import logging as hf_logging
+
+    from support import hf_rope
+
+    cfg, layer_type, mutated = case
+    if mutated or cfg.get("model_type") not in ("llama", "phi3", "gpt_neox", "qwen3", "stablelm", "deepseek_v3",
+                                                 "gemma3_text", "modernbert", "gemma4_text", "llama4_text"):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rotary = rope.Rotary.from_config(cfg, layer_type=layer_type)
+        except (TypeError, ValueError):
+            return
+        hf_logging.set_verbosity_error()
+        try:
+            config, _ = hf_rope.hf_model_config(cfg)
+            module = hf_rope.hf_rotary(config)
+        except Exception:  # noqa: BLE001 - HF refusing a drawn config is not what is tested here
+            return
+    inv, attention, _, _ = hf_rope.hf_values(module, config, 1, layer_type)
+    if inv is None or inv.shape != rotary.inv_freq.shape:
+        raise AssertionError(f"{short(cfg, 300)}: HF has {None if inv is None else inv.shape} frequencies, "
+                             f"fastpe {rotary.inv_freq.shape}")
+    worst = hf_rope.inv_freq_ulps(inv, rotary.inv_freq)
+    assert worst <= hf_rope.hf_bound_ulps(rotary.spec, None), (short(cfg, 300), layer_type, worst)
+    assert rotary.attention_factor == pytest.approx(float(attention), rel=4e-16, abs=0), short(cfg, 300)
+
+
 @pytest.mark.any_backend
 @fuzz(150)
 @given(data=st.data())
@@ -1270,7 +1444,7 @@ def test_alibi_refuses_bad_arguments(data):
     else:
         call = {"n_heads": 2, "q_len": 3, "k_len": 4, "form": data.draw(st.sampled_from(alibi.FORMS))}
         pools = {"n_heads": BAD_INTS + (0, -1, (1 << 16) + 1), "q_len": BAD_INTS + (0, -1, 2**32 + 1),
-                 "k_len": BAD_INTS + (0, -1, 2**32 + 1), "form": BAD_CHOICES + ("cau sal", "alibi"),
+                 "k_len": BAD_INTS + (0, -1, 2**32 + 1), "form": BAD_CHOICES + ("Causal", "alibi"),
                  "max_bias": BAD_REALS + (0.0, -1.0, 64.5), "backend": BAD_BACKENDS,
                  "dtype": BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES),
                  "out": tuple(np.empty((2, 3, 4), dtype=d) for d in (np.int32, ">f4", np.complex64)) + (

@@ -553,3 +553,69 @@ def rope_warnings_named(what: str):
 
 #: how a RopeConfigWarning begins: with the key or field it is about
 ROPE_WARNING_NAMES = ("scaling", "config", "original_max_position_embeddings")
+
+#: the architectures a drawn model config may claim, with what their configs are named by
+MODEL_TYPES = (None, "llama", "unknown_model", "phi3", "phimoe", "gpt_neox", "gptj", "deepseek_v3", "qwen3",
+               "gemma3_text", "gemma4_text", "modernbert", "llama4_text", "stablelm")
+#: values a config field may be set to that no field takes (each must be refused by name)
+CONFIG_BAD = (None, "64", 64.5, -1, 0, True, [64], {"a": 1}, math.nan, math.inf, HUGE)
+
+
+@st.composite
+def model_config(draw):
+    """A model config dict of an architecture, with its RoPE fields -- valid, or with one or
+    two fields (top level or in the rope dict) set to a bad or an edge value, or a key
+    misspelt.  Returns ``(config, layer_type, mutated)``: ``mutated`` lists what was changed."""
+    model_type = draw(st.sampled_from(MODEL_TYPES))
+    heads = draw(st.sampled_from((1, 2, 4, 8)))
+    head = 2 * draw(st.integers(1, 32))
+    cfg = {"hidden_size": heads * head, "num_attention_heads": heads,
+           "max_position_embeddings": draw(st.sampled_from((64, 2048, 131072)))}
+    if model_type is not None:
+        cfg["model_type"] = model_type
+    if draw(st.booleans()):
+        cfg["head_dim"] = head
+    if draw(st.booleans()):
+        cfg["rope_theta"] = draw(st.sampled_from(ROPE_BASES))
+    rope = draw(rope_config(max_head_dim=max(head, 4), types=("default", "linear", "dynamic", "yarn", "llama3",
+                                                               "longrope", "su", "proportional")))
+    scaling = dict(rope.get("scaling") or {})
+    if rope["head_dim"] != head or "rotary_dim" in rope:  # the rope dict was drawn for another head
+        scaling = {k: v for k, v in scaling.items() if k not in ("short_factor", "long_factor", "partial_rotary_factor")}
+        if scaling.get("rope_type", scaling.get("type")) in ("longrope", "su"):
+            n = head // 2
+            scaling.update(short_factor=[1.0] * n, long_factor=[2.0] * n)
+    if scaling and draw(st.booleans()):
+        cfg["rope_scaling" if draw(st.booleans()) else "rope_parameters"] = scaling
+    layer_type = None
+    if model_type == "gptj":
+        cfg = {"model_type": "gptj", "n_embd": heads * head, "n_head": heads, "n_positions": 2048,
+               "rotary_dim": 2 * draw(st.integers(1, head // 2))}
+    elif model_type == "gpt_neox":
+        cfg["rotary_pct"] = draw(st.sampled_from((0.25, 0.5, 1.0)))
+        cfg["rotary_emb_base"] = draw(st.sampled_from((10000, 5e5)))
+    elif model_type == "deepseek_v3":
+        cfg["qk_rope_head_dim"] = head
+        cfg["rope_interleave"] = draw(st.booleans())
+    elif model_type in ("phi3", "phimoe") and draw(st.booleans()):
+        cfg["original_max_position_embeddings"] = draw(st.sampled_from((16, 4096)))
+    if model_type in ("gemma3_text", "gemma4_text", "modernbert"):
+        layer_type = draw(st.sampled_from(("full_attention", "sliding_attention")))
+        cfg["layer_types"] = ["sliding_attention", "full_attention"]
+        if model_type == "gemma4_text":
+            cfg.pop("rope_scaling", None)
+            cfg["global_head_dim"] = 2 * head
+    mutated = []
+    for _ in range(draw(st.sampled_from((0, 0, 1, 1, 2)))):
+        inner = cfg.get("rope_scaling")
+        where = inner if isinstance(inner, dict) and draw(st.booleans()) else cfg
+        if where is cfg:
+            key = draw(st.sampled_from(sorted(set(cfg) | {"head_dim", "rope_theta", "partial_rotary_factor",
+                                                           "original_max_position_embeddings", "layer_types",
+                                                           "rotary_dim", "qk_rope_head_dim"})))
+        else:
+            key = draw(st.sampled_from(sorted(set(where) | set(SCALING_KEYS) | {"beta_fsat"})))
+        value = draw(st.sampled_from(CONFIG_BAD + SCALING_BAD + SCALING_EDGE))
+        where[key] = value
+        mutated.append(key)
+    return cfg, layer_type, mutated
