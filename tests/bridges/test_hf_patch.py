@@ -371,6 +371,19 @@ def test_patching_twice():
     assert type(model.model.rotary_emb).__name__ == "Qwen3RotaryEmbedding"
 
 
+def test_readme_example_runs():
+    """The README section's python block, as written."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Use fastpe inside a Hugging Face model", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README.md (fastpe.hf)", "exec"), namespace)
+    assert namespace["fused_logits"].shape == (1, 4, 128) and not hf.is_patched(namespace["model"])
+
+
 @pytest.mark.any_backend
 def test_imports_neither_torch_nor_transformers_until_patch():
     """``import fastpe.hf`` works without torch; patch then says what to install."""
