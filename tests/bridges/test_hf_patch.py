@@ -63,10 +63,6 @@ IN_PLACE = {"llama-2", "llama-3.1", "llama-3.2", "llama-4", "llama-4-instruct", 
             "gemma-2", "gemma-3", "gemma-4", "gemma-4-default", "gpt-j", "stablelm", "gpt-oss"}
 #: LongRoPE models: their rule changes past the original length
 LONG = {"phi-3.5-mini", "phi-4-mini", "phimoe"}
-#: models whose rope configuration fastpe.rope does not read yet, so that patch refuses
-#: them (the tests skip, saying why, and run once it does): Gemma 4's 'proportional' rule,
-#: Phi-3.5-MoE's short_mscale / long_mscale
-NOT_READ_YET = {"gemma-4", "phimoe"}
 ENCODERS = {"modernbert"}
 
 SHIFT = 10**6
@@ -105,21 +101,12 @@ class Reference:
         self.model = tiny_model(name, qk_scale=QK_SCALE)
         self.ids = ids_for()
         self.base = 8192 if name in LONG else 0
-        self.unread = None
         m = self.model
         with torch.no_grad():
-            double = copy.deepcopy(m).double()
-            try:
-                hf.patch(double)
-            except ValueError as exc:
-                if name not in NOT_READ_YET:
-                    raise
-                self.unread = str(exc)
-                return
             self.small = m(self.ids).logits
             with shifted(m, SHIFT):
                 self.hf32 = m(self.ids).logits
-            hf.unpatch(double)
+            double = copy.deepcopy(m).double()
             with shifted(double, SHIFT):
                 self.hf64 = double(self.ids).logits
             hf.patch(double)
@@ -138,8 +125,6 @@ def patched(request):
     """``(reference, fused)``: the architecture's model patched, unpatched afterwards."""
     name, fused = request.param
     ref = reference(name)
-    if ref.unread:
-        pytest.skip(f"fastpe.rope does not read this config yet: {ref.unread}")
     hf.patch(ref.model, fused=fused)
     hf.FUSED_CALLS.clear()
     try:
@@ -522,12 +507,7 @@ def test_longrope_switches_where_hf_does(name):
     within its float32 error at positions up to 8200, on both sides of 4096."""
     model = tiny_model(name)
     theirs = copy.deepcopy(model.model.rotary_emb)
-    try:
-        hf.patch(model)
-    except ValueError as exc:
-        if name not in NOT_READ_YET:
-            raise
-        pytest.skip(f"fastpe.rope does not read this config yet: {exc}")
+    hf.patch(model)
     ours = model.model.rotary_emb
     for stop in (100, 4096, 4097, 8200):
         position_ids = torch.arange(stop - 40, stop)[None]
