@@ -210,6 +210,43 @@ def test_gemma3_with_its_vision_tower(fused):
     hf.unpatch(model)
 
 
+def test_padded_batch_generate():
+    """A left-padded batch: HF's position_ids are (batch, seq), a row each, and the fused
+    rotation takes them token by token; the tokens are HF's, fused or not."""
+    model = tiny_model("llama-3.1", qk_scale=QK_SCALE)
+    ids = ids_for(batch=2, seq=6, seed=7)
+    mask = torch.ones_like(ids)
+    ids[0, :2], mask[0, :2] = 0, 0  # the first prompt is 4 tokens long
+
+    def tokens():
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+
+    theirs = tokens()
+    for fused in (False, True):
+        hf.patch(model, fused=fused)
+        hf.FUSED_CALLS.clear()
+        assert tokens() == theirs
+        assert bool(hf.FUSED_CALLS) == fused and not any(p == "hf" for p, _ in hf.FUSED_CALLS)
+        hf.unpatch(model)
+
+
+def test_gradients_flow_through_hf_arithmetic():
+    """Training: q and k require grad, so the fused function leaves them to HF's arithmetic
+    (NumPy must not write tensors autograd tracks); the gradients are the unfused ones."""
+    grads = []
+    for fused in (False, True):
+        model = tiny_model("qwen3", seed=8).train()
+        hf.patch(model, fused=fused)
+        hf.FUSED_CALLS.clear()
+        loss = model(ids_for(), labels=ids_for()).loss
+        loss.backward()
+        grads.append(model.model.layers[0].self_attn.q_proj.weight.grad.clone())
+        assert all(p == "hf" for p, _ in hf.FUSED_CALLS) and bool(hf.FUSED_CALLS) == fused
+        hf.unpatch(model)
+    assert torch.equal(grads[0], grads[1])
+
+
 # ================================================================ round trips, refusals, state
 
 
