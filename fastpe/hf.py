@@ -642,7 +642,8 @@ def _rotate(caches: _Caches, tensors: tuple, seq_axis: int) -> bool:
                 pos = pos[None]
             if pos.ndim != 2 or pos.shape[1] != s or pos.shape[0] not in (1, b):
                 return False
-            positions = np.ascontiguousarray(np.broadcast_to(pos, (b, s))).reshape(-1)
+            # token order: (batch, seq); one row of positions serves every batch row
+            positions = pos.reshape(-1) if pos.shape[0] == b else np.tile(pos[0], b)
         elif b * s != positions.shape[0]:
             return False
         arrays.append(tc.as_strided((b * s, h, d), (h * d, d, 1)).numpy())

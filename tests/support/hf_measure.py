@@ -2,7 +2,7 @@
 module's time per forward call against HF's.
 
     python tests/support/hf_measure.py accuracy [NAME ...]   # the README's table
-    python tests/support/hf_measure.py overhead              # seq 1, 128, 4096, Llama-3.1-8B's rope
+    python tests/support/hf_measure.py overhead [THREADS]    # seq 1, 128, 4096, Llama-3.1-8B's rope
 
 accuracy -- for each tiny model of ``hf_models.MODELS`` (2 layers, q/k projections x30, the
 rope settings of the published config): the largest |logit| difference from HF's unpatched
@@ -163,6 +163,8 @@ if __name__ == "__main__":
     transformers.logging.set_verbosity_error()
     what = sys.argv[1] if len(sys.argv) > 1 else "accuracy"
     if what == "overhead":
+        if len(sys.argv) > 2:  # overhead THREADS: torch's intra-op threads (fastpe's cython kernels use one)
+            torch.set_num_threads(int(sys.argv[2]))
         overhead()
     else:
         accuracy(sys.argv[2:] or list(MODELS))
