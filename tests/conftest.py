@@ -88,6 +88,17 @@ def fast_backend(request):
     return request.param
 
 
+def signals_at_default() -> None:
+    """``preexec_fn`` for a child that is sent real signals: SIGINT, SIGTERM and SIGHUP at
+    their defaults.  A shell that starts the suite in the background (``cmd &``, ``nohup``)
+    leaves SIGINT ignored, every child inherits that, and Python then installs no
+    KeyboardInterrupt handler, so a test of Ctrl-C would wait for nothing."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def fastpe_env(*, keep_backend: bool = False, **extra: str) -> dict[str, str]:
     """Environment for a child interpreter that imports the same fastpe as this process.
 

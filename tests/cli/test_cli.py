@@ -24,7 +24,7 @@ import fastpe
 from fastpe import _diagnostics as _check
 from fastpe._io import save as _save
 from fastpe._backends.registry import BACKENDS
-from conftest import DEFAULT, FAST, fastpe_env
+from conftest import DEFAULT, FAST, fastpe_env, signals_at_default
 from support.cli import assert_one_line_error, listing, make_unavailable, run, run_process, same_bits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
@@ -590,7 +590,8 @@ def test_process_ctrl_c_while_writing_exits_130_leaving_nothing(tmp_path):
     )
     for target in ("new.npy", "pe.npy"):
         child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=fastpe_env(keep_backend=True),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=signals_at_default)
         try:
             assert child.stdout.readline() == "writing\n"
             assert len(listing(tmp_path)) == 2  # the target (or not yet) plus the temporary file
@@ -660,7 +661,8 @@ SIGNALLED_CLI = textwrap.dedent(
 
 def _signalled(args, cwd, wait: bool):
     return subprocess.Popen([sys.executable, "-c", SIGNALLED_CLI, "wait" if wait else "run", *args], cwd=cwd,
-                            env=fastpe_env(keep_backend=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=fastpe_env(keep_backend=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=signals_at_default)
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ import fastpe
 from fastpe import sinusoid as _api, _dtypes
 from fastpe._io import save as _save
 table_cli = importlib.import_module("fastpe.cli.table")  # the package exports the command under this name
-from conftest import DEFAULT, FAST, fastpe_env
+from conftest import DEFAULT, FAST, fastpe_env, signals_at_default
 from support.cli import assert_one_line_error, listing, read_table, run, same_bits
 
 D, L = 10, 203
@@ -439,7 +439,8 @@ def test_process_ctrl_c_while_streaming_exits_130_leaving_nothing(tmp_path):
     )
     for target in ("new.npy", "pe.npy", "new.npz"):
         child = subprocess.Popen([sys.executable, "-c", code, target], cwd=tmp_path, env=fastpe_env(keep_backend=True),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=signals_at_default)
         try:
             assert child.stdout.readline() == "writing\n"
             assert len(listing(tmp_path)) == 3  # the old pair plus one temporary file

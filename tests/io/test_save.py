@@ -28,7 +28,7 @@ import fastpe
 from fastpe import sinusoid as _api, _dtypes
 from fastpe._io import save as _save
 from fastpe._dtypes import DTYPES
-from conftest import FAST, fastpe_env
+from conftest import FAST, fastpe_env, signals_at_default
 from support.cli import listing, read_table, same_bits
 
 D, L = 10, 203
@@ -607,7 +607,8 @@ def test_a_signal_during_save_table_in_a_program(tmp_path, mode, signame, target
     (out / "pe.npy").write_bytes(b"precious")
     (out / "pe.npy.json").write_bytes(b"old spec")
     child = subprocess.Popen([sys.executable, "-c", SIGNALLED_SCRIPT, mode, signame, target], cwd=out,
-                             env=fastpe_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=fastpe_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=signals_at_default)
     try:
         assert child.stdout.readline() == "writing\n", child.stderr.read()
         assert len(listing(out)) == 3  # the two old files and one temporary file
