@@ -18,7 +18,18 @@ Rules every row follows, so the numbers compare:
   default frequencies at head_dim 128): fastpe in place into arrays allocated once, HF's
   ``apply_rotary_pos_emb`` from cos/sin caches computed before timing (as HF's model does,
   once per forward pass) into new tensors, as HF does; the yardstick reads and writes q and k
-  once in place.  ``rope_cos_sin`` workloads return fresh cos and sin arrays (or tensors).
+  once in place.  ``rope_cos_sin`` workloads return fresh cos and sin arrays (or tensors);
+  at 32768 positions the torch bridge (``fastpe.torch.RotaryEmbedding.cos_sin``) is timed
+  beside the NumPy path it wraps (``fastpe.rope.cos_sin``).
+* The ``rope_decode`` workload is one generation step: q ``(1, 32, 1, 128)`` and k
+  ``(1, 8, 1, 128)`` at one position, rotated in place by a ``Rotary`` built once (and by the
+  module function, which resolves its arguments each call); HF's peer runs its own
+  ``LlamaRotaryEmbedding`` for the step's cos/sin, then ``apply_rotary_pos_emb``, as a
+  model's step does.  Its yardsticks read and write q and k once (NumPy's cheapest in-place
+  call; numba's parallel pass).  These calls take microseconds: ``test_bench.py`` times them
+  in batches.
+* The float16 table is fastpe's correctly rounded table against torch's float32 table
+  cast with ``.half()`` (as ``model.half()`` casts the buffer).
 * The families (:data:`FAMILY_KINDS`: fairseq/M2M100 tables, MAE grids, diffusers timesteps,
   ``add_``, ALiBi, T5 buckets) return fresh outputs too, except ``add``, which works on an
   input that is restored before every round, untimed (the callable's ``setup``).  Each peer
@@ -88,6 +99,8 @@ class Workload:
     ref_rows: int | None = None
     #: the convention within a kind (ALiBi's ``form``)
     variant: str = ""
+    #: ``rope_decode``: k's shape, where it differs from q's (grouped-query attention)
+    k_shape: tuple[int, ...] = ()
 
     @property
     def itemsize(self) -> int:
@@ -136,7 +149,10 @@ class Workload:
 
     @property
     def rope_positions(self) -> np.ndarray:
-        """Positions ``0 .. seq - 1`` (HF's default ``position_ids``)."""
+        """Positions ``0 .. seq - 1`` (HF's default ``position_ids``); a decode step's one
+        position, :data:`DECODE_POSITION`."""
+        if self.kind == "rope_decode":
+            return np.array([DECODE_POSITION], dtype=np.uint32)
         n = self.shape[2] if self.kind == "rope_apply_qk" else self.shape[0]
         return np.arange(n, dtype=np.uint32)
 
@@ -145,7 +161,7 @@ class Workload:
         """The workload's q and k (fixed seed); implementations take copies."""
         rng = np.random.default_rng(SEED)
         return (rng.standard_normal(self.shape, dtype=np.float32),
-                rng.standard_normal(self.shape, dtype=np.float32))
+                rng.standard_normal(self.k_shape or self.shape, dtype=np.float32))
 
     @cached_property
     def timesteps(self) -> np.ndarray:
@@ -169,6 +185,8 @@ class Workload:
 #: RoPE frequencies of every RoPE workload: HF's default rule at head_dim 128, base 10000
 ROPE_HEAD_DIM = 128
 ROPE_INV_FREQ = 1.0 / (10000.0 ** (np.arange(0, ROPE_HEAD_DIM, 2, dtype=np.float64) / ROPE_HEAD_DIM))
+#: the position of the decode-step workload: the token after a 4096-token prompt
+DECODE_POSITION = 4096
 
 
 def _rope_apply_workload(b: int, h: int, s: int, d: int) -> Workload:
@@ -195,6 +213,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "table": ("sinusoid_range",),
     "forward": ("sinusoid_forward",),
     "rope_apply_qk": ("rope_apply", "rope_table"),
+    "rope_decode": ("rope_apply", "rope_table"),
     "rope_cos_sin": ("rope_cos_sin",),
     "family_table": ("sincos_rows",),
     "grid": ("sincos_rows", "grid_gather"),
@@ -219,6 +238,10 @@ WORKLOADS: dict[str, Workload] = {
             "table-2048x512", "table", 2048, 512,
             "table 2048x512 (the python reference: first 64 rows, scaled in the report)",
         ),
+        Workload(
+            "table-f16-2048x512", "table", 2048, 512, "table 2048x512 float16 (correctly rounded)",
+            dtype="float16",
+        ),
         Workload("table-8192x1024", "table", 8192, 1024, "table 8192x1024"),
         Workload("table-131072x1024", "table", 131072, 1024, "table 131072x1024"),
         Workload(
@@ -229,8 +252,17 @@ WORKLOADS: dict[str, Workload] = {
             "forward-4096x512-near2p32", "forward", 4096, 512,
             "forward 4096 positions in [2^32-2^20, 2^32) x 512", "near_2p32",
         ),
+        Workload(
+            "rope-decode-1x32x1x128", "rope_decode", 32 + 8, ROPE_HEAD_DIM,
+            f"RoPE decode step: q 1x32x1x128, k 1x8x1x128 float32, position {DECODE_POSITION}",
+            shape=(1, 32, 1, ROPE_HEAD_DIM), k_shape=(1, 8, 1, ROPE_HEAD_DIM),
+        ),
         _rope_apply_workload(1, 32, 4096, ROPE_HEAD_DIM),
         _rope_apply_workload(8, 32, 512, ROPE_HEAD_DIM),
+        Workload(
+            "rope-cos-sin-32768x128", "rope_cos_sin", 2 * 32768, ROPE_HEAD_DIM,
+            "RoPE cos/sin caches: 32768 positions x 128, fresh arrays (and tensors)", shape=(32768, ROPE_HEAD_DIM),
+        ),
         Workload(
             "rope-cos-sin-131072x128", "rope_cos_sin", 2 * 131072, ROPE_HEAD_DIM,
             "RoPE cos/sin caches: 131072 positions x 128, fresh arrays", shape=(131072, ROPE_HEAD_DIM),
@@ -280,8 +312,12 @@ WORKLOADS: dict[str, Workload] = {
     )
 }
 
-#: the sinusoidal workloads (the peers of the sinusoid computation run on these only)
+#: the sinusoidal workloads (the yardsticks of the sinusoid computation run on these)
 SINUSOID = tuple(k for k, w in WORKLOADS.items() if w.kind in ("table", "forward"))
+#: ... and the float32 ones, which the float32 peers compute
+SINUSOID_F32 = tuple(k for k in SINUSOID if WORKLOADS[k].dtype == "float32")
+#: the float16 tables: the peers cast their float32 tables
+TABLE_F16 = tuple(k for k in SINUSOID if WORKLOADS[k].dtype == "float16")
 ROPE = tuple(k for k, w in WORKLOADS.items() if w.is_rope)
 #: the families' workloads, by kind
 FAMILY = {kind: tuple(k for k, w in WORKLOADS.items() if w.kind == kind) for kind in FAMILY_KINDS}
@@ -303,6 +339,11 @@ class Implementation:
     workloads: tuple[str, ...] = tuple(WORKLOADS)
     note: str = ""
     backend: str | None = None  #: the fastpe backend, for the fastpe and reference rows
+    #: the label on workloads of these kinds, where it says more than ``label``
+    kind_labels: tuple[tuple[str, str], ...] = ()
+
+    def label_for(self, w: Workload) -> str:
+        return dict(self.kind_labels).get(w.kind, self.label)
 
 
 def _fastpe(backend: str):
@@ -317,7 +358,7 @@ def _fastpe(backend: str):
             return fastpe_family(w, backend, w.rows_measured("reference" if backend == "python" else "fastpe"))
         if w.kind == "table":
             rows = REFERENCE_ROWS if backend == "python" else w.rows
-            return lambda: fastpe.table(w.d_model, rows, backend=backend)
+            return lambda: fastpe.table(w.d_model, rows, dtype=w.dtype, backend=backend)
         config = fastpe.PosEncConfig(w.d_model)
         positions = w.positions
         out = np.empty((w.rows, w.d_model), dtype=np.float32)
@@ -333,7 +374,26 @@ def _fastpe_rope(backend: str, w: Workload):
     if w.kind == "rope_cos_sin":
         return lambda: cos_sin_from_inv_freq(positions, ROPE_INV_FREQ, 1.0, backend=backend)
     q, k = (a.copy() for a in w.rope_qk)  # rotated in place, round after round
+    if w.kind == "rope_decode":  # a model's step: its Rotary, built once, at the step's offset
+        from fastpe.rope import Rotary
+
+        rotary, offset = Rotary(ROPE_HEAD_DIM, base=10000.0), int(positions[0])
+        return lambda: rotary.apply_qk_(q, k, offset=offset, backend=backend)
     return lambda: apply_qk_from_inv_freq(q, k, positions, ROPE_INV_FREQ, 1.0, backend=backend)
+
+
+def _make_fastpe_rope_function(w: Workload):
+    """The module functions, default backend: ``fastpe.rope.apply_qk_`` (a decode step at its
+    offset) and ``fastpe.rope.cos_sin`` (the NumPy path the torch bridge is measured against;
+    int64 positions, as ``np.arange`` and the bridge's ``torch.arange`` give them)."""
+    from fastpe import rope
+
+    if w.kind == "rope_cos_sin":
+        positions = w.rope_positions.astype(np.int64)
+        return lambda: rope.cos_sin(positions, ROPE_HEAD_DIM, base=10000.0)
+    q, k = (a.copy() for a in w.rope_qk)
+    offset = int(w.rope_positions[0])
+    return lambda: rope.apply_qk_(q, k, head_dim=ROPE_HEAD_DIM, base=10000.0, offset=offset)
 
 
 def _family_module(w: Workload, backend: str | None):
@@ -428,6 +488,8 @@ def torch_tutorial(position, d_model: int, pe):
 
 def _make_torch(w: Workload):
     torch = _torch()
+    if w.kind == "table" and w.dtype == "float16":  # the float32 table, cast as model.half() casts it
+        return lambda: torch_tutorial(torch.arange(w.rows, dtype=torch.float32).unsqueeze(1), w.d_model, None).half()
     if w.kind == "table":
         return lambda: torch_tutorial(torch.arange(w.rows, dtype=torch.float32).unsqueeze(1), w.d_model, None)
     positions = w.positions
@@ -510,6 +572,32 @@ def hf_apply_rotary_pos_emb(torch, q, k, cos, sin, unsqueeze_dim: int = 1):
     q_embed = (q * cos) + (hf_rotate_half(torch, q) * sin)
     k_embed = (k * cos) + (hf_rotate_half(torch, k) * sin)
     return q_embed, k_embed
+
+
+def _make_hf_rope_step(w: Workload):
+    """A decode step as HF's Llama runs it: ``LlamaRotaryEmbedding.forward`` (transformers'
+    own module, of a Llama config with 32 heads of 128, 8 key-value heads) computes the
+    step's cos/sin from ``position_ids``, then ``apply_rotary_pos_emb`` makes new q and k."""
+    torch = _torch()
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    except ImportError as exc:
+        raise Unavailable(f"transformers not installed ({exc})") from None
+    config = LlamaConfig(hidden_size=32 * ROPE_HEAD_DIM, num_attention_heads=32, num_key_value_heads=8)
+    rotary = LlamaRotaryEmbedding(config)
+    # HF computes its frequencies in float32: equal to the workload's within float32's error
+    if not np.allclose(rotary.inv_freq.numpy(), ROPE_INV_FREQ, rtol=1e-6, atol=0):
+        raise Unavailable("this transformers' Llama defaults give other frequencies than the workload's")
+    position_ids = torch.from_numpy(w.rope_positions.astype(np.int64))[None]  # (1, 1)
+    q, k = (torch.from_numpy(a.copy()) for a in w.rope_qk)
+
+    @torch.no_grad()  # inference, as generate() runs it
+    def run():
+        cos, sin = rotary(q, position_ids)
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+    return run
 
 
 def _make_hf_rope(w: Workload):
@@ -769,6 +857,18 @@ def _make_inplace(w: Workload):
     return run
 
 
+def _make_inplace_numpy(w: Workload):
+    """``np.negative(x, out=x)`` on q and k: one read and write of the bytes with the least
+    dispatch cost there is (a decode step's arrays are 20 KiB: call overhead is the time)."""
+    q, k = (a.copy() for a in w.rope_qk)
+
+    def run():
+        np.negative(q, out=q)
+        np.negative(k, out=k)
+
+    return run
+
+
 def _fresh_pair(w: Workload, fill):
     """Two fresh ``shape`` float32 arrays (cos and sin), each filled with ``fill``."""
     def run():
@@ -801,7 +901,7 @@ def _make_fill(w: Workload):
         return _fresh_pair(w, lambda a: a.fill(0))
     if w.kind == "table":
         def run():
-            a = np.empty((w.rows, w.d_model), dtype=np.float32)
+            a = np.empty((w.rows, w.d_model), dtype=w.dtype)
             a.fill(0)
             return a
 
@@ -818,8 +918,8 @@ def _make_numba_fill(w: Workload):
         return _fresh_pair(w, lambda a: fill(a.reshape(-1)))
     if w.kind == "table":
         def run():
-            a = np.empty((w.rows, w.d_model), dtype=np.float32)
-            fill(a.reshape(-1))
+            a = np.empty((w.rows, w.d_model), dtype=w.dtype)
+            fill(a.reshape(-1).view(np.float32))
             return a
 
         return run
@@ -864,7 +964,12 @@ def _fastpe_rows() -> list[Implementation]:
                 )
             )
         else:
-            rows.append(Implementation(backend, f"fastpe {backend}", "fastpe", _fastpe(backend), backend=backend))
+            rows.append(
+                Implementation(
+                    backend, f"fastpe {backend}", "fastpe", _fastpe(backend), backend=backend,
+                    kind_labels=(("rope_decode", f"fastpe {backend}: Rotary.apply_qk_(q, k, offset=p)"),),
+                )
+            )
     return rows
 
 
@@ -873,17 +978,35 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     for im in (
         *_fastpe_rows(),
         Implementation(
-            "torch-tutorial", "torch tutorial module (f32)", "peer", _make_torch, SINUSOID,
+            "torch-tutorial", "torch tutorial module (f32)", "peer", _make_torch, SINUSOID_F32,
             note="PyTorch tutorial PositionalEncoding computation; same column layout as fastpe",
         ),
         Implementation(
-            "numpy-f32", "NumPy f32 (tutorial formula)", "peer", _make_numpy, SINUSOID,
+            "torch-tutorial-half", "torch tutorial module (f32) then .half()", "peer", _make_torch, TABLE_F16,
+            note="the tutorial's float32 table cast with .half(), as model.half() casts its buffer: the "
+            "float16 nearest torch's float32 approximation, not the correctly rounded value",
+        ),
+        Implementation(
+            "numpy-f32", "NumPy f32 (tutorial formula)", "peer", _make_numpy, SINUSOID_F32,
             note="the tutorial's computation in NumPy float32; same column layout as fastpe",
         ),
         Implementation(
-            "hf-torch-rope", "HF transformers RoPE (torch f32)", "peer", _make_hf_rope, ROPE,
+            "hf-torch-rope", "HF transformers RoPE (torch f32)", "peer", _make_hf_rope,
+            tuple(k for k in ROPE if WORKLOADS[k].kind != "rope_decode"),
+            kind_labels=(("rope_apply_qk", "HF transformers apply_rotary_pos_emb alone (torch f32, caches given)"),),
             note="LlamaRotaryEmbedding.forward (cos/sin) and apply_rotary_pos_emb (q*cos + "
             "rotate_half(q)*sin, new tensors; the cos/sin caches computed before timing)",
+        ),
+        Implementation(
+            "hf-rope-step", "HF transformers decode step: LlamaRotaryEmbedding + apply_rotary_pos_emb",
+            "peer", _make_hf_rope_step, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_decode"),
+            note="transformers' own LlamaRotaryEmbedding computes the step's cos/sin from position_ids "
+            "(1, 1), then apply_rotary_pos_emb returns new q and k, under torch.no_grad()",
+        ),
+        Implementation(
+            "fastpe-rope-apply-fn", "fastpe.rope.apply_qk_(q, k, head_dim=128, offset=p) (module function)",
+            "fastpe", _make_fastpe_rope_function, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_decode"),
+            note="the module function resolves its arguments on every call; default backend",
         ),
         Implementation(
             "fastpe-torch", "fastpe.torch RotaryEmbedding.cos_sin (default backend, tensors)", "fastpe",
@@ -892,8 +1015,13 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "its arrays (torch.from_numpy, no copy)",
         ),
         Implementation(
+            "fastpe-rope-cos-sin-fn", "fastpe.rope.cos_sin (default backend, NumPy arrays)", "fastpe",
+            _make_fastpe_rope_function, ("rope-cos-sin-32768x128",),
+            note="the NumPy path the torch bridge wraps: int64 positions, as np.arange gives them",
+        ),
+        Implementation(
             "positional-encodings", "positional-encodings PositionalEncoding1D", "peer", _make_pe1d,
-            tuple(k for k, w in WORKLOADS.items() if w.kind == "table"),
+            tuple(k for k in SINUSOID_F32 if WORKLOADS[k].kind == "table"),
             note="PyPI positional-encodings (torch); returns (1, n, d); sin/cos interleaved as in fastpe",
         ),
         Implementation(
@@ -958,19 +1086,25 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         ),
         Implementation(
             "yardstick-fill", "yardstick: np.empty + fill(0)", "yardstick", _make_fill,
-            (*SINUSOID, "rope-cos-sin-131072x128", *FAMILY_FRESH),
+            (*SINUSOID, *(k for k in ROPE if WORKLOADS[k].kind == "rope_cos_sin"), *FAMILY_FRESH),
             note="writes the same bytes and nothing else (forward: into the preallocated out)",
         ),
         Implementation(
             "yardstick-numba", "yardstick: np.empty + numba prange fill", "yardstick", _make_numba_fill,
-            (*SINUSOID, "rope-cos-sin-131072x128", *FAMILY_FRESH),
+            (*SINUSOID, *(k for k in ROPE if WORKLOADS[k].kind == "rope_cos_sin"), *FAMILY_FRESH),
             note="parallel fill of the same bytes (forward: into the preallocated out)",
         ),
         Implementation(
             "yardstick-inplace", "yardstick: numba prange x = -x in place", "yardstick", _make_inplace,
-            (*(k for k in ROPE if WORKLOADS[k].kind == "rope_apply_qk"), *FAMILY["add"]),
+            (*(k for k in ROPE if WORKLOADS[k].kind in ("rope_apply_qk", "rope_decode")), *FAMILY["add"]),
             note="reads and writes the input once, in place, in parallel: the memory traffic of "
             "apply_qk_ (q and k) or add_ (x)",
+        ),
+        Implementation(
+            "yardstick-inplace-numpy", "yardstick: np.negative(x, out=x) on q and k", "yardstick",
+            _make_inplace_numpy, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_decode"),
+            note="one read and write of q and k by NumPy's cheapest in-place call: at 20 KiB the "
+            "time of a call, not of memory",
         ),
     )
 }
