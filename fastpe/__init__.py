@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ._backends import available_backends
 from ._diagnostics import info
-from ._io.save import save_table
+from ._io.save import load_spec, save_table
 from .sinusoid import (
     DEFAULT_BASE,
     DEFAULT_MAX_LEN,
@@ -39,6 +39,7 @@ __all__ = [
     "forward",
     "table",
     "save_table",
+    "load_spec",
     "add_",
     "timestep",
     "fairseq_positions",

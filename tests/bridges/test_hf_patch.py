@@ -393,16 +393,15 @@ def test_patching_twice():
     assert type(model.model.rotary_emb).__name__ == "Qwen3RotaryEmbedding"
 
 
-def test_readme_example_runs():
-    """The README section's python block, as written."""
+def test_docs_example_runs():
+    """docs/hf.md's first python block, as written, gives logits and unpatches."""
     import pathlib
     import re
 
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Use fastpe inside a Hugging Face model", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "hf.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page, re.S).group(1)
     namespace: dict = {}
-    exec(compile(block, "README.md (fastpe.hf)", "exec"), namespace)
+    exec(compile(block, "docs/hf.md (fastpe.hf)", "exec"), namespace)
     assert namespace["fused_logits"].shape == (1, 4, 128) and not hf.is_patched(namespace["model"])
 
 

@@ -1680,6 +1680,52 @@ def test_save_table_refuses_bad_arguments_and_leaves_nothing(kw, data):
 
 
 @pytest.mark.any_backend
+@fuzz(150)
+@given(data=st.data())
+def test_load_spec_refuses_what_is_not_a_spec(data):
+    """``fastpe.load_spec`` of any bytes, of a spec with one field damaged, or of a spec
+    beside a file it does not describe: a ValueError (a TypeError for a param of the wrong
+    type, as the library gives) naming the file, never another error, and never a spec that
+    is not ``table``'s with valid params."""
+    good = {"fastpe": fastpe.__version__, "function": "table",
+            "params": {"d_model": 8, "max_len": 4, "base": 10000.0, "layout": "interleaved",
+                       "denominator": "d", "min_timescale": 1.0, "max_timescale": None,
+                       "dtype": "float32"}}
+    kind = data.draw(st.sampled_from(("bytes", "field", "param", "stale")))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "spec.json")
+        if kind == "bytes":
+            blob = data.draw(st.binary(max_size=64) | st.text(max_size=64).map(str.encode))
+        elif kind == "field":
+            spec = dict(good)
+            key = data.draw(st.sampled_from(("fastpe", "function", "params", "extra")))
+            spec[key] = data.draw(st.sampled_from((None, 1, "x", [], {}, "9.0.0", "rope")))
+            blob = json.dumps(spec).encode()
+        elif kind == "param":
+            params = dict(good["params"])
+            key = data.draw(st.sampled_from(sorted(params) + ["nope"]))
+            params[key] = data.draw(st.sampled_from((None, -1, 0, 1.5, "x", [], 2**40, float("nan"))))
+            blob = json.dumps(dict(good, params=params)).encode()
+        else:  # a sidecar beside a .npy that holds another array
+            path = os.path.join(tmp, "pe.npy")
+            np.save(path, np.zeros(data.draw(st.sampled_from(((4, 9), (5, 8), (4,)))), np.float32))
+            with open(path + ".json", "w") as f:
+                json.dump(good, f)
+            blob = None
+        if blob is not None:
+            with open(path, "wb") as f:
+                f.write(blob)
+        try:
+            spec = fastpe.load_spec(path)
+        except (TypeError, ValueError) as e:
+            assert os.path.basename(path) in str(e), f"{kind}: the error names no file: {e}"
+            return
+        assert kind in ("field", "param"), f"{kind}: load_spec accepted {blob!r}"
+        assert spec["function"] == "table"
+        fastpe.table(**{**spec["params"], "max_len": 1})  # params the library takes
+
+
+@pytest.mark.any_backend
 @fuzz(200)
 @given(kw=table_kwargs(max_d=8), data=st.data())
 def test_spec_parsing_refuses_malformed_specs(kw, data):

@@ -1,7 +1,7 @@
 """Measure fastpe.hf (a script, not a test): accuracy per architecture, and the patched rotary
 module's time per forward call against HF's.
 
-    python tests/support/hf_measure.py accuracy [NAME ...]   # the README's table
+    python tests/support/hf_measure.py accuracy [NAME ...]   # the table in docs/hf.md
     python tests/support/hf_measure.py overhead [THREADS]    # seq 1, 128, 4096, Llama-3.1-8B's rope
 
 accuracy -- for each tiny model of ``hf_models.MODELS`` (2 layers, q/k projections x30, the
