@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import fastpe
-from fastpe import sinusoid as _api, _dtypes
+from fastpe import _dtypes
 from fastpe._io import save as _save
 from fastpe._dtypes import DTYPES
 from conftest import FAST, fastpe_env, signals_at_default

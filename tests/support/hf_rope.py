@@ -26,7 +26,7 @@ import numpy as np
 CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
 
 #: model_type -> (module under transformers.models, rotary class, takes a layer_type in
-#: forward): the models of tests/data/configs, as check_configs.py names them, and Phi-3.5-MoE
+#: forward): the models of tests/data/configs (check_configs.py reads this table) and Phi-3.5-MoE
 ROTARY = {
     "llama": ("llama", "LlamaRotaryEmbedding", False),
     "llama4_text": ("llama4", "Llama4TextRotaryEmbedding", False),

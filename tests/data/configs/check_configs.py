@@ -13,9 +13,6 @@ rope type "su" do not construct as they are in this transformers (it renames "su
 late for its own validation); those are retried with the rename done first and the line says so.
 """
 
-import importlib
-import json
-import math
 import sys
 from pathlib import Path
 
@@ -23,25 +20,9 @@ import torch
 import transformers
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))  # tests/: the shared helpers
 
-# model_type -> (module under transformers.models, rotary class, takes a layer_type in forward)
-ROTARY = {
-    "llama": ("llama", "LlamaRotaryEmbedding", False),
-    "llama4_text": ("llama4", "Llama4TextRotaryEmbedding", False),
-    "mistral": ("mistral", "MistralRotaryEmbedding", False),
-    "qwen2": ("qwen2", "Qwen2RotaryEmbedding", False),
-    "qwen3": ("qwen3", "Qwen3RotaryEmbedding", False),
-    "phi3": ("phi3", "Phi3RotaryEmbedding", False),
-    "gemma2": ("gemma2", "Gemma2RotaryEmbedding", False),
-    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding", True),
-    "gemma4_text": ("gemma4", "Gemma4TextRotaryEmbedding", True),
-    "gpt_neox": ("gpt_neox", "GPTNeoXRotaryEmbedding", False),
-    "gptj": ("gptj", "GPTJRotaryEmbedding", False),
-    "stablelm": ("stablelm", "StableLmRotaryEmbedding", False),
-    "deepseek_v3": ("deepseek_v3", "DeepseekV3RotaryEmbedding", False),
-    "gpt_oss": ("gpt_oss", "GptOssRotaryEmbedding", False),
-    "modernbert": ("modernbert", "ModernBertRotaryEmbedding", True),
-}
+from support.hf_rope import hf_layer_types, hf_model_config, hf_rotary, read_fields  # noqa: E402
 
 
 def short(value):
@@ -54,31 +35,18 @@ def short(value):
 
 
 def check(path):
-    raw = json.loads(path.read_text())
-    fields = {k: v for k, v in raw.items() if not k.startswith("_")}
-    # for_model takes model_type positionally and rejects it again among the keyword fields
-    model_type = fields.pop("model_type")
-    note = ""
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **fields)
-    except KeyError as exc:
-        # transformers renames Phi-3's legacy rope type "su" to "longrope" only after it has decided which
-        # types get original_max_position_embeddings, so a published "su" config fails its own validation.
-        # Retry with the rename done first (the rename transformers itself applies); say so on the line.
-        scaling = fields.get("rope_scaling") or {}
-        if model_type != "phi3" or scaling.get("type") != "su":
-            raise
-        fields["rope_scaling"] = dict(scaling, type="longrope")
-        config = transformers.AutoConfig.for_model(model_type, **fields)
-        note = f" [published type 'su' fails as is ({exc.args[0]}); loaded with type 'longrope']"
-
-    module_name, class_name, per_layer_type = ROTARY[model_type]
-    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    rotary = getattr(module, class_name)(config)
+    fields = read_fields(path)
+    config, renamed = hf_model_config(fields)
+    # transformers renames Phi-3's legacy rope type "su" to "longrope" only after it has decided which
+    # types get original_max_position_embeddings, so a published "su" config fails its own validation;
+    # hf_model_config retries with the rename done first (the rename transformers itself applies)
+    note = " [published type 'su' fails as is; loaded with type 'longrope']" if renamed else ""
+    model_type = config.model_type
+    rotary = hf_rotary(config)
 
     position_ids = torch.arange(16)[None]
     x = torch.zeros(1, 16, 1, dtype=torch.float32)
-    calls = sorted(set(config.layer_types)) if per_layer_type else [None]
+    calls = hf_layer_types(config)
     results = []
     for layer_type in calls:
         out = rotary(x, position_ids) if layer_type is None else rotary(x, position_ids, layer_type)
