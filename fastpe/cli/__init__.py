@@ -2,7 +2,9 @@
 
 Commands parse their options, call the library and format the result; they do no numerics.
 Heavy imports (numba, the kernels, the reference) happen inside the commands, so
-``fastpe --help`` and ``fastpe --version`` stay fast.
+``fastpe --help`` and ``fastpe --version`` stay fast, and a command's module is imported only
+when that command runs (or the help lists them all): ``fastpe table`` does not compile and
+load the eight others.
 
 Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up, or memory ran
 out) or, for ``check``, a value off by more than 1 ULP; 2 bad input (options, paths, sizes,
@@ -21,8 +23,9 @@ partial file is left behind.  A signal the shell set to be ignored (``nohup``) s
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
-import traceback
+import threading
 
 import click
 
@@ -30,20 +33,26 @@ from .._version import __version__
 from .._io.atomic import Terminated, signals_raise
 from .._backends.registry import BACKENDS
 from . import options
-from .alibi import alibi
-from .check import check
-from .grid import grid
-from .info import info
-from .plot import plot
-from .rope import rope
-from .t5 import t5_buckets
-from .table import table
-from .timestep import timestep
 
 __all__ = ["main", "COMMANDS"]
 
-#: every command of the group, in one place: ``main`` registers these and no others
-COMMANDS: tuple[click.Command, ...] = (table, grid, timestep, alibi, t5_buckets, rope, plot, info, check)
+#: every command of the group, in one place: its name -> the module of this package that
+#: defines it and the command's name there.  ``main`` registers these and no others, each
+#: when it is first asked for (a run imports its own command's module, not the eight others;
+#: ``--help`` and ``COMMANDS`` load them all)
+_COMMAND_SOURCES: dict[str, tuple[str, str]] = {
+    "table": ("table", "table"),
+    "grid": ("grid", "grid"),
+    "timestep": ("timestep", "timestep"),
+    "alibi": ("alibi", "alibi"),
+    "t5-buckets": ("t5", "t5_buckets"),
+    "rope": ("rope", "rope"),
+    "plot": ("plot", "plot"),
+    "info": ("info", "info"),
+    "check": ("check", "check"),
+}
+
+_loading = threading.Lock()
 
 #: exit status after Ctrl-C, as shells report a SIGINT death (128 + 2); SIGTERM and SIGHUP
 #: give 128 + their number likewise (:attr:`fastpe._io.atomic.Terminated.exit_status`)
@@ -66,6 +75,19 @@ class FastpeGroup(click.Group):
     instead of a traceback.
     """
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMAND_SOURCES)  # as click lists a group's commands: by name
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return _command(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and _command(click.utils.make_str(args[0])) is None:
+            # not a command: click's error suggests close names from those registered, so all are
+            for name in _COMMAND_SOURCES:
+                _command(name)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -85,6 +107,8 @@ class FastpeGroup(click.Group):
     def _unexpected(ctx: click.Context, exc: Exception, message: str):
         verbosity = (ctx.obj or {}).get("verbosity", 0)
         if verbosity > 0:
+            import traceback
+
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         else:
             message += " (fastpe -v ... shows the traceback)"
@@ -139,7 +163,24 @@ def main(ctx: click.Context, verbose: int, quiet: int) -> None:
     ctx.obj["verbosity"] = verbose - quiet
 
 
-for _command in COMMANDS:
-    # -v/-q are the group's; every command takes them too, after its name
-    _command.params.extend(options.verbosity_options())
-    main.add_command(_command)
+def _command(name: str) -> click.Command | None:
+    """The command ``name`` of :data:`_COMMAND_SOURCES`, imported and registered on ``main``
+    the first time it is asked for; ``None`` for any other name."""
+    command = main.commands.get(name)
+    if command is not None or name not in _COMMAND_SOURCES:
+        return command
+    module, attribute = _COMMAND_SOURCES[name]
+    loaded = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    with _loading:  # two threads asking at once register it once
+        if name not in main.commands:
+            # -v/-q are the group's; every command takes them too, after its name
+            loaded.params.extend(options.verbosity_options())
+            main.add_command(loaded, name)
+    return main.commands[name]
+
+
+def __getattr__(name: str):
+    # COMMANDS loads every command: only the help, the tests and tools walking the group need that
+    if name == "COMMANDS":
+        return tuple(_command(command) for command in _COMMAND_SOURCES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
