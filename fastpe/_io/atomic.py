@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import stat
 import threading
@@ -52,6 +51,13 @@ TEMP_PREFIX = "."
 _TEMP_SUFFIX = ".tmp"
 
 
+def _random_tag() -> str:
+    """12 random hex digits for a temporary file's name (48 bits from the OS's generator, as
+    ``secrets.token_hex(6)`` gives, without importing it: ``secrets`` pulls in ``random``,
+    ``hashlib`` and ``hmac``, a few milliseconds of a command's start for one name)."""
+    return os.urandom(6).hex()
+
+
 def _open_temp(directory: str, name: str) -> tuple[int, str]:
     """Create and open a new, empty file next to the target; return ``(fd, path)``.
 
@@ -61,7 +67,7 @@ def _open_temp(directory: str, name: str) -> tuple[int, str]:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        path = os.path.join(directory, f"{TEMP_PREFIX}{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}")
+        path = os.path.join(directory, f"{TEMP_PREFIX}{name}.{_random_tag()}{_TEMP_SUFFIX}")
         try:
             return os.open(path, flags, 0o666), path
         except FileExistsError:  # pragma: no cover - 48 random bits colliding
@@ -160,7 +166,7 @@ def _keep_copy(path: str) -> str | None:
     except OSError:
         return None
     directory, name = os.path.split(path)
-    copy = os.path.join(directory, f"{TEMP_PREFIX}{name}.{secrets.token_hex(6)}.old.tmp")
+    copy = os.path.join(directory, f"{TEMP_PREFIX}{name}.{_random_tag()}.old.tmp")
     try:
         os.link(path, copy)
     except OSError:
