@@ -64,13 +64,22 @@ BENCH_DIR  ?= .benchmarks
 BENCH_ARGS ?=
 
 # bench/ is outside the default test paths.  `make bench` records a run, its Markdown table
-# (what the README shows) and the baseline; `make bench-compare` reruns and fails when a
-# fastpe median is more than 10% slower than the baseline (recording one if there is none).
+# and the baseline, draws the scaling plot (docs/img/scaling.png and its numbers beside it),
+# then rewrites the tables of docs/benchmarks.md and the summary in README.md between their
+# bench:table / bench:summary markers (failing, writing neither, if a marker pair is missing);
+# `make bench-compare` reruns and fails when a fastpe median is more than 10% slower than the
+# baseline (recording one if there is none).
+.PHONY: bench-plot
 bench: peers
 	mkdir -p $(BENCH_DIR)
 	$(PY) -m pytest bench/ -q --benchmark-json=$(BENCH_DIR)/last.json --benchmark-autosave --benchmark-storage=$(BENCH_DIR) $(BENCH_ARGS)
-	$(PY) bench/report.py $(BENCH_DIR)/last.json -o $(BENCH_DIR)/table.md
+	$(PY) bench/report.py $(BENCH_DIR)/last.json -q -o $(BENCH_DIR)/table.md
 	cp $(BENCH_DIR)/last.json $(BENCH_DIR)/baseline.json
+	$(MAKE) bench-plot
+	$(PY) bench/report.py $(BENCH_DIR)/last.json -q --docs
+
+bench-plot: peers
+	$(PY) bench/scaling.py -o docs/img/scaling.png
 
 bench-compare: peers
 	$(PY) bench/compare.py --run $(BENCH_DIR)/current.json --baseline $(BENCH_DIR)/baseline.json $(BENCH_ARGS)
