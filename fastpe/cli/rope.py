@@ -29,23 +29,39 @@ ENTRIES = ("cos", "sin", "inv_freq", "attention_factor")
 STACKED = ("cos", "sin")
 
 
+#: what a JSON value that is not an object is, in JSON's own words
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
 def read_scaling(value: str) -> tuple[str, dict]:
     """``--scaling``: ``("config", dict)`` for a model config, ``("scaling", dict)`` for a rope
-    dict.  JSON text starts with ``{``; anything else is a path to a JSON file."""
+    dict (``null`` is no rope dict: ``("scaling", {})``).
+
+    JSON text starting with ``{`` is read as JSON; anything else is the path of a JSON file,
+    or, when no file has that name, JSON text again -- so ``[1,2]`` is told it is JSON but not
+    an object, not that no such file exists."""
     text = value.strip()
-    if text.startswith("{"):
-        where = "the --scaling JSON"
+    is_text = text.startswith("{")
+    if not is_text and not os.path.exists(value):
+        try:
+            json.loads(text)
+        except json.JSONDecodeError:
+            raise click.BadParameter(f"{value!r} is neither JSON text nor an existing file") from None
+        except RecursionError:  # JSON, nested too deeply: said below
+            pass
+        is_text = True
+    if is_text:
+        where = "the --scaling JSON" if text.startswith("{") else repr(value)
     else:
         where = repr(value)
-        if os.path.exists(value):
-            try:  # a pipe or a device would block the read, or never end
-                options.check_regular_file(value)
-            except ValueError as exc:
-                raise click.BadParameter(str(exc)) from None
+        try:  # a pipe or a device would block the read, or never end
+            options.check_regular_file(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
         try:
             with open(value, encoding="utf-8") as f:
                 text = f.read()
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed since it was looked at
             raise click.BadParameter(f"{value!r} is neither JSON text nor an existing file") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"cannot read {value!r}: {exc}") from None
@@ -58,7 +74,11 @@ def read_scaling(value: str) -> tuple[str, dict]:
     if data is None:
         return "scaling", {}
     if not isinstance(data, dict):
-        raise click.BadParameter(f"{where} must be a JSON object, got {type(data).__name__}")
+        kind = _JSON_KINDS.get(type(data), type(data).__name__)
+        if is_text:
+            raise click.BadParameter(f"{where} is JSON but not an object (a dict of rope parameters): it is {kind}")
+        raise click.BadParameter(f"{where} holds JSON but not an object (a dict of rope parameters, or a model "
+                                 f"config.json): it holds {kind}")
     from ..rope._config import is_model_config
 
     return ("config" if is_model_config(data) else "scaling"), data

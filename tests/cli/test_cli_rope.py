@@ -215,12 +215,25 @@ BAD = [
                  id="rotary-too-big"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--layout", "llama"], "--layout", id="layout"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "{bad json"], "not valid JSON", id="bad-json"),
-    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "[1, 2]"], "neither JSON text nor",
-                 id="json-list"),
+    # JSON text that is not an object is told so, not that no file has its name
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "[1,2]"],
+                 "Error: Invalid value for '--scaling': '[1,2]' is JSON but not an object (a dict of rope parameters): "
+                 "it is an array", id="json-list"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", " [1, 2] "],
+                 "' [1, 2] ' is JSON but not an object (a dict of rope parameters): it is an array", id="json-list-spaced"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '"linear"'],
+                 """'"linear"' is JSON but not an object (a dict of rope parameters): it is a string""", id="json-string"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "2"],
+                 "'2' is JSON but not an object (a dict of rope parameters): it is a number", id="json-number"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "true"],
+                 "'true' is JSON but not an object (a dict of rope parameters): it is a boolean", id="json-true"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "nope.json"], "neither JSON text nor an existing",
                  id="no-such-file"),
-    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "list.json"], "must be a JSON object",
-                 id="file-list"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "[1, 2"],
+                 "'[1, 2' is neither JSON text nor an existing file", id="broken-json-list"),
+    pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", "list.json"],
+                 "'list.json' holds JSON but not an object (a dict of rope parameters, or a model config.json): "
+                 "it holds an array", id="file-list"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "ntk"}'], "'ntk' is not supported",
                  id="unknown-type"),
     pytest.param(["--head-dim", "8", "--max-len", "4", "--scaling", '{"rope_type": "linear"}'],
@@ -301,6 +314,9 @@ def test_the_default_output_path_must_be_usable(in_tmp):
 def test_read_scaling_tells_configs_from_rope_dicts(tmp_path):
     assert read_scaling('{"rope_type": "linear", "factor": 2}') == ("scaling", {"rope_type": "linear", "factor": 2})
     assert read_scaling(' {"rope_theta": 5e5}') == ("scaling", {"rope_theta": 5e5})
+    assert read_scaling("null") == ("scaling", {})  # a config's "rope_scaling": null, as a file holding it
+    (tmp_path / "null.json").write_text("null")
+    assert read_scaling(str(tmp_path / "null.json")) == ("scaling", {})
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA3_CONFIG))
     assert read_scaling(str(path)) == ("config", LLAMA3_CONFIG)
@@ -456,6 +472,6 @@ def test_scaling_from_a_pipe_is_refused_not_read(tmp_path):
 def test_scaling_nested_too_deeply_is_exit_2(tmp_path, text):
     path = tmp_path / "deep.json"
     path.write_text(text)
-    for value in (str(path),) + ((text,) if text.startswith("{") else ()):
+    for value in (str(path), text):
         result = run("rope", "--head-dim", 8, "--max-len", 4, "--scaling", value)
         assert result.exit_code == 2 and "nested too deeply" in result.stderr, result.output
