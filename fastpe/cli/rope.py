@@ -20,7 +20,7 @@ import warnings
 import click
 
 from . import options
-from ._write import check_size, default_path, dtype_opt, entry, output_opt, write_arrays
+from ._write import check_size, default_path, dtype_opt, dtype_text, entry, output_opt, write_arrays
 
 __all__ = ["rope", "read_scaling", "ENTRIES", "STACKED"]
 
@@ -225,7 +225,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
-            f"wrote {path}: cos, sin {cos.dtype} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
+            f"wrote {path}: cos, sin {dtype_text(cos.dtype, path)} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
             f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(2 * cos.nbytes)}, "
             f"backend {name}, {options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
         )

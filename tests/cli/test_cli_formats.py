@@ -148,7 +148,7 @@ class Case:
 
 
 def _rope(dtype):
-    cos, sin = fastpe.rope.cos_sin(np.arange(5), 8, backend=DEFAULT)
+    cos, sin = fastpe.rope.cos_sin(np.arange(5), 8, dtype=dtype, backend=DEFAULT)
     inv, attention = fastpe.rope.inv_freq(8, seq_len=5)
     return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
 
@@ -196,8 +196,8 @@ CASES = {
     "rope": Case(
         "rope", ["--head-dim", 8, "--max-len", 5], _rope,
         "rope.cos_sin", {"positions": {"arange": 5}, "head_dim": 8, "base": None, "rotary_dim": None, "scaling": {},
-                         "seq_len": 5, "max_position_embeddings": None, "layout": "neox", "dtype": "float32"},
-        "rope_5x8.npz", dtype=False),
+                         "seq_len": 5, "max_position_embeddings": None, "layout": "neox"},
+        "rope_5x8.npz"),
 }
 
 #: the float commands run with every dtype, the others with their one
@@ -235,7 +235,8 @@ def test_every_command_writes_every_format(in_tmp, name, dtype, fmt):
     assert len(lines) == 1 and lines[0].startswith(f"wrote {target}: "), result.stdout
     if case.dtype:  # every command names the dtype in the same words, bfloat16's storage included
         shown = "bfloat16 (as uint16 bits)" if dtype == "bfloat16" and fmt != ".safetensors" else dtype
-        assert lines[0].startswith(f"wrote {target}: {shown} ("), lines[0]
+        what = "cos, sin " if case.command == "rope" else ""  # rope's line names its two arrays first
+        assert lines[0].startswith(f"wrote {target}: {what}{shown} ("), lines[0]
     assert listing(in_tmp) == files_of(target)  # no temporary file left
 
     expected = case.expected(dtype)
@@ -262,6 +263,29 @@ def test_every_command_writes_every_format(in_tmp, name, dtype, fmt):
 
     if name == "table" and (fmt != ".safetensors" or HAVE_SAFETENSORS):  # the library reads the same spec back
         assert _save.load_spec(target) == spec
+
+
+def test_every_command_names_a_bfloat16_npy_alike(in_tmp):
+    """Every command that writes bfloat16 says, in its summary, that a .npy or .npz holds it
+    as uint16 bits, in the same words (_write.dtype_text); a .safetensors holds BF16."""
+    takes_bfloat16 = {
+        command.name for command in COMMANDS
+        for p in command.params if p.name == "dtype" and "bfloat16" in getattr(p.type, "choices", ())
+    }
+    assert takes_bfloat16 == {case.command for case in CASES.values() if case.dtype}  # none untested
+    for name, case in CASES.items():
+        if not case.dtype:
+            continue
+        for fmt, shown in ((".npy", "bfloat16 (as uint16 bits)"), (".npz", "bfloat16 (as uint16 bits)"),
+                           (".safetensors", "bfloat16")):
+            target = f"{name}{fmt}"
+            result = run(*case.cli("bfloat16"), "-o", target)
+            assert result.exit_code == 0, (result.output, result.stderr)
+            line = result.stdout.rstrip("\n")
+            head = f"wrote {target}: {'cos, sin ' if case.command == 'rope' else ''}"
+            assert line.startswith(head) and line[len(head):].split(" (")[0] == "bfloat16", line
+            assert line.startswith(f"{head}{shown} ("), line
+            assert ("uint16" in line) == (fmt != ".safetensors"), line
 
 
 @pytest.mark.parametrize("name", list(CASES))
