@@ -4,11 +4,92 @@
 ``csrc/fastpe_bias.h`` (see fastpe._backends.cython._bias).
 
 The functions take arrays the caller has already validated.  They check only what memory
-safety needs (shapes, ranges), then release the GIL for the loop, so Python threads can fill
-disjoint ranges of one output at once.
+safety needs (shapes, ranges), then release the GIL for the loop; ``parts > 1`` cuts the range into that many blocks run
+on the calling thread and the worker pool of ``fastpe._backends.cython._ext`` (see
+:func:`set_pool`).
 """
 
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int32_t, int64_t, uint16_t
+
+ctypedef void (*task_fn)(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+ctypedef int (*pool_run_fn)(task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts,
+                            Py_ssize_t align) noexcept nogil
+
+#: the pool of fastpe._backends.cython._ext (set_pool); until set, every part runs here
+cdef pool_run_fn _pool_run = NULL
+
+
+def set_pool(capsule):
+    """Run the ``parts`` of the calls below on the pool whose capsule ``_ext.pool_capsule()``
+    gives."""
+    global _pool_run
+    _pool_run = <pool_run_fn>PyCapsule_GetPointer(capsule, b"fastpe.pool_run")
+
+
+cdef int _run(task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts) except -1:
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    with nogil:
+        if _pool_run != NULL and parts > 1:
+            _pool_run(fn, ctx, lo, hi, parts, 1)
+        else:
+            fn(ctx, 0, lo, hi)
+    return 0
+
+
+ctypedef struct _Ctx:
+    int kind
+    const void *src
+    void *out
+    const double *words
+    Py_ssize_t n_heads, length, q_len, k_len, n_thresholds
+    int64_t first, n
+    int form, flag
+    uint16_t neg_inf
+    const int64_t *thresholds
+
+cdef enum:
+    _LINE_F32
+    _LINE_F64
+    _FILL_F32
+    _FILL_F64
+    _FILL_U16
+    _BUCKET_I32
+    _BUCKET_I64
+    _T5LINE_I32
+    _T5LINE_I64
+    _T5FILL_I32
+    _T5FILL_I64
+
+
+cdef void _part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _Ctx *c = <_Ctx *>ctx
+    if c.kind == _LINE_F32:
+        fastpe_alibi_line_f32(c.words, c.n_heads, c.first, <float *>c.out, c.length, lo, hi)
+    elif c.kind == _LINE_F64:
+        fastpe_alibi_line_f64(c.words, c.n_heads, c.first, <double *>c.out, c.length, lo, hi)
+    elif c.kind == _FILL_F32:
+        fastpe_alibi_fill_f32(<const float *>c.src, c.form, <float *>c.out, c.q_len, c.k_len, lo, hi)
+    elif c.kind == _FILL_F64:
+        fastpe_alibi_fill_f64(<const double *>c.src, c.form, <double *>c.out, c.q_len, c.k_len, lo, hi)
+    elif c.kind == _FILL_U16:
+        fastpe_alibi_fill_u16(<const uint16_t *>c.src, c.form, c.neg_inf, <uint16_t *>c.out, c.q_len,
+                              c.k_len, lo, hi)
+    elif c.kind == _BUCKET_I32:
+        fastpe_t5_bucket_i32(<const int64_t *>c.src, c.flag, c.n, c.thresholds, c.n_thresholds,
+                             <int32_t *>c.out, lo, hi)
+    elif c.kind == _BUCKET_I64:
+        fastpe_t5_bucket_i64(<const int64_t *>c.src, c.flag, c.n, c.thresholds, c.n_thresholds,
+                             <int64_t *>c.out, lo, hi)
+    elif c.kind == _T5LINE_I32:
+        fastpe_t5_line_i32(c.first, c.flag, c.n, c.thresholds, c.n_thresholds, <int32_t *>c.out, lo, hi)
+    elif c.kind == _T5LINE_I64:
+        fastpe_t5_line_i64(c.first, c.flag, c.n, c.thresholds, c.n_thresholds, <int64_t *>c.out, lo, hi)
+    elif c.kind == _T5FILL_I32:
+        fastpe_t5_fill_i32(<const int32_t *>c.src, <int32_t *>c.out, c.q_len, c.k_len, lo, hi)
+    elif c.kind == _T5FILL_I64:
+        fastpe_t5_fill_i64(<const int64_t *>c.src, <int64_t *>c.out, c.q_len, c.k_len, lo, hi)
 
 cdef extern from "fastpe_bias.h" nogil:
     enum:
@@ -70,7 +151,7 @@ cdef int _check_range(Py_ssize_t size, Py_ssize_t begin, Py_ssize_t end, str wha
 
 
 def alibi_line(const double[:, ::1] words, real_t[:, ::1] line, Py_ssize_t n_begin=0,
-               Py_ssize_t n_end=-1, int64_t first=0):
+               Py_ssize_t n_end=-1, int64_t first=0, int parts=1):
     """``line[h, n]`` = head ``h``'s slope times ``first + n``, rounded to the line's dtype,
     for ``n`` in ``[n_begin, n_end)`` (all by default); ``words`` is the ``(4, n_heads)`` plan
     of ``fastpe.alibi._slope_words``.  Distances ``first + n`` must stay in ``[0, 2**32)``."""
@@ -83,13 +164,10 @@ def alibi_line(const double[:, ::1] words, real_t[:, ::1] line, Py_ssize_t n_beg
     _check_range(line.shape[1], n_begin, n_end, "distances")
     if n_begin == n_end or line.shape[0] == 0:
         return
-    with nogil:
-        if real_t is float:
-            fastpe_alibi_line_f32(&words[0, 0], line.shape[0], first, &line[0, 0], line.shape[1],
-                                  n_begin, n_end)
-        else:
-            fastpe_alibi_line_f64(&words[0, 0], line.shape[0], first, &line[0, 0], line.shape[1],
-                                  n_begin, n_end)
+    cdef _Ctx c
+    c.kind = _LINE_F32 if real_t is float else _LINE_F64
+    c.words, c.n_heads, c.first, c.out, c.length = &words[0, 0], line.shape[0], first, &line[0, 0], line.shape[1]
+    _run(_part, &c, n_begin, n_end, parts)
 
 
 cdef Py_ssize_t _fill_end(Py_ssize_t line_heads, Py_ssize_t line_len, int form, Py_ssize_t n_heads,
@@ -110,7 +188,7 @@ cdef Py_ssize_t _fill_end(Py_ssize_t line_heads, Py_ssize_t line_len, int form, 
 
 
 def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ssize_t row_begin=0,
-               Py_ssize_t row_end=-1):
+               Py_ssize_t row_end=-1, int parts=1):
     """Rows ``[row_begin, row_end)`` of ``out`` (``(n_heads, q_len, k_len)``, rows counted over
     heads and queries) from the lines of :func:`alibi_line`; ``form`` a code of
     :data:`FORM_CODES`."""
@@ -118,15 +196,14 @@ def alibi_fill(const real_t[:, ::1] line, int form, real_t[:, :, ::1] out, Py_ss
     row_end = _fill_end(line.shape[0], line.shape[1], form, out.shape[0], q_len, k_len, row_begin, row_end)
     if row_end < 0:
         return
-    with nogil:
-        if real_t is float:
-            fastpe_alibi_fill_f32(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
-        else:
-            fastpe_alibi_fill_f64(&line[0, 0], form, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
+    cdef _Ctx c
+    c.kind = _FILL_F32 if real_t is float else _FILL_F64
+    c.src, c.form, c.out, c.q_len, c.k_len = &line[0, 0], form, &out[0, 0, 0], q_len, k_len
+    _run(_part, &c, row_begin, row_end, parts)
 
 
 def alibi_fill16(const uint16_t[:, ::1] line, int form, uint16_t neg_inf, uint16_t[:, :, ::1] out,
-                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int parts=1):
     """:func:`alibi_fill` on the bit patterns of a 16-bit format: ``line`` the narrowed lines
     (uint16), ``neg_inf`` the format's ``-inf``; negation flips the sign bit except at
     distance zero."""
@@ -134,8 +211,10 @@ def alibi_fill16(const uint16_t[:, ::1] line, int form, uint16_t neg_inf, uint16
     row_end = _fill_end(line.shape[0], line.shape[1], form, out.shape[0], q_len, k_len, row_begin, row_end)
     if row_end < 0:
         return
-    with nogil:
-        fastpe_alibi_fill_u16(&line[0, 0], form, neg_inf, &out[0, 0, 0], q_len, k_len, row_begin, row_end)
+    cdef _Ctx c
+    c.kind = _FILL_U16
+    c.src, c.form, c.neg_inf, c.out, c.q_len, c.k_len = &line[0, 0], form, neg_inf, &out[0, 0, 0], q_len, k_len
+    _run(_part, &c, row_begin, row_end, parts)
 
 
 cdef int _check_plan(const int64_t[::1] thresholds, int64_t n) except -1:
@@ -145,7 +224,7 @@ cdef int _check_plan(const int64_t[::1] thresholds, int64_t n) except -1:
 
 
 def t5_bucket(const int64_t[::1] rel, bint bidirectional, int64_t n, const int64_t[::1] thresholds,
-              bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1):
+              bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
     """``out[k]`` = the bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``n`` buckets per
     direction, ``thresholds`` the plan of ``fastpe.relative._plan``.  No ``rel`` may be
     ``-2**63``."""
@@ -158,15 +237,14 @@ def t5_bucket(const int64_t[::1] rel, bint bidirectional, int64_t n, const int64
     if begin == end:
         return
     cdef const int64_t *thr = &thresholds[0] if thresholds.shape[0] else NULL
-    with nogil:
-        if bucket_t is int32_t:
-            fastpe_t5_bucket_i32(&rel[0], bidirectional, n, thr, thresholds.shape[0], &out[0], begin, end)
-        else:
-            fastpe_t5_bucket_i64(&rel[0], bidirectional, n, thr, thresholds.shape[0], &out[0], begin, end)
+    cdef _Ctx c
+    c.kind = _BUCKET_I32 if bucket_t is int32_t else _BUCKET_I64
+    c.src, c.flag, c.n, c.thresholds, c.n_thresholds, c.out = &rel[0], bidirectional, n, thr, thresholds.shape[0], &out[0]
+    _run(_part, &c, begin, end, parts)
 
 
 def t5_line(int64_t first, bint bidirectional, int64_t n, const int64_t[::1] thresholds,
-            bucket_t[::1] line, Py_ssize_t begin=0, Py_ssize_t end=-1):
+            bucket_t[::1] line, Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
     """``line[k]`` = the bucket of relative position ``first + k``, ``k`` in ``[begin, end)``;
     ``first + k`` must stay within ``(-2**63, 2**63)``."""
     if end < 0:
@@ -178,14 +256,14 @@ def t5_line(int64_t first, bint bidirectional, int64_t n, const int64_t[::1] thr
     if first < -(1 << 62) - (1 << 40) or first > (1 << 62) or line.shape[0] > (1 << 40):
         raise ValueError("relative positions out of range")
     cdef const int64_t *thr = &thresholds[0] if thresholds.shape[0] else NULL
-    with nogil:
-        if bucket_t is int32_t:
-            fastpe_t5_line_i32(first, bidirectional, n, thr, thresholds.shape[0], &line[0], begin, end)
-        else:
-            fastpe_t5_line_i64(first, bidirectional, n, thr, thresholds.shape[0], &line[0], begin, end)
+    cdef _Ctx c
+    c.kind = _T5LINE_I32 if bucket_t is int32_t else _T5LINE_I64
+    c.first, c.flag, c.n, c.thresholds, c.n_thresholds, c.out = first, bidirectional, n, thr, thresholds.shape[0], &line[0]
+    _run(_part, &c, begin, end, parts)
 
 
-def t5_fill(const bucket_t[::1] line, bucket_t[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1):
+def t5_fill(const bucket_t[::1] line, bucket_t[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
+            int parts=1):
     """Rows ``[row_begin, row_end)`` of ``out`` (``(q_len, k_len)``):
     ``out[i, j] = line[j - i + q_len - 1]``."""
     cdef Py_ssize_t q_len = out.shape[0], k_len = out.shape[1]
@@ -196,8 +274,7 @@ def t5_fill(const bucket_t[::1] line, bucket_t[:, ::1] out, Py_ssize_t row_begin
     _check_range(q_len, row_begin, row_end, "rows")
     if row_begin == row_end or k_len == 0:
         return
-    with nogil:
-        if bucket_t is int32_t:
-            fastpe_t5_fill_i32(&line[0], &out[0, 0], q_len, k_len, row_begin, row_end)
-        else:
-            fastpe_t5_fill_i64(&line[0], &out[0, 0], q_len, k_len, row_begin, row_end)
+    cdef _Ctx c
+    c.kind = _T5FILL_I32 if bucket_t is int32_t else _T5FILL_I64
+    c.src, c.out, c.q_len, c.k_len = &line[0], &out[0, 0], q_len, k_len
+    _run(_part, &c, row_begin, row_end, parts)

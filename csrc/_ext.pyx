@@ -8,6 +8,9 @@ for the loop, so Python threads can fill disjoint row blocks of one output at on
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cython cimport floating
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -15,6 +18,7 @@ cdef extern from "fastpe_kernels.h" nogil:
     const int FASTPE_STEPS
     const float FASTPE_TINY
     const double FASTPE_TINY64
+    const uint32_t FASTPE_TINY_BITS
     const double fastpe_sin_coeffs[8]
     const double fastpe_cos_coeffs[8]
     const char *fastpe_kernel_variant(int wide)
@@ -44,6 +48,12 @@ cdef extern from "fastpe_kernels.h" nogil:
                            Py_ssize_t pos_bstride, int neox, Py_ssize_t item_begin,
                            Py_ssize_t item_end, int wide)
 
+cdef extern from "fastpe_pool.h" nogil:
+    ctypedef void (*fastpe_task_fn)(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    int fastpe_pool_run(fastpe_task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts,
+                        Py_ssize_t align, int n_threads)
+    int fastpe_pool_workers()
+
 cdef extern from *:
     """
     /* the instruction set the compiler targeted (the baseline copy of the kernels) */
@@ -71,6 +81,8 @@ cdef uint64_t POSITION_LIMIT = (<uint64_t>1) << 32
 STEPS = FASTPE_STEPS
 TINY = FASTPE_TINY
 TINY64 = FASTPE_TINY64
+#: TINY's float32 bit pattern, which the row kernels compare |value|'s bits with
+TINY_BITS = FASTPE_TINY_BITS
 #: sequence positions per work item of :func:`rope_apply`
 ROPE_SEQ = FASTPE_ROPE_SEQ
 
@@ -90,6 +102,80 @@ def build_info():
     target = FASTPE_TARGET_ISA.decode("ascii")
     variant = fastpe_kernel_variant(1).decode("ascii")
     return {"target": target, "kernels": target if variant == "baseline" else variant}
+
+
+# ------------------------------------------------------------------------ the worker pool
+# fastpe_pool.h: persistent workers, started on the first call with parts > 1, dropped in a
+# forked child.  Every entry point below takes ``parts``: its rows are cut into that many
+# blocks (the kernels' values do not depend on the cut), run by the caller and the workers.
+
+cdef int _pool_threads = 1
+
+
+def set_pool_threads(int n):
+    """Threads (caller included) a call with ``parts > 1`` may use: the pool has ``n - 1``
+    workers once started; a later change applies to a pool started later (after a fork)."""
+    global _pool_threads
+    _pool_threads = n if n > 1 else 1
+
+
+def pool_workers():
+    """Workers of this process's pool: 0 before the first parallel call (and in a fresh
+    fork child)."""
+    return fastpe_pool_workers()
+
+
+cdef int _pool_run_shared(fastpe_task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts,
+                          Py_ssize_t align) noexcept nogil:
+    return fastpe_pool_run(fn, ctx, lo, hi, parts, align, _pool_threads)
+
+
+def pool_capsule():
+    """The pool's entry point for the attention-bias extension, so that both share one set of
+    workers: a capsule of ``int (*)(fastpe_task_fn, void *, Py_ssize_t lo, Py_ssize_t hi,
+    int parts, Py_ssize_t align)``."""
+    return PyCapsule_New(<void *>_pool_run_shared, b"fastpe.pool_run", NULL)
+
+
+cdef int _check_parts(int parts) except -1:
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    return 0
+
+
+ctypedef struct _PyTask:
+    PyObject *fn
+    PyObject *error
+
+
+cdef void _py_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _PyTask *t = <_PyTask *>ctx
+    with gil:
+        if t.error != NULL:
+            return
+        try:
+            (<object>t.fn)(lo, hi)
+        except BaseException as exc:
+            Py_INCREF(exc)
+            t.error = <PyObject *>exc
+
+
+def run_parts(fn, Py_ssize_t lo, Py_ssize_t hi, int parts):
+    """``fn(b, e)`` for the ``parts`` blocks ``[b, e)`` of ``[lo, hi)``, on the caller and
+    the pool (``fn`` should release the GIL for its work: NumPy's copies do); the first
+    exception raised is re-raised here after every block has returned."""
+    _check_parts(parts)
+    cdef _PyTask t
+    t.fn = <PyObject *>fn
+    t.error = NULL
+    if hi <= lo:
+        return
+    with nogil:
+        fastpe_pool_run(_py_part, &t, lo, hi, parts, 1, _pool_threads)
+    if t.error != NULL:
+        exc = <object>t.error
+        Py_DECREF(exc)
+        raise exc
 
 
 def sincos_steps(const double[:, ::1] turns, double[:, :, ::1] steps):
@@ -120,21 +206,63 @@ cdef int _check(const double[:, ::1] turns, const double[:, :, ::1] steps, float
     return 0
 
 
-cdef double *_scratch(Py_ssize_t n_freq) except NULL:
-    cdef double *buf = <double *>PyMem_Malloc(2 * n_freq * sizeof(double))
+cdef double *_scratch(Py_ssize_t n_doubles) except NULL:
+    cdef double *buf = <double *>PyMem_Malloc(n_doubles * sizeof(double))
     if buf == NULL:
         raise MemoryError()
     return buf
 
 
+#: rows per block edge of the sinusoid kernels: a block starting on a multiple of STEPS
+#: (from row 0) computes no anchor its neighbour also computes
+cdef Py_ssize_t _ALIGN = FASTPE_STEPS
+
+
+ctypedef struct _SinCtx:
+    const uint32_t *positions
+    uint64_t start
+    const double *turns
+    Py_ssize_t n_freq
+    const double *steps
+    float *out
+    Py_ssize_t d_model
+    double *scratch
+    int wide
+
+
+cdef void _forward_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SinCtx *c = <_SinCtx *>ctx
+    fastpe_sinusoid_forward(c.positions, c.turns, c.n_freq, c.steps, c.out, c.d_model, lo, hi,
+                            c.scratch + 2 * part * c.n_freq, c.wide)
+
+
+cdef void _range_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SinCtx *c = <_SinCtx *>ctx
+    fastpe_sinusoid_range(c.start, c.turns, c.n_freq, c.steps, c.out, c.d_model, lo, hi,
+                          c.scratch + 2 * part * c.n_freq, c.wide)
+
+
+cdef int _run_sinusoid(fastpe_task_fn fn, _SinCtx *c, Py_ssize_t row_begin, Py_ssize_t row_end,
+                       int parts) except -1:
+    _check_parts(parts)
+    c.scratch = _scratch(2 * parts * c.n_freq)
+    try:
+        with nogil:
+            fastpe_pool_run(fn, c, row_begin, row_end, parts, _ALIGN, _pool_threads)
+    finally:
+        PyMem_Free(c.scratch)
+    return 0
+
+
 def sinusoid_forward(const uint32_t[::1] positions, const double[:, ::1] turns,
                      const double[:, :, ::1] steps, float[:, ::1] out,
-                     Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
+                     Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out`` (all by default) for ``positions``.
 
     ``turns`` is ``fastpe._plans.words.sinusoid_turns(d_model, base)``, ``steps`` its table from
     :func:`sincos_steps`.  ``wide=False`` runs the baseline copy of the kernel even where
-    AVX2 is available (same bits; for tests).
+    AVX2 is available (same bits; for tests).  ``parts > 1`` cuts the rows into that many
+    blocks for the caller and the pool's workers (same bits).
     """
     if row_end < 0:
         row_end = out.shape[0]
@@ -143,19 +271,20 @@ def sinusoid_forward(const uint32_t[::1] positions, const double[:, ::1] turns,
     _check(turns, steps, out, row_begin, row_end)
     if row_begin == row_end:
         return
-    cdef double *scratch = _scratch(turns.shape[1])
-    try:
-        with nogil:
-            fastpe_sinusoid_forward(&positions[0], &turns[0, 0], turns.shape[1],
-                                    &steps[0, 0, 0], &out[0, 0], out.shape[1],
-                                    row_begin, row_end, scratch, wide)
-    finally:
-        PyMem_Free(scratch)
+    cdef _SinCtx c
+    c.positions = &positions[0]
+    c.turns = &turns[0, 0]
+    c.n_freq = turns.shape[1]
+    c.steps = &steps[0, 0, 0]
+    c.out = &out[0, 0]
+    c.d_model = out.shape[1]
+    c.wide = wide
+    _run_sinusoid(_forward_part, &c, row_begin, row_end, parts)
 
 
 def sinusoid_range(uint64_t start, const double[:, ::1] turns, const double[:, :, ::1] steps,
                    float[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
-                   bint wide=True):
+                   bint wide=True, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out`` for positions ``start + row``.
 
     All ``len(out)`` positions must be below 2**32.  Otherwise as :func:`sinusoid_forward`.
@@ -167,13 +296,15 @@ def sinusoid_range(uint64_t start, const double[:, ::1] turns, const double[:, :
         raise ValueError(f"positions from {start} for {out.shape[0]} rows reach 2**32")
     if row_begin == row_end:
         return
-    cdef double *scratch = _scratch(turns.shape[1])
-    try:
-        with nogil:
-            fastpe_sinusoid_range(start, &turns[0, 0], turns.shape[1], &steps[0, 0, 0],
-                                  &out[0, 0], out.shape[1], row_begin, row_end, scratch, wide)
-    finally:
-        PyMem_Free(scratch)
+    cdef _SinCtx c
+    c.start = start
+    c.turns = &turns[0, 0]
+    c.n_freq = turns.shape[1]
+    c.steps = &steps[0, 0, 0]
+    c.out = &out[0, 0]
+    c.d_model = out.shape[1]
+    c.wide = wide
+    _run_sinusoid(_range_part, &c, row_begin, row_end, parts)
 
 
 # ------------------------------------------------------------------------------------ RoPE
@@ -193,14 +324,52 @@ cdef int _check_rows(Py_ssize_t n_rows, Py_ssize_t row_begin, Py_ssize_t row_end
     return 0
 
 
+ctypedef struct _RopeCtx:
+    const uint32_t *positions
+    const double *turns
+    Py_ssize_t n_freq
+    const double *steps
+    double af
+    int neox
+    double *table
+    float *out_cos
+    float *out_sin
+    double *scratch
+    int wide
+
+
+cdef void _rope_table_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _RopeCtx *c = <_RopeCtx *>ctx
+    fastpe_rope_table(c.positions, c.turns, c.n_freq, c.steps, c.af, c.table, lo, hi,
+                      c.scratch + 2 * part * c.n_freq, c.wide)
+
+
+cdef void _rope_cos_sin_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _RopeCtx *c = <_RopeCtx *>ctx
+    fastpe_rope_cos_sin(c.positions, c.turns, c.n_freq, c.steps, c.af, c.neox, c.out_cos,
+                        c.out_sin, lo, hi, c.scratch + 2 * part * c.n_freq, c.wide)
+
+
+cdef int _run_rope(fastpe_task_fn fn, _RopeCtx *c, Py_ssize_t row_begin, Py_ssize_t row_end,
+                   int parts) except -1:
+    _check_parts(parts)
+    c.scratch = _scratch(2 * parts * c.n_freq)
+    try:
+        with nogil:
+            fastpe_pool_run(fn, c, row_begin, row_end, parts, 1, _pool_threads)
+    finally:
+        PyMem_Free(c.scratch)
+    return 0
+
+
 def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
                const double[:, :, ::1] steps, double attention_factor, double[:, :, ::1] table,
-               Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
+               Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(positions), 2, n_freq)``):
     ``table[t, 0, i], table[t, 1, i]`` = the doubles ``C, S`` of ``positions[t]``.
 
     ``turns`` is ``fastpe._plans.words.frequency_turns(inv_freq)``, ``steps`` its table from
-    :func:`sincos_steps`.
+    :func:`sincos_steps`; ``parts`` as in :func:`sinusoid_forward`.
     """
     _check_rope_plan(turns, steps)
     if row_end < 0:
@@ -210,19 +379,21 @@ def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
     _check_rows(table.shape[0], row_begin, row_end)
     if row_begin == row_end:
         return
-    cdef double *scratch = _scratch(turns.shape[1])
-    try:
-        with nogil:
-            fastpe_rope_table(&positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0],
-                              attention_factor, &table[0, 0, 0], row_begin, row_end, scratch, wide)
-    finally:
-        PyMem_Free(scratch)
+    cdef _RopeCtx c
+    c.positions = &positions[0]
+    c.turns = &turns[0, 0]
+    c.n_freq = turns.shape[1]
+    c.steps = &steps[0, 0, 0]
+    c.af = attention_factor
+    c.table = &table[0, 0, 0]
+    c.wide = wide
+    _run_rope(_rope_table_part, &c, row_begin, row_end, parts)
 
 
 def rope_cos_sin(const uint32_t[::1] positions, const double[:, ::1] turns,
                  const double[:, :, ::1] steps, double attention_factor, bint neox,
                  float[:, ::1] out_cos, float[:, ::1] out_sin, Py_ssize_t row_begin=0,
-                 Py_ssize_t row_end=-1, bint wide=True):
+                 Py_ssize_t row_end=-1, bint wide=True, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out_cos`` and ``out_sin``
     (``(len(positions), 2 * n_freq)``) with float32 ``C`` and ``S``, each frequency in two
     columns: ``i`` and ``i + n_freq`` if ``neox``, else ``2i`` and ``2i + 1``."""
@@ -237,14 +408,17 @@ def rope_cos_sin(const uint32_t[::1] positions, const double[:, ::1] turns,
     _check_rows(n, row_begin, row_end)
     if row_begin == row_end:
         return
-    cdef double *scratch = _scratch(turns.shape[1])
-    try:
-        with nogil:
-            fastpe_rope_cos_sin(&positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0],
-                                attention_factor, neox, &out_cos[0, 0], &out_sin[0, 0],
-                                row_begin, row_end, scratch, wide)
-    finally:
-        PyMem_Free(scratch)
+    cdef _RopeCtx c
+    c.positions = &positions[0]
+    c.turns = &turns[0, 0]
+    c.n_freq = turns.shape[1]
+    c.steps = &steps[0, 0, 0]
+    c.af = attention_factor
+    c.neox = neox
+    c.out_cos = &out_cos[0, 0]
+    c.out_sin = &out_sin[0, 0]
+    c.wide = wide
+    _run_rope(_rope_cos_sin_part, &c, row_begin, row_end, parts)
 
 
 cdef int _check_rows_fit(str name, Py_ssize_t size, Py_ssize_t n_heads, Py_ssize_t n_batch,
@@ -259,11 +433,28 @@ cdef int _check_rows_fit(str name, Py_ssize_t size, Py_ssize_t n_heads, Py_ssize
     return 0
 
 
+ctypedef struct _ApplyCtx:
+    float *xq
+    Py_ssize_t hq, bq, shq, ssq
+    float *xk
+    Py_ssize_t hk, bk, shk, ssk
+    Py_ssize_t s_begin, s_end
+    const double *table
+    Py_ssize_t n_freq, pos_bstride
+    int neox, wide
+
+
+cdef void _apply_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _ApplyCtx *c = <_ApplyCtx *>ctx
+    fastpe_rope_apply(c.xq, c.hq, c.bq, c.shq, c.ssq, c.xk, c.hk, c.bk, c.shk, c.ssk, c.s_begin,
+                      c.s_end, c.table, c.n_freq, c.pos_bstride, c.neox, lo, hi, c.wide)
+
+
 def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_ssize_t ssq,
                float[::1] xk, Py_ssize_t hk, Py_ssize_t bk, Py_ssize_t shk, Py_ssize_t ssk,
                Py_ssize_t n_batch, Py_ssize_t s_begin, Py_ssize_t s_end,
                const double[:, :, ::1] table, Py_ssize_t pos_bstride, bint neox,
-               Py_ssize_t item_begin=0, Py_ssize_t item_end=-1, bint wide=True):
+               Py_ssize_t item_begin=0, Py_ssize_t item_end=-1, bint wide=True, int parts=1):
     """Rotate, in place, the rows of the flat buffers ``xq`` (``hq`` heads) and ``xk``
     (``hk`` heads, 0 for none) for sequence indices ``[s_begin, s_end)`` of every batch.
 
@@ -293,9 +484,15 @@ def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_s
     cdef float *pk = &xk[0] if xk.shape[0] else NULL
     if hq and pq == NULL:
         raise ValueError("xq is empty")
+    _check_parts(parts)
+    cdef _ApplyCtx c
+    c.xq, c.hq, c.bq, c.shq, c.ssq = pq, hq, bq, shq, ssq
+    c.xk, c.hk, c.bk, c.shk, c.ssk = pk, hk, bk, shk, ssk
+    c.s_begin, c.s_end = s_begin, s_end
+    c.table, c.n_freq, c.pos_bstride = &table[0, 0, 0], n_freq, pos_bstride
+    c.neox, c.wide = neox, wide
     with nogil:
-        fastpe_rope_apply(pq, hq, bq, shq, ssq, pk, hk, bk, shk, ssk, s_begin, s_end,
-                          &table[0, 0, 0], n_freq, pos_bstride, neox, item_begin, item_end, wide)
+        fastpe_pool_run(_apply_part, &c, item_begin, item_end, parts, 1, _pool_threads)
 
 
 def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::1] table,
@@ -361,24 +558,41 @@ cdef inline uint16_t _to_bf16(uint32_t u, uint8_t *tie) noexcept nogil:
     return <uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16)
 
 
+ctypedef struct _NarrowCtx:
+    const uint32_t *bits
+    uint16_t *out
+    uint8_t *ties
+    int bf16
+
+
+cdef void _narrow_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _NarrowCtx *c = <_NarrowCtx *>ctx
+    cdef Py_ssize_t i
+    if c.bf16:
+        for i in range(lo, hi):
+            c.out[i] = _to_bf16(c.bits[i], &c.ties[i])
+    else:
+        for i in range(lo, hi):
+            c.out[i] = _to_f16(c.bits[i], &c.ties[i])
+
+
 def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1] ties,
-             Py_ssize_t begin=0, Py_ssize_t end=-1):
+             Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
     """Elements ``[begin, end)``: ``out`` the float16 (``bf16``: bfloat16) bits nearest to the
     float32 ``bits``, ``ties`` 1 where the float32 lies exactly halfway between two."""
     cdef Py_ssize_t n = bits.shape[0]
-    cdef Py_ssize_t i
     if end < 0:
         end = n
     if out.shape[0] != n or ties.shape[0] != n:
         raise ValueError(f"out and ties must have {n} elements")
     _check_rows(n, begin, end)
+    _check_parts(parts)
+    if begin == end:
+        return
+    cdef _NarrowCtx c
+    c.bits, c.out, c.ties, c.bf16 = &bits[0], &out[0], &ties[0], bf16
     with nogil:
-        if bf16:
-            for i in range(begin, end):
-                out[i] = _to_bf16(bits[i], &ties[i])
-        else:
-            for i in range(begin, end):
-                out[i] = _to_f16(bits[i], &ties[i])
+        fastpe_pool_run(_narrow_part, &c, begin, end, parts, 1, _pool_threads)
 
 
 
@@ -403,35 +617,37 @@ LAYOUT_CODES = {"interleaved": _INTERLEAVED, "halves": _HALVES, "halves_cos": _H
 
 
 cdef void _scatter(const double *table, Py_ssize_t n_rows, Py_ssize_t n_freq, int layout,
-                   floating[:, ::1] out, Py_ssize_t row0) noexcept nogil:
-    """Rows ``row0 ..`` of ``out`` from ``table`` (``n_rows x 2 x n_freq``: cos, then sin)
-    in ``layout`` (interleaved, halves, or halves with the cosines first)."""
-    cdef Py_ssize_t d = out.shape[1]
+                   floating *out, Py_ssize_t d) noexcept nogil:
+    """Rows ``0 .. n_rows - 1`` of ``out`` (``d`` values each) from ``table``
+    (``n_rows x 2 x n_freq``: cos, then sin) in ``layout`` (interleaved, halves, or halves
+    with the cosines first)."""
     cdef Py_ssize_t t, k, j, m
     cdef const double *c
     cdef const double *s
     cdef const double *first
     cdef const double *second
+    cdef floating *o
     for t in range(n_rows):
         c = table + 2 * t * n_freq
         s = c + n_freq
+        o = out + t * d
         if layout == _INTERLEAVED:
             for k in range(n_freq):
-                out[row0 + t, 2 * k] = <floating>s[k]
+                o[2 * k] = <floating>s[k]
                 if 2 * k + 1 < d:
-                    out[row0 + t, 2 * k + 1] = <floating>c[k]
+                    o[2 * k + 1] = <floating>c[k]
         else:
             first = s if layout == _HALVES else c
             second = c if layout == _HALVES else s
             for k in range(n_freq):
-                out[row0 + t, k] = <floating>first[k]
+                o[k] = <floating>first[k]
             m = d - n_freq
             if m > n_freq:
                 m = n_freq
             for k in range(m):
-                out[row0 + t, n_freq + k] = <floating>second[k]
+                o[n_freq + k] = <floating>second[k]
         for j in range(2 * n_freq, d):
-            out[row0 + t, j] = 0
+            o[j] = 0
 
 
 cdef int _check_family(Py_ssize_t n, const double[:, ::1] turns, floating[:, ::1] out, int layout,
@@ -446,43 +662,65 @@ cdef int _check_family(Py_ssize_t n, const double[:, ::1] turns, floating[:, ::1
     return 0
 
 
+ctypedef struct _FamilyCtx:
+    const uint32_t *positions  # NULL: the real positions x
+    const double *x
+    const double *turns
+    Py_ssize_t n_freq
+    const double *steps
+    int layout
+    void *out
+    int is_double
+    Py_ssize_t d
+    double *scratch  # per part: a block's table, then an anchor's 2 * n_freq
+    int wide
+
+
+cdef void _family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """Rows ``[lo, hi)``, ``_FAMILY_ROWS`` at a time: the (cos, sin) doubles of the integer
+    positions (fastpe_rope_table with af = 1) or of the real positions (fastpe_sincos_real),
+    then laid out and rounded by :func:`_scatter`."""
+    cdef _FamilyCtx *c = <_FamilyCtx *>ctx
+    cdef Py_ssize_t n_freq = c.n_freq
+    cdef double *table = c.scratch + part * (_FAMILY_ROWS + 1) * 2 * n_freq
+    cdef double *anchor = table + _FAMILY_ROWS * 2 * n_freq
+    cdef Py_ssize_t b0 = lo, b1
+    while b0 < hi:
+        b1 = b0 + _FAMILY_ROWS
+        if b1 > hi:
+            b1 = hi
+        if c.positions != NULL:
+            fastpe_rope_table(c.positions + b0, c.turns, n_freq, c.steps, 1.0, table, 0, b1 - b0,
+                              anchor, c.wide)
+        else:
+            fastpe_sincos_real(c.x + b0, c.turns, n_freq, table, 0, b1 - b0, c.wide)
+        if c.is_double:
+            _scatter(table, b1 - b0, n_freq, c.layout, <double *>c.out + b0 * c.d, c.d)
+        else:
+            _scatter(table, b1 - b0, n_freq, c.layout, <float *>c.out + b0 * c.d, c.d)
+        b0 = b1
+
+
 cdef int _family_rows(const uint32_t *positions, const double *x, const double *turns,
                       Py_ssize_t n_freq, const double *steps, int layout, floating[:, ::1] out,
-                      Py_ssize_t row_begin, Py_ssize_t row_end, bint wide) except -1:
-    """Rows ``[row_begin, row_end)`` of ``out``, ``_FAMILY_ROWS`` at a time: the (cos, sin)
-    doubles of the integer ``positions`` (fastpe_rope_table with af = 1) or, where
-    ``positions`` is NULL, of the real positions ``x`` (fastpe_sincos_real), then laid out and
-    rounded by :func:`_scatter`."""
-    cdef double *scratch = NULL
-    cdef double *table = <double *>PyMem_Malloc(_FAMILY_ROWS * 2 * n_freq * sizeof(double))
-    cdef Py_ssize_t b0, b1
-    if table == NULL:
-        raise MemoryError()
+                      Py_ssize_t row_begin, Py_ssize_t row_end, bint wide, int parts) except -1:
+    _check_parts(parts)
+    cdef _FamilyCtx c
+    c.positions, c.x, c.turns, c.n_freq, c.steps = positions, x, turns, n_freq, steps
+    c.layout, c.out, c.d, c.wide = layout, &out[0, 0], out.shape[1], wide
+    c.is_double = floating is double
+    c.scratch = _scratch(parts * (_FAMILY_ROWS + 1) * 2 * n_freq)
     try:
-        if positions != NULL:
-            scratch = _scratch(n_freq)
         with nogil:
-            b0 = row_begin
-            while b0 < row_end:
-                b1 = b0 + _FAMILY_ROWS
-                if b1 > row_end:
-                    b1 = row_end
-                if positions != NULL:
-                    fastpe_rope_table(positions + b0, turns, n_freq, steps, 1.0, table, 0, b1 - b0,
-                                      scratch, wide)
-                else:
-                    fastpe_sincos_real(x + b0, turns, n_freq, table, 0, b1 - b0, wide)
-                _scatter(table, b1 - b0, n_freq, layout, out, b0)
-                b0 = b1
+            fastpe_pool_run(_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
     finally:
-        PyMem_Free(table)
-        PyMem_Free(scratch)
+        PyMem_Free(c.scratch)
     return 0
 
 
 def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
                 const double[:, :, ::1] steps, int layout, floating[:, ::1] out,
-                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True):
+                Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
     """Rows ``[row_begin, row_end)`` of ``out``: the family values of ``positions`` for the
     frequencies ``turns`` (``steps`` from :func:`sincos_steps`) in ``layout`` (a code of
     :data:`LAYOUT_CODES`)."""
@@ -493,12 +731,12 @@ def sincos_rows(const uint32_t[::1] positions, const double[:, ::1] turns,
     if row_begin == row_end:
         return
     _family_rows(&positions[0], NULL, &turns[0, 0], turns.shape[1], &steps[0, 0, 0], layout, out,
-                 row_begin, row_end, wide)
+                 row_begin, row_end, wide, parts)
 
 
 def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout,
                      floating[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
-                     bint wide=True):
+                     bint wide=True, int parts=1):
     """Rows ``[row_begin, row_end)`` of ``out``: the family values at the real positions
     ``x`` (finite, ``|x| < 2**32``) for the frequencies ``turns`` in ``layout``."""
     if row_end < 0:
@@ -507,4 +745,4 @@ def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout
     if row_begin == row_end:
         return
     _family_rows(NULL, &x[0], &turns[0, 0], turns.shape[1], NULL, layout, out, row_begin, row_end,
-                 wide)
+                 wide, parts)

@@ -160,26 +160,30 @@ static void fastpe_alibi_fill_u16(const uint16_t *line, int form, uint16_t neg_i
     }
 }
 
+/* thresholds up to this many are counted by a linear scan, more by binary search (same count) */
+#define FASTPE_T5_LINEAR 32
+
 /* HF T5's bucket of one relative position (rp > INT64_MIN), n buckets per direction, by the
  * number of plan thresholds at or below the distance */
 static inline int64_t fastpe_t5_one(int64_t rp, int bidirectional, int64_t n,
                                     const int64_t *thresholds, ptrdiff_t n_thresholds)
 {
-    int64_t base = 0, d;
-    if (bidirectional) {
-        if (rp > 0) {
-            base = n;
-            d = rp;
-        } else {
-            d = -rp;
-        }
-    } else {
-        d = rp < 0 ? -rp : 0;
-    }
+    /* selects, not branches: the sign of a random relative position is unpredictable */
+    const int64_t neg = -rp;
+    const int64_t up = bidirectional & (rp > 0);
+    const int64_t base = n & -up;
+    const int64_t d = bidirectional ? (up ? rp : neg) : (neg > 0 ? neg : 0);
     const int64_t exact = n / 2;
     if (d < exact)
         return base + d;
     ptrdiff_t lo = 0, hi = n_thresholds;
+    if (n_thresholds <= FASTPE_T5_LINEAR) {
+        /* a few thresholds (7 for T5's 32 buckets): count them without a branch -- a binary
+         * search's branches mispredict on every other random position */
+        for (ptrdiff_t k = 0; k < n_thresholds; k++)
+            lo += thresholds[k] <= d;
+        return base + exact + lo;
+    }
     while (lo < hi) {
         ptrdiff_t mid = (lo + hi) >> 1;
         if (thresholds[mid] <= d)

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Every double operation must round to double: no x87 extended precision (32-bit x86). */
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
@@ -204,31 +205,58 @@ static FASTPE_ALWAYS_INLINE void fastpe_anchor_(double a, const double *FASTPE_R
     }
 }
 
-/* one row (d_model float32) by anchored products; a lone sine last when d_model is odd */
-static FASTPE_ALWAYS_INLINE void fastpe_product_row_(const double *FASTPE_RESTRICT sa,
-                                                     const double *FASTPE_RESTRICT ca,
-                                                     const double *FASTPE_RESTRICT cm,
-                                                     const double *FASTPE_RESTRICT sm,
-                                                     ptrdiff_t d_model, float *FASTPE_RESTRICT o)
+/* |v|'s bit pattern: for finite floats, ordered as |v| is */
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_abs_bits_(float v)
 {
-    ptrdiff_t n_pairs = d_model / 2;
-    for (ptrdiff_t i = 0; i < n_pairs; i++) {
-        o[2 * i] = (float)(sa[i] * cm[i] + ca[i] * sm[i]);
-        o[2 * i + 1] = (float)(ca[i] * cm[i] - sa[i] * sm[i]);
-    }
-    if (d_model & 1)
-        o[d_model - 1] = (float)(sa[n_pairs] * cm[n_pairs] + ca[n_pairs] * sm[n_pairs]);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & 0x7FFFFFFFu;
 }
 
-/* recompute by the exact path at p the pairs of row o holding a value below 2**-14 (rare) */
+/*
+ * One row (d_model float32) by anchored products; a lone sine last when d_model is odd.
+ * Returns the smallest |value|'s bit pattern, found in the same pass (an integer min
+ * vectorises; a float min would not), so that the rare row holding a value below TINY is
+ * found without reading the row again.
+ */
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_product_row_(const double *FASTPE_RESTRICT sa,
+                                                         const double *FASTPE_RESTRICT ca,
+                                                         const double *FASTPE_RESTRICT cm,
+                                                         const double *FASTPE_RESTRICT sm,
+                                                         ptrdiff_t d_model,
+                                                         float *FASTPE_RESTRICT o)
+{
+    ptrdiff_t n_pairs = d_model / 2;
+    uint32_t smallest = 0x7FFFFFFFu;
+    for (ptrdiff_t i = 0; i < n_pairs; i++) {
+        float a = (float)(sa[i] * cm[i] + ca[i] * sm[i]);
+        float b = (float)(ca[i] * cm[i] - sa[i] * sm[i]);
+        o[2 * i] = a;
+        o[2 * i + 1] = b;
+        uint32_t ua = fastpe_abs_bits_(a), ub = fastpe_abs_bits_(b);
+        uint32_t u = ua < ub ? ua : ub;
+        smallest = u < smallest ? u : smallest;
+    }
+    if (d_model & 1) {
+        float a = (float)(sa[n_pairs] * cm[n_pairs] + ca[n_pairs] * sm[n_pairs]);
+        o[d_model - 1] = a;
+        uint32_t u = fastpe_abs_bits_(a);
+        smallest = u < smallest ? u : smallest;
+    }
+    return smallest;
+}
+
+/* FASTPE_TINY's bit pattern (0x38800000 for 2**-14) */
+#define FASTPE_TINY_BITS 0x38800000u
+
+/* recompute by the exact path at p the pairs of row o holding a value below 2**-14 (rare);
+ * smallest: fastpe_product_row_'s result for the row */
 static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE_RESTRICT turns,
                                                   ptrdiff_t n_freq, ptrdiff_t d_model,
-                                                  float *FASTPE_RESTRICT o, const int hw)
+                                                  float *FASTPE_RESTRICT o, uint32_t smallest,
+                                                  const int hw)
 {
-    int any = 0;
-    for (ptrdiff_t j = 0; j < d_model; j++) /* a branch-free scan: vectorises */
-        any |= fabsf(o[j]) < FASTPE_TINY;
-    if (!any)
+    if (smallest >= FASTPE_TINY_BITS)
         return;
     for (ptrdiff_t i = 0; i < n_freq; i++) {
         ptrdiff_t j = 2 * i;
@@ -270,8 +298,8 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
             }                                                                                    \
             float *o = out + row * d_model;                                                      \
             const double *cm = steps + 2 * m * n_freq;                                           \
-            fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);                            \
-            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, HW);                          \
+            uint32_t smallest = fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);        \
+            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, smallest, HW);               \
         }                                                                                        \
     }                                                                                            \
     ATTR static void fastpe_sinusoid_range##SUFFIX(                                              \
@@ -290,8 +318,8 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
             }                                                                                    \
             float *o = out + row * d_model;                                                      \
             const double *cm = steps + 2 * m * n_freq;                                           \
-            fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);                            \
-            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, HW);                          \
+            uint32_t smallest = fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);        \
+            fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, smallest, HW);               \
         }                                                                                        \
     }
 

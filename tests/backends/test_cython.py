@@ -168,11 +168,66 @@ def test_extension_refuses_what_would_be_unsafe():
 
 @pytest.mark.parametrize("n_rows", [0, 1, 2, 3, 10, 4097])
 @pytest.mark.parametrize("n_threads", [1, 2, 3, 16])
-def test_blocks_cover_every_row_once(n_rows, n_threads):
-    blocks = _cython._blocks(n_rows, 1024, n_threads)
-    rows = [r for lo, hi in blocks for r in range(lo, hi)]
-    assert rows == list(range(n_rows))
-    assert len(blocks) <= n_threads
+def test_parts_are_bounded(n_rows, n_threads):
+    parts = _cython._parts(n_rows, n_rows * 1024, n_threads)
+    assert 1 <= parts <= max(1, min(n_threads, n_rows))
+    assert _cython._parts(n_rows, _cython.PARALLEL_FROM - 1, n_threads) == 1
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 64, 5000])
+@pytest.mark.parametrize("n_rows", [1, 63, 64, 65, 1000])
+def test_every_cut_gives_the_same_bits(parts, n_rows):
+    """Any number of blocks -- more than threads, more than rows, edges on and off the
+    anchors -- writes every row once, with the bits of one block."""
+    d_model = 37
+    turns, steps = _cython._planned(sinusoid_turns, d_model, 10000.0)
+    positions = np.random.default_rng(n_rows).integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
+    for kernel, first in ((_ext.sinusoid_forward, positions), (_ext.sinusoid_range, POSITION_LIMIT - n_rows)):
+        single = np.empty((n_rows, d_model), dtype=np.float32)
+        kernel(first, turns, steps, single)
+        split = np.full_like(single, np.nan)
+        kernel(first, turns, steps, split, parts=parts)
+        assert_same_bits(split, single)
+        part_rows = np.full_like(single, np.nan)
+        kernel(first, turns, steps, part_rows, 1, n_rows, parts=parts)  # a sub-range
+        assert_same_bits(part_rows[1:], single[1:])
+        assert np.isnan(part_rows[0]).all()
+
+
+def test_bad_parts_are_refused():
+    turns, steps = _cython._planned(sinusoid_turns, 8, 10000.0)
+    out = np.empty((4, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="parts"):
+        _ext.sinusoid_range(0, turns, steps, out, parts=0)
+    with pytest.raises(ValueError, match="parts"):
+        _ext.run_parts(lambda lo, hi: None, 0, 4, 0)
+
+
+def test_run_parts_covers_the_range_and_reraises():
+    seen = []
+    _ext.run_parts(lambda lo, hi: seen.append((lo, hi)), 3, 1003, 4)
+    assert sorted(r for lo, hi in seen for r in range(lo, hi)) == list(range(3, 1003))
+
+    def fail(lo, hi):
+        raise KeyError(lo)
+
+    with pytest.raises(KeyError):
+        _ext.run_parts(fail, 0, 100, 4)
+
+
+def test_the_pool_persists_across_calls():
+    """Workers are started once (threads() - 1 of them), not per call."""
+    if _cython.threads() < 2:
+        pytest.skip("one CPU: no workers")
+    turns, steps = _cython._planned(sinusoid_turns, 64, 10000.0)
+    out = np.empty((256, 64), dtype=np.float32)
+    _ext.sinusoid_range(0, turns, steps, out, parts=2)
+    assert _ext.pool_workers() == _cython.threads() - 1
+    before = threading.active_count()  # the pool's threads are not Python threads
+    for _ in range(50):
+        _ext.sinusoid_range(0, turns, steps, out, parts=2)
+    assert _ext.pool_workers() == _cython.threads() - 1
+    assert threading.active_count() == before
 
 
 @pytest.fixture
@@ -185,7 +240,7 @@ def split_small(monkeypatch):
 @pytest.mark.parametrize("n_threads", [2, 3, 7])
 def test_split_rows_equal_single_thread(split_small, n_threads):
     d_model, base, n_rows = 257, 10000.0, 3001
-    assert len(_cython._blocks(n_rows, d_model, n_threads)) == n_threads
+    assert _cython._parts(n_rows, n_rows * d_model, n_threads) == n_threads
     turns, steps = _cython._planned(sinusoid_turns, d_model, base)
     rng = np.random.default_rng(7)
     positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
@@ -233,25 +288,46 @@ def test_sixteen_threads_at_once(split_small):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_works_in_a_forked_child():
-    """A child forked after threaded calls computes the same values (no pool to inherit)."""
+    """A child forked after parallel calls -- also while another thread is inside one --
+    drops the parent's pool, starts its own and computes the same values."""
     script = textwrap.dedent(
         """
-        import os, sys
+        import os, sys, threading
         import numpy as np
         from fastpe._backends import cython as _cython
+        from fastpe._backends.cython import _ext
         _cython.PARALLEL_FROM = _cython.MIN_BLOCK = 1   # split even this small output
         out = np.empty((4000, 300), dtype=np.float32)
-        _cython.sinusoid_range(0, 300, 10000.0, out)      # runs on helper threads
-        pid = os.fork()
-        if pid == 0:
-            again = np.empty_like(out)
-            _cython.sinusoid_range(0, 300, 10000.0, again)
-            os._exit(0 if np.array_equal(again.view(np.uint32), out.view(np.uint32)) else 3)
-        _, status = os.waitpid(pid, 0)
-        sys.exit(os.waitstatus_to_exitcode(status))
+        _cython.sinusoid_range(0, 300, 10000.0, out)      # runs on the pool's workers
+        assert _ext.pool_workers() == _cython.threads() - 1
+        stop = threading.Event()
+
+        def busy():                                       # the pool in use while we fork
+            mine = np.empty_like(out)
+            while not stop.is_set():
+                _cython.sinusoid_range(0, 300, 10000.0, mine)
+
+        helper = threading.Thread(target=busy)
+        helper.start()
+        codes = []
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:
+                if _ext.pool_workers() != 0:
+                    os._exit(4)
+                again = np.empty_like(out)
+                _cython.sinusoid_range(0, 300, 10000.0, again)
+                ok = np.array_equal(again.view(np.uint32), out.view(np.uint32))
+                ok = ok and _ext.pool_workers() == _cython.threads() - 1
+                os._exit(0 if ok else 3)
+            _, status = os.waitpid(pid, 0)
+            codes.append(os.waitstatus_to_exitcode(status))
+        stop.set()
+        helper.join()
+        sys.exit(max(codes))
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(_cython.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(_cython.__file__)))))
     proc = subprocess.run(
         [sys.executable, "-c", script],
         check=False,

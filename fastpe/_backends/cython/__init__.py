@@ -6,20 +6,21 @@ fastpe then falls back to its other backends.  The C kernels are the twin of the
 the same exact path and the same anchored products (see :mod:`fastpe._plans.words`), so the same
 bits (``tests/backends/test_cython.py`` checks it).
 
-Parallelism uses plain Python threads, each filling a block of rows (or, for the in-place
-RoPE rotation, a block of work items) with the GIL released.
-Not OpenMP: a GNU OpenMP runtime that has run in a process hangs its ``fork()`` children.
-The threads are started per call and joined before it returns, so there is no pool to
-share between concurrent callers or to repair after ``fork()``; starting one costs ~0.1 ms,
-which is why outputs below :data:`PARALLEL_FROM` elements run in the calling thread.
+Parallelism: a call cuts its rows (or items) into blocks that the calling thread and a pool
+of persistent worker threads (``csrc/fastpe_pool.h``, one pool for both extensions) claim
+one at a time, with the GIL released; the values do not depend on the cut.  Not OpenMP: a
+GNU OpenMP runtime that has run in a process hangs its ``fork()`` children.  The workers
+start on the first parallel call and sleep between calls; a forked child drops the pool and
+starts its own on its first parallel call; a caller that finds the workers busy with another
+caller's call runs its blocks itself.  Handing a call to the workers costs a few
+microseconds (starting a thread cost ~0.1 ms), so outputs below :data:`PARALLEL_FROM` units
+of work run in the calling thread.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import threading
 
 import numpy as np
 
@@ -41,6 +42,7 @@ _COMPILED = {
     "STEPS": (_ext.STEPS, _words.STEPS),
     "TINY": (_ext.TINY, _words.TINY),
     "TINY64": (getattr(_ext, "TINY64", None), _words.TINY),
+    "TINY bits": (getattr(_ext, "TINY_BITS", None), int(np.float32(_words.TINY).view(np.uint32))),
     "layout codes": (getattr(_ext, "LAYOUT_CODES", None), LAYOUT_CODES),
     "form codes": (getattr(_ext_bias, "FORM_CODES", None), FORM_CODES),
 }
@@ -55,11 +57,11 @@ __all__ = [*OPERATIONS, "build_info", "threads"]
 #: work is counted in table values (one complex product each); a value of ``forward`` costs
 #: about FORWARD_COST of them, as its row also needs an exact anchor
 FORWARD_COST = 4
-#: outputs with less work than this run in the calling thread: ~0.4 ms of work, against ~0.1 ms
-#: to start and join a thread (a 2048x512 table measured 840 us on one thread, 610 us on two)
-PARALLEL_FROM = 1 << 19
-#: each thread gets at least this much work
-MIN_BLOCK = 1 << 18
+#: outputs with less work than this run in the calling thread: below it, waking the pool's
+#: workers and waiting for them costs more than the second thread saves
+PARALLEL_FROM = 1 << 16
+#: each block of a parallel call gets at least this much work
+MIN_BLOCK = 1 << 15
 
 
 def threads() -> int:
@@ -68,6 +70,12 @@ def threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+# one pool for both extensions, of the size threads() gives at import (in a forked child, on
+# its first parallel call); _ext_bias runs its blocks on _ext's pool
+_ext.set_pool_threads(threads())
+_ext_bias.set_pool(_ext.pool_capsule())
 
 
 def build_info() -> dict:
@@ -79,72 +87,31 @@ def build_info() -> dict:
 _planned = functools.partial(step_plan, _ext.sincos_steps)
 
 
-def _blocks(n_rows: int, d_model: int, n_threads: int, cost: int = 1) -> list[tuple[int, int]]:
-    """Split ``range(n_rows)`` into at most ``n_threads`` contiguous, near-equal blocks."""
-    return _item_blocks(n_rows, n_rows * d_model * cost, n_threads)
-
-
-def _item_blocks(n_items: int, work: int, n_threads: int) -> list[tuple[int, int]]:
-    """Split ``range(n_items)`` (``work`` in all) into at most ``n_threads`` blocks of at
-    least ``MIN_BLOCK`` work each; one block when ``work < PARALLEL_FROM``."""
-    n = 1 if work < PARALLEL_FROM else min(n_threads, work // MIN_BLOCK, n_items)
-    n = max(n, 1)
-    edges = [n_items * k // n for k in range(n + 1)]
-    return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
+def _parts(n_items: int, work: int, n_threads: int | None = None) -> int:
+    """Blocks to cut ``n_items`` (``work`` in all) into: 1 when ``work < PARALLEL_FROM``,
+    else one per thread, each with at least ``MIN_BLOCK`` work and one item."""
+    if work < PARALLEL_FROM:
+        return 1
+    n = threads() if n_threads is None else n_threads
+    return max(1, min(n, work // MIN_BLOCK, n_items))
 
 
 def _fill(kernel, first_arg, turns, steps, out, n_threads: int | None = None, cost: int = 1):
-    """Run ``kernel(first_arg, turns, steps, out, row_begin, row_end)`` over row blocks.
-
-    The calling thread takes the first block; extra threads take the rest.  Blocks are
-    disjoint, so the result does not depend on the split.
-    """
+    """``kernel(first_arg, turns, steps, out)`` over all rows, in blocks on the pool."""
     n_rows, d_model = out.shape
-    blocks = _blocks(n_rows, d_model, threads() if n_threads is None else n_threads, cost)
-    if len(blocks) <= 1:
-        kernel(first_arg, turns, steps, out)
-        return
-    _run_blocks(lambda lo, hi: kernel(first_arg, turns, steps, out, lo, hi), blocks)
+    kernel(first_arg, turns, steps, out, parts=_parts(n_rows, n_rows * d_model * cost, n_threads))
 
 
 def _split(run, n_items: int, work: int, n_threads: int | None = None) -> None:
-    """``run(lo, hi)`` over contiguous blocks of ``range(n_items)``, on threads if ``work``
-    is large enough (same rules as :func:`_fill`); ``run`` must write disjoint outputs."""
-    blocks = _item_blocks(n_items, work, threads() if n_threads is None else n_threads)
-    if len(blocks) == 1:
-        run(*blocks[0])
-    elif blocks:
-        _run_blocks(run, blocks)
-
-
-def _run_blocks(run, blocks: list[tuple[int, int]]) -> None:
-    """``run(lo, hi)`` for each block: the first in this thread, the others on helpers."""
-    errors: list[BaseException] = []
-
-    def work(lo: int, hi: int) -> None:
-        try:
-            run(lo, hi)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, re-raised there
-            errors.append(exc)
-
-    helpers = []
-    mine = [blocks[0]]
-    for block in blocks[1:]:
-        thread = threading.Thread(target=work, args=block, name="fastpe-cython", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # no new threads (interpreter shutting down, thread limit)
-            mine.append(block)
-        else:
-            helpers.append(thread)
-    try:
-        for block in mine:
-            work(*block)
-    finally:
-        for thread in helpers:
-            thread.join()
-    if errors:
-        raise errors[0]
+    """``run(lo, hi)`` over contiguous blocks of ``range(n_items)``, on the pool if ``work``
+    is large enough (same rules as :func:`_fill`); ``run`` must write disjoint outputs and
+    release the GIL for its work to overlap."""
+    parts = _parts(n_items, work, n_threads)
+    if parts == 1:
+        if n_items:
+            run(0, n_items)
+        return
+    _ext.run_parts(run, 0, n_items, parts)
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
@@ -163,18 +130,15 @@ def sinusoid_range(start, d_model, base, out) -> None:
 def _table(positions, inv_freq, attention_factor, table) -> None:
     turns, steps = _planned(frequency_turns, inv_freq)
     af = float(attention_factor)
-    _split(lambda lo, hi: _ext.rope_table(positions, turns, steps, af, table, lo, hi),
-           table.shape[0], table.shape[0] * turns.shape[1] * 2 * FORWARD_COST)
+    n = table.shape[0]
+    _ext.rope_table(positions, turns, steps, af, table, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST))
 
 
 def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
     turns, steps = _planned(frequency_turns, inv_freq)
     af, neox = float(attention_factor), layout == "neox"
-
-    def run(lo, hi):
-        _ext.rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin, lo, hi)
-
-    _split(run, out_cos.shape[0], out_cos.size * 2)
+    _ext.rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin,
+                      parts=_parts(out_cos.shape[0], out_cos.size * 2))
 
 
 def rope_table(positions, inv_freq, attention_factor, out) -> None:
@@ -187,11 +151,7 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
         _table(pos, inv_freq, attention_factor, table)
         n_batch, s0, s1 = args[10:13]  # the order apply_chunks documents
         n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
-
-        def run(lo, hi, args=args):
-            _ext.rope_apply(*args, neox, lo, hi)
-
-        _split(run, n_items, work)
+        _ext.rope_apply(*args, neox, parts=_parts(n_items, work))
 
 
 # ----------------------------------------------------------------------- sinusoid families
@@ -203,15 +163,15 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
 def sincos_rows(positions, freqs, layout, out) -> None:
     turns, steps = _planned(_freq.turns, freqs)
     code = LAYOUT_CODES[layout]
-    _split(lambda lo, hi: _ext.sincos_rows(positions, turns, steps, code, out, lo, hi),
-           out.shape[0], out.shape[0] * turns.shape[1] * 2 * FORWARD_COST)
+    n = out.shape[0]
+    _ext.sincos_rows(positions, turns, steps, code, out, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST))
 
 
 def sincos_real(x, freqs, layout, out) -> None:
     turns = _freq.turns(freqs)
     code = LAYOUT_CODES[layout]
-    _split(lambda lo, hi: _ext.sincos_real_rows(x, turns, code, out, lo, hi),
-           out.shape[0], out.shape[0] * turns.shape[1] * 2 * FORWARD_COST * 4)
+    n = out.shape[0]
+    _ext.sincos_real_rows(x, turns, code, out, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST * 4))
 
 
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
@@ -269,22 +229,21 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
     _, q_len, k_len = out.shape
     wide = out.dtype in (np.float32, np.float64)
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
-    _split(lambda lo, hi: _ext_bias.alibi_line(words, line, lo, hi), k_len, line.size * LINE_COST)
+    _ext_bias.alibi_line(words, line, parts=_parts(k_len, line.size * LINE_COST))
     code = FORM_CODES[form]
     if wide:
-        _split(lambda lo, hi: _ext_bias.alibi_fill(line, code, out, lo, hi), n_heads * q_len, out.size)
+        _ext_bias.alibi_fill(line, code, out, parts=_parts(n_heads * q_len, out.size))
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
     bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
-    _split(lambda lo, hi: _ext_bias.alibi_fill16(bits, code, neg_inf, target, lo, hi), n_heads * q_len, out.size)
+    _ext_bias.alibi_fill16(bits, code, neg_inf, target, parts=_parts(n_heads * q_len, out.size))
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
     n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)
-    _split(lambda lo, hi: _ext_bias.t5_bucket(relative_position, flag, n, thresholds, out, lo, hi),
-           out.shape[0], out.size * 4)
+    _ext_bias.t5_bucket(relative_position, flag, n, thresholds, out, parts=_parts(out.shape[0], out.size * 4))
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
@@ -293,11 +252,10 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
     q_len, k_len = out.shape
     line = np.empty(q_len + k_len - 1, dtype=out.dtype)
     first = -(q_len - 1) - int(query_offset)  # j - (i + offset) at i = q_len - 1, j = 0
-    _split(lambda lo, hi: _ext_bias.t5_line(first, flag, n, thresholds, line, lo, hi),
-           line.shape[0], line.size * 4)
-    _split(lambda lo, hi: _ext_bias.t5_fill(line, out, lo, hi), q_len, out.size)
+    _ext_bias.t5_line(first, flag, n, thresholds, line, parts=_parts(line.shape[0], line.size * 4))
+    _ext_bias.t5_fill(line, out, parts=_parts(q_len, out.size))
 
 
 def narrow16(bits32, bf16, out, ties) -> None:
     flags = ties.view(np.uint8)
-    _split(lambda lo, hi: _ext.narrow16(bits32, bool(bf16), out, flags, lo, hi), bits32.size, bits32.size)
+    _ext.narrow16(bits32, bool(bf16), out, flags, parts=_parts(bits32.size, bits32.size))
