@@ -12,6 +12,8 @@ call it, so both give the same bits.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import _scaling
@@ -52,6 +54,22 @@ _FIELDS = tuple(RopeSpec.__dataclass_fields__)
 #: cached frequencies of the length-dependent rules, per Rotary: plenty for decoding (one
 #: dynamic key per length past max_position_embeddings), bounded for a process that runs long
 _MAX_CACHED = 64
+#: cos/sin tables of doubles kept per Rotary (the rows of the positions of recent small
+#: calls: a decoding step's position, read again by every layer); bounded like _MAX_CACHED
+_MAX_TABLES = 256
+#: calls with at most this many positions (table rows) keep their table
+_TABLE_ROWS = 64
+#: rotations of less work (pairs rotated) than this run the compiled backends' serial
+#: rotation kernel directly on a kept table; larger ones take the backend's own walk (the
+#: numba backend itself runs below this serially, the C backend in the calling thread)
+_DIRECT_WORK = 1 << 15
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_U32 = np.dtype(np.uint32)
+_LIMIT = 1 << 32
+#: the dtype arguments whose caches come from a kept table (others: the full path)
+_KEPT_DTYPES = {None: _F32, "float32": _F32, np.float32: _F32, _F32: _F32,
+                "float64": _F64, np.float64: _F64, _F64: _F64}
 
 
 class Rotary:
@@ -78,13 +96,13 @@ class Rotary:
     spec and layout) compare and hash equal; a Rotary cannot be modified.
     """
 
-    __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays")
+    __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq")
 
     def __init__(self, head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None,
                  layout: str = "neox"):
         spec = _scaling.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                                 max_position_embeddings=max_position_embeddings)
-        self._set(spec, check_layout(layout))
+        self._set(spec, rope_layout(layout))
 
     def _set(self, spec: RopeSpec, layout: str) -> None:
         put = object.__setattr__
@@ -93,6 +111,9 @@ class Rotary:
         put(self, "_hash", hash((spec, layout)))
         put(self, "_cache", {})
         put(self, "_arrays", {})
+        put(self, "_tables", {})
+        put(self, "_neox", layout == "neox")
+        put(self, "_n_freq", spec.rotary_dim // 2)
         # the values every call of a rule that ignores the length uses: computed now
         put(self, "_values", None if _scaling.uses_seq_len(spec) else self._at_key(None))
 
@@ -245,7 +266,78 @@ class Rotary:
         (dynamic, longrope): ``None`` means the largest position plus one, as HF's forward
         pass does.
         """
+        if out is None:
+            caches = self._cos_sin_kept(positions, dtype, seq_len, backend)
+            if caches is not None:
+                return caches
         return self._cos_sin(positions, dtype, out, seq_len, backend, grid=True)
+
+    def _cos_sin_kept(self, positions, dtype, seq_len, backend):
+        """The caches of a few valid positions from their kept table (``float32(C)``,
+        ``float32(S)`` -- what the float32 kernel writes -- or the doubles themselves), or
+        ``None`` for anything else, checked and computed by :meth:`_cos_sin`."""
+        dt = _KEPT_DTYPES.get(dtype) if dtype is None or type(dtype) in (str, type) or dtype is _F32 \
+            or dtype is _F64 else None
+        if dt is None:
+            return None
+        found = _small_positions(positions, 2)
+        if found is None:
+            return None
+        pos, hi = found
+        rows = 1 if pos is None else pos.shape[0]
+        if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
+            return None
+        module = _module(backend)
+        if module is None:
+            return None
+        table = self._table(module, pos, hi, rows, self._length_key(seq_len, hi))
+        n = self._n_freq
+        shape = (*positions.shape, 2 * n)
+        cos = np.empty(shape, dtype=dt)
+        sin = np.empty(shape, dtype=dt)
+        # one broadcast copy per cache: each frequency's value into its two columns
+        if self._neox:
+            cos.reshape(rows, 2, n)[...] = table[:, 0:1, :]
+            sin.reshape(rows, 2, n)[...] = table[:, 1:2, :]
+        else:
+            cos.reshape(rows, n, 2)[...] = table[:, 0, :, None]
+            sin.reshape(rows, n, 2)[...] = table[:, 1, :, None]
+        return cos, sin
+
+    def _length_key(self, seq_len, hi: int):
+        """The frequencies' key of a call (``None`` for the rules that ignore the length)."""
+        if self._values is not None:
+            return None
+        return _scaling.length_key(self._spec, hi + 1 if seq_len is None else seq_len)
+
+    def _table(self, module, pos, offset, rows: int, key) -> np.ndarray:
+        """The ``(rows, 2, n_freq)`` doubles of checked positions -- ``pos`` (uint32), or
+        ``offset, offset + 1, ...`` -- for the frequencies of ``key``, as ``module``'s
+        ``rope_table`` writes them: kept for small calls (per backend, so that the backends
+        are never compared through one table)."""
+        if rows <= _TABLE_ROWS:
+            if rows == 1:  # one position, given or as an offset
+                tkey = (module, key, offset if pos is None else int(pos[0]))
+            elif pos is None:
+                tkey = (module, key, offset, rows)
+            else:
+                tkey = (module, key, pos.tobytes())
+            table = self._tables.get(tkey)
+            if table is not None:
+                return table
+        else:
+            tkey = None
+        if pos is None:
+            pos = np.arange(offset, offset + rows, dtype=np.uint64).astype(np.uint32)
+        freqs, af = self._at_key(key) if key is not None else self._values
+        table = np.empty((rows, 2, self._n_freq), dtype=np.float64)
+        module.rope_table(positions=pos, inv_freq=freqs, attention_factor=af, out=table)
+        if tkey is not None:
+            tables = self._tables
+            if len(tables) >= _MAX_TABLES:
+                tables.clear()
+            tables[tkey] = table
+        return table
 
     def _cos_sin(self, positions, dtype, out, seq_len, backend, *, grid: bool):
         from .. import _dtypes
@@ -286,6 +378,8 @@ class Rotary:
         return q, k
 
     def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False):
+        if self._rotate_direct(q, k if qk else None, positions, offset, seq_len, backend, qk):
+            return q
         core = _load_core()
         name = "q" if qk else "x"
         check_inplace(q, name)
@@ -310,6 +404,188 @@ class Rotary:
         _, module = _backends.resolve(backend)
         core.rotate(module, q, k, pos, freqs, af, self._layout)
         return q
+
+
+    def _rotate_direct(self, q, k, positions, offset, seq_len, backend, qk: bool) -> bool:
+        """Rotate a call whose arguments are plainly valid, straight through the kernels,
+        and return True; return False, having touched nothing, for anything else (then
+        :meth:`_rotate` checks every argument and names what is wrong).
+
+        Plainly valid: ``q`` (and ``k``) exact float32 ndarrays, C-contiguous, writable, of
+        the shapes :meth:`_rotate` takes and apart in memory; positions ``None`` with an
+        ``int`` offset, or an integer ndarray of a shape ``q`` takes, every value in
+        ``[0, 2**32)``, apart from ``q`` and ``k``; ``seq_len`` ``None`` or an ``int`` in
+        range; a backend that resolves.  The same checks as the full path, in fewer steps."""
+        if type(q) is not np.ndarray or q.dtype is not _F32:
+            return False
+        nd = q.ndim
+        if nd == 4:
+            n_batch, hq, n_seq, d = q.shape
+        elif nd == 3:
+            n_seq, hq, d = q.shape
+            n_batch = 1
+        else:
+            return False
+        flags = q.flags
+        if d != self._spec.head_dim or not (flags.c_contiguous and flags.writeable) or not n_seq:
+            return False
+        if qk:
+            if type(k) is not np.ndarray or k.dtype is not _F32 or k.ndim != nd:
+                return False
+            flags = k.flags
+            if not (flags.c_contiguous and flags.writeable):
+                return False
+            ks = k.shape
+            if nd == 4:
+                if ks[0] != n_batch or ks[2] != n_seq or ks[3] != d:
+                    return False
+            elif ks[0] != n_seq or ks[2] != d:
+                return False
+            hk = ks[1]  # heads: (batch, heads, seq, d) and (tokens, heads, d) alike
+            if np.may_share_memory(q, k):
+                return False
+        else:
+            hk = 0
+        if positions is None:
+            if type(offset) is not int or offset < 0 or offset + n_seq > _LIMIT:
+                return False
+            pos, hi, rows, stride = None, offset + n_seq - 1, n_seq, 0
+        else:
+            if type(offset) is not int or offset:
+                return False
+            shape = getattr(positions, "shape", None)
+            if shape == (n_seq,):
+                stride = 0
+            elif nd == 4 and shape == (n_batch, n_seq):
+                stride = n_seq
+            else:
+                return False
+            found = _small_positions(positions, 2, None)
+            if found is None or np.may_share_memory(q, positions) or (qk and np.may_share_memory(k, positions)):
+                return False
+            pos, hi = found
+            if pos is None:  # one position: a run of one from it
+                offset, rows = hi, 1
+            else:
+                rows = pos.shape[0]
+        if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
+            return False
+        module = _module(backend)
+        if module is None:
+            return False
+        key = self._length_key(seq_len, hi)
+        n_freq = self._n_freq
+        work = n_batch * n_seq * (hq + hk) * 2 * n_freq
+        kernel = _DIRECT.get(module.__name__) if work < _DIRECT_WORK else None
+        if kernel is None:  # the backend's own walk (chunks, threads)
+            if pos is None:
+                pos = np.arange(offset, offset + rows, dtype=np.uint64).astype(np.uint32)
+            freqs, af = self._at_key(key) if key is not None else self._values
+            module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=self._layout)
+            return True
+        table = self._table(module, pos, offset, rows, key)
+        if nd == 4:
+            geometry = (hq * n_seq * d, n_seq * d, d)
+            kgeometry = (hk * n_seq * d, n_seq * d, d)
+        else:
+            geometry = (0, d, hq * d)
+            kgeometry = (0, d, hk * d)
+        if qk:
+            xk = k.reshape(-1)
+        else:  # no k: what fastpe._backends._walk.apply_chunks passes for none
+            xk, kgeometry = _NO_K, (0, 0, 0)
+        kernel(module, q.reshape(-1), hq, *geometry, xk, hk, *kgeometry, n_batch, 0, n_seq, table, stride,
+               self._neox)
+        return True
+
+
+#: float32 positions of no k (the rotation kernels' empty buffer)
+_NO_K = np.empty(0, dtype=np.float32)
+#: resolved backends, per (backend argument, $FASTPE_BACKEND): checked against the registry
+_RESOLVED: dict = {}
+#: $FASTPE_BACKEND as os.environ keys it (fastpe._backends.ENV_VAR, not imported here: the
+#: backends load on first use)
+_ENV_KEY = os.environ.encodekey("FASTPE_BACKEND") if hasattr(os.environ, "encodekey") else None
+
+
+def _module(backend):
+    """The backend module of a call, or ``None`` (an unknown or unavailable name: the full
+    path resolves it and says why).  Kept per argument and environment, and taken only
+    while the registry still holds it loaded."""
+    if backend is not None and type(backend) is not str:
+        return None
+    if _backends is None:
+        _load_core()
+    backends = _backends
+    environ = os.environ
+    data = getattr(environ, "_data", None)  # os.environ's own dict (its get() costs ~20 times more)
+    env = data.get(_ENV_KEY) if data is not None and _ENV_KEY is not None else environ.get(backends.ENV_VAR)
+    key = (backend, env)
+    found = _RESOLVED.get(key)
+    if found is not None and backends._modules.get(found[0]) is found[1]:
+        return found[1]
+    try:
+        name, module = backends.resolve(backend)
+    except (ValueError, TypeError, ImportError):
+        return None
+    if len(_RESOLVED) >= 64:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (name, module)
+    return module
+
+
+def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
+    """``(flat uint32 positions, largest)`` of an integer ndarray of at most ``max_ndim``
+    dimensions and ``limit`` values (``None``: any number), all in ``[0, 2**32)`` --
+    ``(None, position)`` for a single one; ``None`` for anything else (a list, floats, an
+    empty array, a bad value: the full checks decide)."""
+    if type(positions) is not np.ndarray or positions.dtype.kind not in "iu" or not 0 < positions.ndim <= max_ndim:
+        return None
+    size = positions.size
+    if not size or (limit is not None and size > limit):
+        return None
+    if size == 1:  # no array: the table's position is the value itself
+        hi = positions.item(0)
+        return (None, hi) if 0 <= hi < _LIMIT else None
+    lo, hi = int(positions.min()), int(positions.max())
+    if lo < 0 or hi >= _LIMIT:
+        return None
+    if positions.dtype is _U32 and positions.flags.c_contiguous:
+        return positions.reshape(-1), hi
+    return positions.astype(_U32, order="C").reshape(-1), hi
+
+
+def _numba_rotation(module, *args):
+    """The numba backend's serial rotation kernel, called as its dispatcher (compiled on
+    the first call through the kernel's own wrapper, which handles an unwritable cache)."""
+    lazy = module._k.rope_apply_serial
+    if lazy._dispatcher is None:
+        lazy(*args)
+        return
+    try:
+        lazy._dispatcher(*args)
+    except OSError:  # a new specialisation whose cache could not be written: the wrapper's fall-back
+        lazy(*args)
+
+
+def _cython_rotation(module, *args):
+    """The C backend's rotation kernel, every work item in the calling thread."""
+    module._ext.rope_apply(*args)
+
+
+#: the rotation kernel of each compiled backend, taking ``module`` and the arguments
+#: fastpe._backends._walk.apply_chunks documents; other backends rotate through rope_apply
+_DIRECT = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
+
+
+def rope_layout(layout) -> str:
+    """``layout`` checked, in any letter case (``"NEOX"`` is ``"neox"``): the name, or
+    check_layout's error naming what was given."""
+    if isinstance(layout, str):
+        key = layout.strip().lower()
+        if key in ("neox", "gptj"):
+            return key
+    return check_layout(layout)
 
 
 def _reads_length(spec: RopeSpec) -> bool:
