@@ -70,16 +70,17 @@ BENCH_ARGS ?=
 # `make bench-compare` reruns and fails when a fastpe median is more than 10% slower than the
 # baseline (recording one if there is none).
 .PHONY: bench-plot
+BENCH_PLOT = $(PY) bench/scaling.py -o docs/img/scaling.png
 bench: peers
 	mkdir -p $(BENCH_DIR)
 	$(PY) -m pytest bench/ -q --benchmark-json=$(BENCH_DIR)/last.json --benchmark-autosave --benchmark-storage=$(BENCH_DIR) $(BENCH_ARGS)
 	$(PY) bench/report.py $(BENCH_DIR)/last.json -q -o $(BENCH_DIR)/table.md
 	cp $(BENCH_DIR)/last.json $(BENCH_DIR)/baseline.json
-	$(MAKE) bench-plot
+	$(BENCH_PLOT)
 	$(PY) bench/report.py $(BENCH_DIR)/last.json -q --docs
 
 bench-plot: peers
-	$(PY) bench/scaling.py -o docs/img/scaling.png
+	$(BENCH_PLOT)
 
 bench-compare: peers
 	$(PY) bench/compare.py --run $(BENCH_DIR)/current.json --baseline $(BENCH_DIR)/baseline.json $(BENCH_ARGS)
