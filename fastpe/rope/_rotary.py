@@ -12,6 +12,7 @@ call it, so both give the same bits.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -59,10 +60,10 @@ _MAX_CACHED = 64
 _MAX_TABLES = 256
 #: calls with at most this many positions (table rows) keep their table
 _TABLE_ROWS = 64
-#: rotations of less work (pairs rotated) than this run the compiled backends' serial
-#: rotation kernel directly on a kept table; larger ones take the backend's own walk (the
-#: numba backend itself runs below this serially, the C backend in the calling thread)
-_DIRECT_WORK = 1 << 15
+#: rotations of fewer pairs than this run the compiled backends' serial rotation kernel
+#: directly on a kept table; larger ones take the backend's own walk (the numba backend
+#: itself runs below this many values serially, the C backend in the calling thread)
+_DIRECT_PAIRS = 1 << 14
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _U32 = np.dtype(np.uint32)
@@ -96,7 +97,8 @@ class Rotary:
     spec and layout) compare and hash equal; a Rotary cannot be modified.
     """
 
-    __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq")
+    __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq",
+                 "_head_dim")
 
     def __init__(self, head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None,
                  layout: str = "neox"):
@@ -114,6 +116,7 @@ class Rotary:
         put(self, "_tables", {})
         put(self, "_neox", layout == "neox")
         put(self, "_n_freq", spec.rotary_dim // 2)
+        put(self, "_head_dim", spec.head_dim)
         # the values every call of a rule that ignores the length uses: computed now
         put(self, "_values", None if _scaling.uses_seq_len(spec) else self._at_key(None))
 
@@ -287,10 +290,10 @@ class Rotary:
         rows = 1 if pos is None else pos.shape[0]
         if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
             return None
-        module = _module(backend)
-        if module is None:
+        found = _module(backend)
+        if found is None:
             return None
-        table = self._table(module, pos, hi, rows, self._length_key(seq_len, hi))
+        table = self._table(found[0], pos, hi, rows, self._length_key(seq_len, hi))
         n = self._n_freq
         shape = (*positions.shape, 2 * n)
         cos = np.empty(shape, dtype=dt)
@@ -369,16 +372,19 @@ class Rotary:
         ``(batch, seq)``, or ``None`` for ``offset, offset + 1, ...`` (a non-zero ``offset``
         beside ``positions`` is a ValueError).  ``seq_len=None``: the largest position plus
         one.  Everything is checked before ``x`` is touched."""
-        return self._rotate(x, None, positions, offset, seq_len, backend)
+        if self._rotate_direct(x, None, positions, offset, seq_len, backend, False):
+            return x
+        return self._rotate(x, None, positions, offset, seq_len, backend, direct=False)
 
     def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None):
         """Rotate queries and keys in place in one pass and return ``(q, k)``, as
         :func:`fastpe.rope.apply_qk_` does (their head counts may differ)."""
-        self._rotate(q, k, positions, offset, seq_len, backend, qk=True)
+        if not self._rotate_direct(q, k, positions, offset, seq_len, backend, True):
+            self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False)
         return q, k
 
-    def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False):
-        if self._rotate_direct(q, k if qk else None, positions, offset, seq_len, backend, qk):
+    def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False, direct: bool = True):
+        if direct and self._rotate_direct(q, k if qk else None, positions, offset, seq_len, backend, qk):
             return q
         core = _load_core()
         name = "q" if qk else "x"
@@ -411,39 +417,35 @@ class Rotary:
         and return True; return False, having touched nothing, for anything else (then
         :meth:`_rotate` checks every argument and names what is wrong).
 
-        Plainly valid: ``q`` (and ``k``) exact float32 ndarrays, C-contiguous, writable, of
-        the shapes :meth:`_rotate` takes and apart in memory; positions ``None`` with an
-        ``int`` offset, or an integer ndarray of a shape ``q`` takes, every value in
-        ``[0, 2**32)``, apart from ``q`` and ``k``; ``seq_len`` ``None`` or an ``int`` in
-        range; a backend that resolves.  The same checks as the full path, in fewer steps."""
+        Plainly valid: ``q`` (and ``k``) exact float32 ndarrays, C-contiguous, aligned,
+        writable, of the shapes :meth:`_rotate` takes and apart in memory; positions
+        ``None`` with an ``int`` offset, or an integer ndarray of a shape ``q`` takes, every
+        value in ``[0, 2**32)``, apart from ``q`` and ``k``; ``seq_len`` ``None`` or an
+        ``int`` in range; a backend that resolves.  The full path's checks, in fewer steps."""
         if type(q) is not np.ndarray or q.dtype is not _F32:
             return False
-        nd = q.ndim
+        shape = q.shape
+        nd = len(shape)
         if nd == 4:
-            n_batch, hq, n_seq, d = q.shape
+            n_batch, hq, n_seq, d = shape
         elif nd == 3:
-            n_seq, hq, d = q.shape
+            n_seq, hq, d = shape
             n_batch = 1
         else:
             return False
         flags = q.flags
-        if d != self._spec.head_dim or not (flags.c_contiguous and flags.writeable) or not n_seq:
+        if d != self._head_dim or not (flags.c_contiguous and flags.writeable and flags.aligned) or not n_seq:
             return False
         if qk:
-            if type(k) is not np.ndarray or k.dtype is not _F32 or k.ndim != nd:
-                return False
-            flags = k.flags
-            if not (flags.c_contiguous and flags.writeable):
+            if type(k) is not np.ndarray or k.dtype is not _F32:
                 return False
             ks = k.shape
-            if nd == 4:
-                if ks[0] != n_batch or ks[2] != n_seq or ks[3] != d:
-                    return False
-            elif ks[0] != n_seq or ks[2] != d:
+            if len(ks) != nd or ks[-1] != d or ks[0] != shape[0] or (nd == 4 and ks[2] != n_seq):
+                return False
+            flags = k.flags
+            if not (flags.c_contiguous and flags.writeable and flags.aligned) or np.may_share_memory(q, k):
                 return False
             hk = ks[1]  # heads: (batch, heads, seq, d) and (tokens, heads, d) alike
-            if np.may_share_memory(q, k):
-                return False
         else:
             hk = 0
         if positions is None:
@@ -451,12 +453,12 @@ class Rotary:
                 return False
             pos, hi, rows, stride = None, offset + n_seq - 1, n_seq, 0
         else:
-            if type(offset) is not int or offset:
+            if type(offset) is not int or offset or type(positions) is not np.ndarray:
                 return False
-            shape = getattr(positions, "shape", None)
-            if shape == (n_seq,):
+            pshape = positions.shape
+            if pshape == (n_seq,):
                 stride = 0
-            elif nd == 4 and shape == (n_batch, n_seq):
+            elif nd == 4 and pshape == (n_batch, n_seq):
                 stride = n_seq
             else:
                 return False
@@ -470,32 +472,40 @@ class Rotary:
                 rows = pos.shape[0]
         if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
             return False
-        module = _module(backend)
-        if module is None:
+        found = _module(backend)
+        if found is None:
             return False
-        key = self._length_key(seq_len, hi)
-        n_freq = self._n_freq
-        work = n_batch * n_seq * (hq + hk) * 2 * n_freq
-        kernel = _DIRECT.get(module.__name__) if work < _DIRECT_WORK else None
-        if kernel is None:  # the backend's own walk (chunks, threads)
+        module, kernel = found
+        if self._values is None:
+            key = _scaling.length_key(self._spec, hi + 1 if seq_len is None else seq_len)
+        else:
+            key = None
+        if kernel is None or n_batch * n_seq * (hq + hk) * self._n_freq >= _DIRECT_PAIRS:
+            # the backend's own walk (chunks, threads)
             if pos is None:
                 pos = np.arange(offset, offset + rows, dtype=np.uint64).astype(np.uint32)
-            freqs, af = self._at_key(key) if key is not None else self._values
+            freqs, af = self._values if key is None else self._at_key(key)
             module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=self._layout)
             return True
-        table = self._table(module, pos, offset, rows, key)
-        if nd == 4:
-            geometry = (hq * n_seq * d, n_seq * d, d)
-            kgeometry = (hk * n_seq * d, n_seq * d, d)
+        if rows == 1:  # a decoding step's table, kept: the _table key, inline
+            table = self._tables.get((module, key, offset))
+            if table is None:
+                table = self._table(module, pos, offset, 1, key)
         else:
-            geometry = (0, d, hq * d)
-            kgeometry = (0, d, hk * d)
-        if qk:
-            xk = k.reshape(-1)
-        else:  # no k: what fastpe._backends._walk.apply_chunks passes for none
-            xk, kgeometry = _NO_K, (0, 0, 0)
-        kernel(module, q.reshape(-1), hq, *geometry, xk, hk, *kgeometry, n_batch, 0, n_seq, table, stride,
-               self._neox)
+            table = self._table(module, pos, offset, rows, key)
+        if nd == 4:
+            sd = n_seq * d
+            if qk:
+                kernel(q.reshape(-1), hq, hq * sd, sd, d, k.reshape(-1), hk, hk * sd, sd, d,
+                       n_batch, 0, n_seq, table, stride, self._neox)
+            else:
+                kernel(q.reshape(-1), hq, hq * sd, sd, d, _NO_K, 0, 0, 0, 0, n_batch, 0, n_seq, table, stride,
+                       self._neox)
+        elif qk:
+            kernel(q.reshape(-1), hq, 0, d, hq * d, k.reshape(-1), hk, 0, d, hk * d, 1, 0, n_seq, table, 0,
+                   self._neox)
+        else:
+            kernel(q.reshape(-1), hq, 0, d, hq * d, _NO_K, 0, 0, 0, 0, 1, 0, n_seq, table, 0, self._neox)
         return True
 
 
@@ -509,9 +519,9 @@ _ENV_KEY = os.environ.encodekey("FASTPE_BACKEND") if hasattr(os.environ, "encode
 
 
 def _module(backend):
-    """The backend module of a call, or ``None`` (an unknown or unavailable name: the full
-    path resolves it and says why).  Kept per argument and environment, and taken only
-    while the registry still holds it loaded."""
+    """``(module, rotation kernel or None)`` of a call's backend, or ``None`` (an unknown or
+    unavailable name: the full path resolves it and says why).  Kept per argument and
+    environment, and taken only while the registry still holds the module loaded."""
     if backend is not None and type(backend) is not str:
         return None
     if _backends is None:
@@ -523,15 +533,17 @@ def _module(backend):
     key = (backend, env)
     found = _RESOLVED.get(key)
     if found is not None and backends._modules.get(found[0]) is found[1]:
-        return found[1]
+        module, kernel = found[1], found[2]
+        return module, (kernel() if kernel is not None else None)
     try:
         name, module = backends.resolve(backend)
     except (ValueError, TypeError, ImportError):
         return None
+    kernel = _KERNELS.get(module.__name__)
     if len(_RESOLVED) >= 64:
         _RESOLVED.clear()
-    _RESOLVED[key] = (name, module)
-    return module
+    _RESOLVED[key] = (name, module, kernel and functools.partial(kernel, module))
+    return module, (kernel(module) if kernel is not None else None)
 
 
 def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
@@ -555,27 +567,24 @@ def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
     return positions.astype(_U32, order="C").reshape(-1), hi
 
 
-def _numba_rotation(module, *args):
-    """The numba backend's serial rotation kernel, called as its dispatcher (compiled on
-    the first call through the kernel's own wrapper, which handles an unwritable cache)."""
+def _numba_rotation(module):
+    """The numba backend's serial rotation kernel: its dispatcher once compiled, else the
+    kernel's own wrapper (which compiles it, and falls back where its disk cache cannot be
+    written).  The prepared calls pass one signature only (aligned C arrays, ints, a bool):
+    once it is compiled, the dispatcher runs it without compiling again."""
     lazy = module._k.rope_apply_serial
-    if lazy._dispatcher is None:
-        lazy(*args)
-        return
-    try:
-        lazy._dispatcher(*args)
-    except OSError:  # a new specialisation whose cache could not be written: the wrapper's fall-back
-        lazy(*args)
+    return lazy._dispatcher or lazy
 
 
-def _cython_rotation(module, *args):
+def _cython_rotation(module):
     """The C backend's rotation kernel, every work item in the calling thread."""
-    module._ext.rope_apply(*args)
+    return module._ext.rope_apply
 
 
-#: the rotation kernel of each compiled backend, taking ``module`` and the arguments
-#: fastpe._backends._walk.apply_chunks documents; other backends rotate through rope_apply
-_DIRECT = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
+#: the rotation kernel of each compiled backend (taking the arguments
+#: fastpe._backends._walk.apply_chunks documents, and neox); other backends rotate through
+#: their rope_apply
+_KERNELS = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
 
 
 def rope_layout(layout) -> str:

@@ -294,9 +294,9 @@ def test_the_environment_picks_the_backend(monkeypatch):
     """``backend=None`` follows ``$FASTPE_BACKEND`` as it changes, as resolve does."""
     for name in ALL:
         monkeypatch.setenv(_backends.ENV_VAR, name)
-        assert _rotary._module(None) is _backends.resolve(None)[1]
+        assert _rotary._module(None)[0] is _backends.resolve(None)[1]
     monkeypatch.delenv(_backends.ENV_VAR)
-    assert _rotary._module(None) is _backends.resolve(None)[1]
+    assert _rotary._module(None)[0] is _backends.resolve(None)[1]
     monkeypatch.setenv(_backends.ENV_VAR, "bogus")
     assert _rotary._module(None) is None
     with pytest.raises(ValueError, match="FASTPE_BACKEND 'bogus' is not a fastpe backend"):
