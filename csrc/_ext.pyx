@@ -32,6 +32,8 @@ cdef extern from "fastpe_kernels.h" nogil:
                                Py_ssize_t row_begin, Py_ssize_t row_end, double *scratch,
                                int wide)
     const int FASTPE_ROPE_SEQ
+    void fastpe_narrow16(const uint32_t *bits, int bf16, uint16_t *out, uint8_t *ties,
+                         Py_ssize_t begin, Py_ssize_t end, int wide)
     void fastpe_sincos_real(const double *x, const double *turns, Py_ssize_t n_freq,
                             double *table, Py_ssize_t row_begin, Py_ssize_t row_end, int wide)
     void fastpe_rope_table(const uint32_t *positions, const double *turns, Py_ssize_t n_freq,
@@ -521,65 +523,24 @@ def sincos_real(const double[::1] x, const double[:, ::1] turns, double[:, :, ::
 # step for step (integer arithmetic only, so the same bits on any compiler).
 
 
-cdef inline uint16_t _to_f16(uint32_t u, uint8_t *tie) noexcept nogil:
-    cdef uint32_t sign = (u >> 16) & 0x8000
-    cdef uint32_t a = u & 0x7FFFFFFF
-    cdef uint32_t h, m, shift, mant, rem, half
-    tie[0] = 0
-    if a > 0x7F800000:  # NaN: quiet, sign kept
-        h = 0x7E00
-    elif a >= 0x477FF000:  # 65520 and up round to inf
-        h = 0x7C00
-        tie[0] = a == 0x477FF000
-    elif a >= 0x38800000:  # float16 normals: rebias, round off 13 bits
-        m = a - 0x38000000
-        h = (m + 0x0FFF + ((m >> 13) & 1)) >> 13
-        tie[0] = (a & 0x1FFF) == 0x1000
-    elif a >= 0x33000000:  # float16 subnormals: units of 2**-24
-        shift = 126 - (a >> 23)
-        mant = (a & 0x7FFFFF) | 0x800000
-        h = mant >> shift
-        rem = mant & ((<uint32_t>1 << shift) - 1)
-        half = <uint32_t>1 << (shift - 1)
-        if rem > half or (rem == half and (h & 1)):
-            h += 1
-        tie[0] = rem == half
-    else:
-        h = 0
-    return <uint16_t>(sign | h)
-
-
-cdef inline uint16_t _to_bf16(uint32_t u, uint8_t *tie) noexcept nogil:
-    cdef uint32_t a = u & 0x7FFFFFFF
-    if a > 0x7F800000:  # NaN: quiet
-        tie[0] = 0
-        return <uint16_t>((u >> 16) | 0x40)
-    tie[0] = (u & 0xFFFF) == 0x8000 and a < 0x7F800000
-    return <uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16)
-
-
 ctypedef struct _NarrowCtx:
     const uint32_t *bits
     uint16_t *out
     uint8_t *ties
     int bf16
+    int wide
 
 
 cdef void _narrow_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _NarrowCtx *c = <_NarrowCtx *>ctx
-    cdef Py_ssize_t i
-    if c.bf16:
-        for i in range(lo, hi):
-            c.out[i] = _to_bf16(c.bits[i], &c.ties[i])
-    else:
-        for i in range(lo, hi):
-            c.out[i] = _to_f16(c.bits[i], &c.ties[i])
+    fastpe_narrow16(c.bits, c.bf16, c.out, c.ties, lo, hi, c.wide)
 
 
 def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1] ties,
-             Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+             Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1, bint wide=True):
     """Elements ``[begin, end)``: ``out`` the float16 (``bf16``: bfloat16) bits nearest to the
-    float32 ``bits``, ``ties`` 1 where the float32 lies exactly halfway between two."""
+    float32 ``bits``, ``ties`` 1 where the float32 lies exactly halfway between two
+    (csrc/fastpe_kernels.h, fastpe_narrow16; ``wide`` as in :func:`sinusoid_forward`)."""
     cdef Py_ssize_t n = bits.shape[0]
     if end < 0:
         end = n
@@ -590,7 +551,7 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
     if begin == end:
         return
     cdef _NarrowCtx c
-    c.bits, c.out, c.ties, c.bf16 = &bits[0], &out[0], &ties[0], bf16
+    c.bits, c.out, c.ties, c.bf16, c.wide = &bits[0], &out[0], &ties[0], bf16, wide
     with nogil:
         fastpe_pool_run(_narrow_part, &c, begin, end, parts, 1, _pool_threads)
 

@@ -672,6 +672,169 @@ static void fastpe_sincos_real_avx2(const double *x, const double *turns, ptrdif
 #endif
 
 /*
+ * Narrowing float32 bit patterns to float16 / bfloat16, round to nearest even, with a flag on
+ * every float32 exactly halfway between two numbers of the target: the numba _to_f16 /
+ * _to_bf16, step for step in integer arithmetic (so the same bits on any compiler), written
+ * with selects instead of branches so that the loop vectorises.
+ */
+/* v where the mask m is all ones, else w */
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_pick_(uint32_t m, uint32_t v, uint32_t w)
+{
+    return (v & m) | (w & ~m);
+}
+
+/* all ones where c, else 0 */
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_mask_(int c)
+{
+    return (uint32_t)0 - (uint32_t)(c != 0);
+}
+
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_to_f16_(uint32_t u, uint32_t *tie)
+{
+    uint32_t a = u & 0x7FFFFFFFu; /* the sign bit is the caller's (fastpe_f16_sign_) */
+    /* float16 normals: rebias, round off 13 bits */
+    uint32_t m = a - 0x38000000u;
+    uint32_t h_norm = (m + 0x0FFFu + ((m >> 13) & 1u)) >> 13;
+    uint32_t t_norm = (uint32_t)((a & 0x1FFFu) == 0x1000u);
+    /* float16 subnormals, units of 2**-24: shift 14..24 where used, clamped to 1..31 */
+    uint32_t shift = 126u - (a >> 23); /* wraps above exponent 126: clamped below */
+    shift = shift > 31u ? 31u : shift;
+    shift = shift < 1u ? 1u : shift;
+    uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
+    uint32_t h_sub = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    h_sub += (uint32_t)(rem > half) | ((uint32_t)(rem == half) & h_sub & 1u);
+    uint32_t t_sub = (uint32_t)(rem == half);
+    uint32_t is_sub = fastpe_mask_(a >= 0x33000000u), is_norm = fastpe_mask_(a >= 0x38800000u);
+    uint32_t is_inf = fastpe_mask_(a >= 0x477FF000u), is_nan = fastpe_mask_(a > 0x7F800000u);
+    uint32_t h = h_sub & is_sub, t = t_sub & is_sub;
+    h = fastpe_pick_(is_norm, h_norm, h);
+    t = fastpe_pick_(is_norm, t_norm, t);
+    h = fastpe_pick_(is_inf, 0x7C00u, h); /* 65520 and up round to inf */
+    t = fastpe_pick_(is_inf, (uint32_t)(a == 0x477FF000u), t);
+    h = fastpe_pick_(is_nan, 0x7E00u, h); /* NaN: quiet, sign kept */
+    t &= ~is_nan;
+    *tie = t;
+    return h;
+}
+
+/* the float16 sign bit of the float32 with bits u */
+static FASTPE_ALWAYS_INLINE uint16_t fastpe_f16_sign_(uint32_t u)
+{
+    return (uint16_t)((u >> 16) & 0x8000u);
+}
+
+static FASTPE_ALWAYS_INLINE uint32_t fastpe_to_bf16_(uint32_t u, uint32_t *tie)
+{
+    uint32_t a = u & 0x7FFFFFFFu;
+    uint32_t h = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    uint32_t t = (uint32_t)((u & 0xFFFFu) == 0x8000u) & (uint32_t)(a < 0x7F800000u);
+    uint32_t is_nan = fastpe_mask_(a > 0x7F800000u);
+    h = fastpe_pick_(is_nan, (u >> 16) | 0x40u, h); /* NaN: quiet */
+    t &= ~is_nan;
+    *tie = t;
+    return h;
+}
+
+/* elements per chunk of the narrowing loop: 32-bit results first (a loop of one width
+ * vectorises), then stored narrowed */
+#define FASTPE_NARROW_CHUNK 256
+
+#define FASTPE_DEFINE_NARROW(SUFFIX, ATTR)                                                       \
+    ATTR static void fastpe_narrow16##SUFFIX(const uint32_t *FASTPE_RESTRICT bits, int bf16,    \
+                                             uint16_t *FASTPE_RESTRICT out,                     \
+                                             uint8_t *FASTPE_RESTRICT ties, ptrdiff_t begin,    \
+                                             ptrdiff_t end)                                     \
+    {                                                                                            \
+        uint32_t h[FASTPE_NARROW_CHUNK], t[FASTPE_NARROW_CHUNK];                                \
+        for (ptrdiff_t c0 = begin; c0 < end; c0 += FASTPE_NARROW_CHUNK) {                        \
+            ptrdiff_t n = end - c0 < FASTPE_NARROW_CHUNK ? end - c0 : FASTPE_NARROW_CHUNK;       \
+            const uint32_t *FASTPE_RESTRICT b = bits + c0;                                       \
+            if (bf16) {                                                                          \
+                for (ptrdiff_t i = 0; i < n; i++)                                                \
+                    h[i] = fastpe_to_bf16_(b[i], t + i);                                         \
+            } else {                                                                             \
+                for (ptrdiff_t i = 0; i < n; i++)                                                \
+                    h[i] = fastpe_to_f16_(b[i], t + i);                                          \
+            }                                                                                    \
+            if (bf16) {                                                                          \
+                for (ptrdiff_t i = 0; i < n; i++)                                                \
+                    out[c0 + i] = (uint16_t)h[i];                                                \
+            } else {                                                                             \
+                for (ptrdiff_t i = 0; i < n; i++)                                                \
+                    out[c0 + i] = (uint16_t)h[i] | fastpe_f16_sign_(b[i]);                       \
+            }                                                                                    \
+            for (ptrdiff_t i = 0; i < n; i++)                                                    \
+                ties[c0 + i] = (uint8_t)t[i];                                                    \
+        }                                                                                        \
+    }
+
+FASTPE_DEFINE_NARROW(_baseline, )
+
+#if FASTPE_X86_DISPATCH
+#include <immintrin.h>
+/*
+ * The AVX2 copy: eight elements at a time in GCC's vector extensions (GCC does not vectorise
+ * the scalar form's subnormal arm), the same integer operations as fastpe_to_f16_ /
+ * fastpe_to_bf16_, each comparison a mask; the scalar form takes the last few elements.
+ */
+typedef uint32_t fastpe_v8u_ __attribute__((vector_size(32)));
+
+__attribute__((target("avx2"))) static void fastpe_narrow16_avx2(
+    const uint32_t *FASTPE_RESTRICT bits, int bf16, uint16_t *FASTPE_RESTRICT out,
+    uint8_t *FASTPE_RESTRICT ties, ptrdiff_t begin, ptrdiff_t end)
+{
+    ptrdiff_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+        fastpe_v8u_ u, h, t;
+        memcpy(&u, bits + i, sizeof u);
+        const fastpe_v8u_ a = u & 0x7FFFFFFFu;
+        const fastpe_v8u_ is_nan = (fastpe_v8u_)(a > 0x7F800000u);
+        if (bf16) {
+            h = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+            t = (fastpe_v8u_)((u & 0xFFFFu) == 0x8000u) & (fastpe_v8u_)(a < 0x7F800000u) & 1u;
+            h = (((u >> 16) | 0x40u) & is_nan) | (h & ~is_nan);
+        } else {
+            fastpe_v8u_ m = a - 0x38000000u;
+            fastpe_v8u_ h_norm = (m + 0x0FFFu + ((m >> 13) & 1u)) >> 13;
+            fastpe_v8u_ t_norm = (fastpe_v8u_)((a & 0x1FFFu) == 0x1000u) & 1u;
+            fastpe_v8u_ shift = 126u - (a >> 23);
+            fastpe_v8u_ big = (fastpe_v8u_)(shift > 31u), zero = (fastpe_v8u_)(shift < 1u);
+            shift = (31u & big) | (shift & ~big);
+            shift = (1u & zero) | (shift & ~zero);
+            fastpe_v8u_ mant = (a & 0x7FFFFFu) | 0x800000u;
+            fastpe_v8u_ one = a - a + 1u;
+            fastpe_v8u_ h_sub = mant >> shift;
+            fastpe_v8u_ rem = mant & ((one << shift) - 1u);
+            fastpe_v8u_ half = one << (shift - 1u);
+            h_sub += ((fastpe_v8u_)(rem > half) & 1u) | ((fastpe_v8u_)(rem == half) & h_sub & 1u);
+            fastpe_v8u_ t_sub = (fastpe_v8u_)(rem == half) & 1u;
+            fastpe_v8u_ is_sub = (fastpe_v8u_)(a >= 0x33000000u);
+            fastpe_v8u_ is_norm = (fastpe_v8u_)(a >= 0x38800000u);
+            fastpe_v8u_ is_inf = (fastpe_v8u_)(a >= 0x477FF000u);
+            h = h_sub & is_sub;
+            t = t_sub & is_sub;
+            h = (h_norm & is_norm) | (h & ~is_norm);
+            t = (t_norm & is_norm) | (t & ~is_norm);
+            h = (0x7C00u & is_inf) | (h & ~is_inf);
+            t = ((fastpe_v8u_)(a == 0x477FF000u) & 1u & is_inf) | (t & ~is_inf);
+            h = (0x7E00u & is_nan) | (h & ~is_nan);
+            h |= (u >> 16) & 0x8000u;
+        }
+        t &= ~is_nan;
+        /* narrowed by packing (values below 2**16 and 0/1: no saturation) */
+        __m256i hv = (__m256i)h, tv = (__m256i)t;
+        __m128i h16 = _mm_packus_epi32(_mm256_castsi256_si128(hv), _mm256_extracti128_si256(hv, 1));
+        __m128i t16 = _mm_packus_epi32(_mm256_castsi256_si128(tv), _mm256_extracti128_si256(tv, 1));
+        _mm_storeu_si128((__m128i *)(out + i), h16);
+        _mm_storel_epi64((__m128i *)(ties + i), _mm_packus_epi16(t16, t16));
+    }
+    fastpe_narrow16_baseline(bits, bf16, out, ties, i, end);
+}
+#endif
+
+/*
  * Entry points: wide != 0 lets the CPU pick its best copy (the normal case); wide == 0 runs
  * the baseline copy (tests use it to check that every copy gives the same bits).  The body
  * of each: NAME##_avx2 where wide and the CPU has AVX2, else NAME##_baseline, with the same
@@ -716,6 +879,12 @@ static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t
 {
     FASTPE_DISPATCH_(fastpe_sinusoid_range, start, turns, n_freq, steps, out, d_model, row_begin,
                      row_end, scratch);
+}
+
+static void fastpe_narrow16(const uint32_t *bits, int bf16, uint16_t *out, uint8_t *ties,
+                            ptrdiff_t begin, ptrdiff_t end, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_narrow16, bits, bf16, out, ties, begin, end);
 }
 
 /* RoPE entry points (wide as above) */

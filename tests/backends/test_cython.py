@@ -170,7 +170,7 @@ def test_extension_refuses_what_would_be_unsafe():
 @pytest.mark.parametrize("n_threads", [1, 2, 3, 16])
 def test_parts_are_bounded(n_rows, n_threads):
     parts = _cython._parts(n_rows, n_rows * 1024, n_threads)
-    assert 1 <= parts <= max(1, min(n_threads, n_rows))
+    assert 1 <= parts <= max(1, min(n_threads * _cython.PARTS_PER_THREAD, n_rows))
     assert _cython._parts(n_rows, _cython.PARALLEL_FROM - 1, n_threads) == 1
 
 
@@ -240,7 +240,7 @@ def split_small(monkeypatch):
 @pytest.mark.parametrize("n_threads", [2, 3, 7])
 def test_split_rows_equal_single_thread(split_small, n_threads):
     d_model, base, n_rows = 257, 10000.0, 3001
-    assert _cython._parts(n_rows, n_rows * d_model, n_threads) == n_threads
+    assert _cython._parts(n_rows, n_rows * d_model, n_threads) == n_threads * _cython.PARTS_PER_THREAD
     turns, steps = _cython._planned(sinusoid_turns, d_model, base)
     rng = np.random.default_rng(7)
     positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
@@ -337,3 +337,25 @@ def test_works_in_a_forked_child():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float16", "bfloat16"])
+def test_narrow16_every_copy_matches_numba(numba_backend, bf16):
+    """The vectorised narrowing (AVX2 copy, eight at a time, and its scalar tail) and the
+    baseline copy give the numba kernel's bits and tie flags: random patterns, NaNs of every
+    payload, and every float32 from 2**-26 up to past float16's smallest normal (its whole
+    subnormal range, where the rounding shift varies), at lengths that leave a tail."""
+    r = np.random.default_rng(5)
+    sub = np.arange(0x32800000, 0x38900000, 7, dtype=np.uint32)
+    nan = (np.uint32(0x7F800001) + r.integers(0, 1 << 23, 2000, dtype=np.uint32)) | (
+        r.integers(0, 2, 2000, dtype=np.uint32) << 31)
+    bits = np.concatenate([r.integers(0, 2**32, 1 << 16, dtype=np.uint32), sub, sub | 0x80000000, nan,
+                           np.arange(0x477FE000, 0x47801000, dtype=np.uint32)]).astype(np.uint32)
+    want, want_ties = np.empty(bits.size, np.uint16), np.empty(bits.size, np.bool_)
+    numba_backend.narrow16(bits, bf16, want, want_ties)
+    for n in (bits.size, bits.size - 3, 7, 1):
+        for wide in (True, False):
+            got, ties = np.empty(n, np.uint16), np.empty(n, np.uint8)
+            _ext.narrow16(bits[:n], bf16, got, ties, wide=wide, parts=3)
+            np.testing.assert_array_equal(got, want[:n])
+            np.testing.assert_array_equal(ties.astype(bool), want_ties[:n])

@@ -87,13 +87,19 @@ def build_info() -> dict:
 _planned = functools.partial(step_plan, _ext.sincos_steps)
 
 
+#: blocks per thread of a large call: threads claim blocks as they come free, so a thread the
+#: OS runs late (another process on its CPU) leaves its share to the others
+PARTS_PER_THREAD = 8
+
+
 def _parts(n_items: int, work: int, n_threads: int | None = None) -> int:
-    """Blocks to cut ``n_items`` (``work`` in all) into: 1 when ``work < PARALLEL_FROM``,
-    else one per thread, each with at least ``MIN_BLOCK`` work and one item."""
-    if work < PARALLEL_FROM:
-        return 1
+    """Blocks to cut ``n_items`` (``work`` in all) into: 1 when ``work < PARALLEL_FROM`` or
+    on one thread, else up to :data:`PARTS_PER_THREAD` per thread, each with at least
+    ``MIN_BLOCK`` work and one item."""
     n = threads() if n_threads is None else n_threads
-    return max(1, min(n, work // MIN_BLOCK, n_items))
+    if work < PARALLEL_FROM or n < 2:
+        return 1
+    return max(1, min(n * PARTS_PER_THREAD, work // MIN_BLOCK, n_items))
 
 
 def _fill(kernel, first_arg, turns, steps, out, n_threads: int | None = None, cost: int = 1):
