@@ -37,6 +37,10 @@ Reading back.  Each writer also reads its format: the array entries a file holds
 the entry itself, memory-mapped where the format allows (:meth:`Writer.open`, what ``fastpe
 plot`` draws), a ``.safetensors`` header parsed by hand, without its package.
 
+Code.  This module holds what every format shares and the ``.npy`` writer; the ``.npz`` and
+``.safetensors`` writers' reading and writing code is in :mod:`fastpe._io._npz` and
+:mod:`fastpe._io._safetensors`, imported when a file of that format is first written or read.
+
 Spec.  ``{"fastpe": VERSION, "function": NAME, "params": {...}}``: ``NAME`` the library
 function under ``fastpe.`` that computes the values (``"table"``, ``"grid.sincos_2d"``,
 ``"timestep"``, ``"alibi.bias"``, ``"relative.t5_bucket_matrix"``, ``"rope.cos_sin"``) and
@@ -48,11 +52,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import io
 import json
 import os
-import stat
-import struct
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -88,20 +91,6 @@ SIDECAR_SUFFIX = ".json"
 SPEC_ENTRY = "spec"
 #: the spec key naming, in order, the entries stacked along axis 0 of a ``.npy`` file
 STACKED_KEY = "stacked"
-
-#: ZIP timestamps are fixed so that a spec always gives the same bytes (1980-01-01, the
-#: earliest date a ZIP header can hold)
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-_ZIP_MODE = (stat.S_IFREG | 0o644) << 16
-
-_SAFETENSORS_CODES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
-    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
-}
-_SAFETENSORS_NAMES = {code: name for name, code in _SAFETENSORS_CODES.items()}
-#: the safetensors format's own bound on its JSON header (100 MB)
-_SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 # --------------------------------------------------------------------------- entries and specs
@@ -411,119 +400,47 @@ class NpyWriter(Writer):
             return f.read()
 
 
-def _zip_size(members: list[tuple[str, int, bool]]) -> int:
-    """The size of a stored ZIP archive holding ``members`` ``(name, size, force_zip64)`` in
-    order, as :mod:`zipfile` writes it to a seekable file (no data descriptors): local
-    headers (with a ZIP64 extra when forced or large), data, the central directory (with a
-    ZIP64 extra for sizes or offsets past ``zipfile.ZIP64_LIMIT``) and the end records."""
-    import zipfile
-    limit = zipfile.ZIP64_LIMIT
-    offset = 0
-    central = 0
-    for name, size, force in members:
-        encoded = len(name.encode("utf-8"))
-        zip64 = force or size * 1.05 > limit
-        header_offset = offset
-        offset += 30 + encoded + (20 if zip64 else 0) + size
-        extra = (2 if size > limit else 0) + (1 if header_offset > limit else 0)
-        central += 46 + encoded + (4 + 8 * extra if extra else 0)
-    end = 22
-    if len(members) > zipfile.ZIP_FILECOUNT_LIMIT or offset > limit or central > limit:
-        end += 56 + 20  # the ZIP64 end record and its locator
-    return offset + central + end
+class _DeferredWriter(Writer):
+    """A writer whose format code -- everything but what checking an output path reads --
+    is in a module of this package imported on first use (:attr:`code`), so a command writing
+    another format neither compiles nor loads it."""
 
+    #: the module, relative to this package, with the format's ``layout``, ``write_data``,
+    #: ``stored``, ``entries``, ``open_entry`` and ``read_spec`` (each taking the writer first)
+    code = ""
 
-class NpzWriter(Writer):
-    suffix = ".npz"
+    def _code(self):
+        return importlib.import_module(self.code, __package__)
 
     def layout(self, entries, spec):
-        entries = tuple(entries)
-        _check_names(entries, (SPEC_ENTRY,))
-        headers = tuple(_npy_header(e.dtype, e.shape) for e in entries)
-        text = spec_text(spec)
-        spec_npy = _npy_bytes(np.array(text))
-        size = _zip_size([(SPEC_ENTRY + ".npy", len(spec_npy), False)]
-                         + [(e.name + ".npy", len(h) + e.nbytes, True) for e, h in zip(entries, headers)])
-        return Layout(self, entries, spec, text, size, headers=headers, spec_npy=spec_npy)
+        return self._code().layout(self, entries, spec)
 
     def write_data(self, f, layout, blocks):
-        import zipfile
-
-        feed = self._blocks(blocks)
-        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-            spec_info = zipfile.ZipInfo(SPEC_ENTRY + ".npy", date_time=_ZIP_EPOCH)
-            spec_info.external_attr = _ZIP_MODE
-            archive.writestr(spec_info, layout.spec_npy)
-            for entry, header in zip(layout.entries, layout.headers):
-                info = zipfile.ZipInfo(entry.name + ".npy", date_time=_ZIP_EPOCH)
-                info.external_attr = _ZIP_MODE
-                info.file_size = len(header) + entry.nbytes
-                with archive.open(info, "w", force_zip64=True) as member:
-                    member.write(header)
-                    for data in feed.of(entry):
-                        member.write(data)
-            feed.finish()
+        self._code().write_data(self, f, layout, blocks)
 
     def stored(self, path, name):
-        import zipfile
-
-        try:
-            with zipfile.ZipFile(path) as archive:
-                if name + ".npy" not in archive.namelist():
-                    raise ValueError(f"{path} holds no {name!r} entry")
-                with archive.open(name + ".npy") as member:
-                    return _read_npy_header(member, f"{path}'s {name!r} entry")
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
+        return self._code().stored(self, path, name)
 
     def entries(self, path):
-        import zipfile
-
-        try:
-            with zipfile.ZipFile(path) as archive:
-                members = archive.namelist()
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
-        return [m[: -len(".npy")] for m in members if m.endswith(".npy") and m != SPEC_ENTRY + ".npy"]
+        return self._code().entries(self, path)
 
     def open(self, path, name):
-        import zipfile
-
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                return archive[name]
-        except KeyError:
-            raise ValueError(f"{path} holds no {name!r} entry") from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path}: its {name!r} entry cannot be read: {' '.join(str(exc).split())}") from None
+        return self._code().open_entry(self, path, name)
 
     def read_spec(self, path):
-        import zipfile
-
-        if not os.path.exists(path):
-            raise FileNotFoundError(errno.ENOENT, f"{path} does not exist")
-        try:
-            archive = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path} is not a readable .npz file: {exc}") from None
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError(f"{path} holds a single array, not an .npz archive")
-        with archive:
-            if SPEC_ENTRY not in archive.files:
-                raise ValueError(f"{path} holds no {SPEC_ENTRY!r} entry (not written by fastpe?)")
-            try:
-                value = archive[SPEC_ENTRY]
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-                raise ValueError(f"{path}: its {SPEC_ENTRY!r} entry cannot be read: {exc}") from None
-        if not (isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind == "U"):
-            raise ValueError(f"{path}: its {SPEC_ENTRY!r} entry is not a JSON string")
-        return str(value[()])
+        return self._code().read_spec(self, path)
 
 
-class SafetensorsWriter(Writer):
+class NpzWriter(_DeferredWriter):
+    suffix = ".npz"
+    code = "._npz"
+
+
+class SafetensorsWriter(_DeferredWriter):
     suffix = ".safetensors"
     little_endian = True
     bfloat16_as_uint16 = False
+    code = "._safetensors"
 
     def require(self):
         try:
@@ -533,93 +450,6 @@ class SafetensorsWriter(Writer):
                 "writing .safetensors needs the safetensors package: pip install safetensors "
                 "(or pip install 'fastpe[safetensors]')"
             ) from None
-
-    def layout(self, entries, spec):
-        entries = tuple(entries)
-        _check_names(entries, ("__metadata__",))
-        text = spec_text(spec)
-        header = {"__metadata__": {SPEC_ENTRY: text}}
-        offset = 0
-        for e in entries:
-            code = _SAFETENSORS_CODES.get(e.dtype.name)
-            if code is None:
-                raise ValueError(f".safetensors cannot hold {e.name!r}: no code for {e.dtype}")
-            header[e.name] = {"dtype": code, "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
-            offset += e.nbytes
-        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        text += b" " * (-(8 + len(text)) % 8)  # the data start 8-byte aligned, as safetensors pads
-        head = struct.pack("<Q", len(text)) + text
-        return Layout(self, entries, spec, text, len(head) + offset, header=head)
-
-    def write_data(self, f, layout, blocks):
-        feed = self._blocks(blocks)
-        f.write(layout.header)
-        for entry in layout.entries:
-            for data in feed.of(entry):
-                f.write(data)
-        feed.finish()
-
-    @staticmethod
-    def _header(path) -> tuple[dict, int]:
-        """The JSON header, read by hand (the package is not needed), and where the data start."""
-        with open(path, "rb") as f:
-            head = f.read(8)
-            (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
-            try:
-                header = json.loads(f.read(n)) if 2 <= n <= _SAFETENSORS_MAX_HEADER else None
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                header = None
-        if not isinstance(header, dict):
-            raise ValueError(f"{path} has no readable .safetensors header")
-        return header, 8 + n
-
-    def _tensor(self, path, name) -> tuple[str, tuple[int, ...], tuple[int, int], int]:
-        header, start = self._header(path)
-        info = header.get(name) if name != "__metadata__" else None
-        if not isinstance(info, dict):
-            raise ValueError(f"{path} holds no {name!r} tensor")
-        code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if not isinstance(shape, list) or not all(isinstance(side, int) and side >= 0 for side in shape):
-            raise ValueError(f"{path}: the {name!r} tensor's shape is not a list of sizes")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-            raise ValueError(f"{path}: the {name!r} tensor has no data offsets")
-        return _SAFETENSORS_NAMES.get(code, str(code)), tuple(shape), tuple(offsets), start
-
-    def stored(self, path, name):
-        dtype, shape, _, _ = self._tensor(path, name)
-        return dtype, shape
-
-    def entries(self, path):
-        return [name for name in self._header(path)[0] if name != "__metadata__"]
-
-    def open(self, path, name):
-        dtype, shape, (lo, hi), start = self._tensor(path, name)
-        if dtype not in _SAFETENSORS_CODES:
-            raise ValueError(f"{path}: the {name!r} tensor's dtype {dtype!r} is not one fastpe reads")
-        dt = np.dtype("<u2" if dtype == "bfloat16" else dtype).newbyteorder("<")  # the data are little-endian
-        count = 1
-        for side in shape:
-            count *= side
-        if hi - lo != count * dt.itemsize or start + hi > os.path.getsize(path):
-            raise ValueError(f"{path}: the {name!r} tensor's data do not match its shape")
-        if count == 0:
-            return np.zeros(shape, dtype=dt)
-        return np.memmap(path, dtype=dt, mode="r", offset=start + lo, shape=shape)
-
-    def read_spec(self, path):
-        self.require()
-        from safetensors import safe_open
-
-        if not os.path.exists(path):
-            raise FileNotFoundError(errno.ENOENT, f"{path} does not exist")
-        try:
-            with safe_open(path, framework="numpy") as f:
-                metadata = f.metadata() or {}
-        except Exception as exc:  # safetensors raises its own SafetensorError for a bad file
-            raise ValueError(f"{path} is not a readable .safetensors file: {exc}") from None
-        if SPEC_ENTRY not in metadata:
-            raise ValueError(f"{path} has no {SPEC_ENTRY!r} in its __metadata__ (not written by fastpe?)")
-        return metadata[SPEC_ENTRY]
 
 
 #: every format fastpe writes, by suffix, the default first: the one table
