@@ -220,8 +220,9 @@ def plot(result: dict, path: str) -> None:
     ax.set_xlabel(f"rows (d_model {result['d_model']}, {result['dtype']}, a fresh table per call)")
     ax.set_ylabel("seconds per table (median)")
     where = f"{st.get('cpu_model', '?')}, {st.get('cpus_usable', '?')} CPUs"
+    end = result.get("loadavg_at_end")
     if load:
-        where += f", load average {load[0]:.1f} at start (a shared machine)"
+        where += f", load average {load[0]:.1f} at start" + (f", {end[0]:.1f} at the end" if end else "")
     ax.set_title(f"fastpe.table vs the torch tutorial module vs writing the bytes\n{where}, "
                  f"{result['date'][:10]}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
