@@ -2,8 +2,8 @@
 
 A ``fastpe table`` run is mostly interpreter start and imports, so the modules it does not
 need stay out of it: numba (when the backend is cython), the other commands' modules, the
-diagnostics, ``secrets`` (a temporary file's name is ``os.urandom``), ml_dtypes for a float32
-table.  Each check runs the command line's ``main`` in a fresh interpreter and reads
+diagnostics, the ``.npz`` and ``.safetensors`` code for a ``.npy``, ``secrets`` (a temporary
+file's name is ``os.urandom``), ml_dtypes for a float32 table.  Each check runs the command line's ``main`` in a fresh interpreter and reads
 ``sys.modules`` at its end; nothing here is timed.
 """
 
@@ -69,6 +69,7 @@ def test_table_run_with_cython_imports_only_what_it_needs(tmp_path, how):
     assert sorted(m for m in modules if m.startswith("fastpe._backends.numba")) == []
     assert sorted(m for m in modules if m.startswith("fastpe.cli.") and m.split(".")[2] in OTHER_COMMANDS) == []
     assert "fastpe._diagnostics" not in modules
+    assert {"fastpe._io._npz", "fastpe._io._safetensors"}.isdisjoint(modules)  # the other formats' code
     assert _tops(modules, "secrets", "hmac", "random", "ml_dtypes") == []
     saved = np.load(tmp_path / "pe_2048x512.npy")
     assert saved.tobytes() == fastpe.table(512, 2048, backend="cython").tobytes()
