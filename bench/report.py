@@ -277,19 +277,20 @@ def goals(workloads: dict[str, dict], memory: dict | None = None) -> list[Goal]:
     def missing(what, work, limit):
         result.append(Goal(what, None, "not measured in this run", work, "–", "–", "–", limit))
 
-    def faster(key, ours, peer, at_least, what, work):
-        """``peer.median / ours.median >= at_least``."""
+    def faster(key, ours, peer, at_least, what, work, short):
+        """``peer.median / ours.median >= at_least`` (``short``: the peer, in the summary)."""
         limit = f"≥ {at_least:g}× faster"
         if not ours or not peer:
             return missing(what, work, limit)
         x = peer.median / ours.median
+        ratio = f"{x:.1f}× faster" if x >= 1 else f"{1 / x:.1f}× slower"
         result.append(Goal(
-            what, x >= at_least, f"{x:.1f}× ({ours.label} {fmt_time(ours.median)} vs {fmt_time(peer.median)})",
-            work, fmt_time(ours.median), f"{peer.label} {fmt_time(peer.median)}", f"{x:.1f}× faster", limit,
+            what, x >= at_least, f"{x:.2f}× ({ours.label} {fmt_time(ours.median)} vs {fmt_time(peer.median)})",
+            work, fmt_time(ours.median), f"{short}, {fmt_time(peer.median)}", ratio, limit,
         ))
 
-    def within(key, ours, other, at_most, what, work):
-        """``ours.median / other.median <= at_most``."""
+    def within(key, ours, other, at_most, what, work, short):
+        """``ours.median / other.median <= at_most`` (``short``: the other, in the summary)."""
         limit = f"≤ {at_most:g}× its time"
         if not ours or not other:
             return missing(what, work, limit)
@@ -297,7 +298,7 @@ def goals(workloads: dict[str, dict], memory: dict | None = None) -> list[Goal]:
         result.append(Goal(
             what, x <= at_most, f"{x:.2f}× ({ours.label} {fmt_time(ours.median)} vs {other.label} "
             f"{fmt_time(other.median)})",
-            work, fmt_time(ours.median), f"{other.label} {fmt_time(other.median)}", f"{x:.2f}× its time", limit,
+            work, fmt_time(ours.median), f"{short}, {fmt_time(other.median)}", f"{x:.2f}× its time", limit,
         ))
 
     def backends(key):
@@ -313,13 +314,13 @@ def goals(workloads: dict[str, dict], memory: dict | None = None) -> list[Goal]:
         also = f"; the module function fastpe.rope.apply_qk_ {fmt_time(fn.median)}" if fn else ""
         result.append(Goal(
             what, rotary.median <= 5e-6, f"{fmt_time(rotary.median)} ({rotary.label}{also})",
-            work, fmt_time(rotary.median), "a time limit", f"{rotary.median * 1e6:.1f} µs a call", "≤ 5 µs",
+            work, fmt_time(rotary.median), "–", f"{rotary.median * 1e6:.1f} µs a call", "≤ 5 µs a call",
         ))
     else:
         missing(what, work, "≤ 5 µs")
     faster(DECODE, rotary, by_key(rows(DECODE), "hf-rope-step"), 10,
            "RoPE decode step: ≥ 10× faster than HF's step (LlamaRotaryEmbedding cos/sin + apply_rotary_pos_emb)",
-           work)
+           work, "HF's step (its rotary module + apply)")
 
     for key, at_least, at_most, work in (
         ("table-2048x512", 10, 2.0, "table 2048x512 float32"),
@@ -327,34 +328,36 @@ def goals(workloads: dict[str, dict], memory: dict | None = None) -> list[Goal]:
     ):
         ours = fastest(rows(key), "fastpe")
         faster(key, ours, by_key(rows(key), "torch-tutorial"), at_least,
-               f"{work}: ≥ {at_least}× faster than the torch tutorial module", work)
+               f"{work}: ≥ {at_least}× faster than the torch tutorial module", work, "torch tutorial module")
         within(key, ours, fastest(rows(key), "yardstick"), at_most,
-               f"{work}: ≤ {at_most:g}× the fresh write of its bytes (yardstick)", work)
+               f"{work}: ≤ {at_most:g}× the fresh write of its bytes (yardstick)", work, "fresh write of the bytes")
 
     work = "RoPE apply_qk_ 1x32x4096x128"
     ours = fastest(rows(APPLY), "fastpe")
     faster(APPLY, ours, by_key(rows(APPLY), "hf-torch-rope"), 25,
-           f"{work}: ≥ 25× faster than HF's apply_rotary_pos_emb alone (caches given)", work)
+           f"{work}: ≥ 25× faster than HF's apply_rotary_pos_emb alone (caches given)", work,
+           "HF `apply_rotary_pos_emb` alone")
     within(APPLY, ours, fastest(rows(APPLY), "yardstick"), 1.3,
-           f"{work}: ≤ 1.3× the in-place read+write yardstick", work)
+           f"{work}: ≤ 1.3× the in-place read+write yardstick", work, "in-place read+write")
 
     work = "torch bridge cos/sin 32768x128"
     within(BRIDGE, by_key(rows(BRIDGE), "fastpe-torch"), by_key(rows(BRIDGE), "fastpe-rope-cos-sin-fn"), 1.2,
            "torch bridge caches 32768x128 (fastpe.torch.RotaryEmbedding.cos_sin): within 1.2× of "
-           "the NumPy path fastpe.rope.cos_sin", work)
+           "the NumPy path fastpe.rope.cos_sin", work, "`fastpe.rope.cos_sin` (NumPy)")
 
     key, work = "alibi-bloom-32x2048", "BLOOM ALiBi 32 heads x 2048 keys"
     faster(key, fastest(rows(key), "fastpe"), by_key(rows(key), "hf-bloom"), 1,
-           f"{work}: ≥ 1× HF's build_alibi_tensor", work)
+           f"{work}: ≥ 1× HF's build_alibi_tensor", work, "HF `build_alibi_tensor`")
 
     key, work = "table-f16-2048x512", "table 2048x512 float16"
     faster(key, fastest(rows(key), "fastpe"), by_key(rows(key), "torch-tutorial-half"), 1,
-           f"{work}: ≥ 1× torch's float32 table then .half()", work)
+           f"{work}: ≥ 1× torch's float32 table then .half()", work, "torch f32 table `.half()`")
 
     rs = rows("cli-2048x512")
     within("cli-2048x512", fastest(rs, "fastpe"), fastest(rs, "peer"), 1.5,
            "`fastpe table --d-model 512 --max-len 2048`: whole process ≤ 1.5× a NumPy-only process "
-           "saving the same array", "CLI table 2048x512, whole process")
+           "saving the same array", "`fastpe table --d-model 512 --max-len 2048`, whole process",
+           "NumPy-only process")
     return result
 
 
@@ -436,9 +439,16 @@ class MarkerError(Exception):
 def summary(run: dict, met: list[Goal], tables_path: str = DOCS_TABLES) -> str:
     """The README's short summary: when and where, one row per goal (fastpe's median, what it
     is measured against, the ratio, the goal, met or not), and how many goals were met."""
-    lines = stamp_lines(run)[:1]
+    mi = run.get("machine_info", {}).get("fastpe_bench", {})
+    when = run.get("datetime", mi.get("date", "?"))[:10]
+    cpu = f"{mi.get('cpu_model', '?')}, {mi.get('cpus_usable', '?')} cores"
+    load = ""
+    if mi.get("loadavg_at_start") and mi.get("loadavg_now"):
+        load = f", load average {mi['loadavg_at_start'][0]:.1f} at the start and {mi['loadavg_now'][0]:.1f} at the end"
     counted = [g for g in met if g.met is not None]
-    lines += [
+    lines = [
+        f"Medians of one `make bench` run ({when}, {cpu}{load}: a shared machine). Each figure is "
+        "fastpe's time against the peer's, or the limit's, measured in the same run.",
         "",
         "| work | fastpe | against | measured | goal | |",
         "| --- | ---: | --- | ---: | --- | --- |",
@@ -450,8 +460,7 @@ def summary(run: dict, met: list[Goal], tables_path: str = DOCS_TABLES) -> str:
         "",
         f"**{sum(g.met is True for g in counted)} of {len(met)} goals met**"
         + (f" ({len(met) - len(counted)} not measured in this run)" if len(counted) < len(met) else "")
-        + f"; medians, each pair measured in the same run. Every table, with the peers' notes and the "
-        f"machine's load: [{tables_path}]({tables_path}).",
+        + f". Every table, with what each peer computes and how its values differ: [Benchmarks]({tables_path}).",
     ]
     return "\n".join(lines)
 
