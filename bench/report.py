@@ -52,6 +52,8 @@ class Row:
 
 
 def fmt_time(seconds: float) -> str:
+    if seconds < 10e-6:  # the decode step's microseconds: a digit more
+        return f"{seconds * 1e6:.1f} µs"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
     if seconds < 1.0:
