@@ -49,43 +49,92 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
 {
     /* hi is a float32 midpoint exactly when d = hi - t (t its rounding) is not zero and
      * t + 2d, the other neighbour, is a float32 (both exact in double); then lo's sign
-     * picks the side.  The numba round_dd_f32, step for step. */
-    float f = (float)hi;
-    if (lo != 0.0) {
-        double t = (double)f;
-        double d = hi - t;
-        if (d != 0.0) {
-            double o = t + 2.0 * d;
-            if ((double)(float)o == o)
-                return ((lo > 0.0) == (o > t)) ? (float)o : f;
-        }
-    }
-    return f;
+     * picks the side.  The numba round_dd_f32's value, with every step computed and the
+     * result selected (no branch: the line loop vectorises). */
+    double t = (double)(float)hi;
+    double d = hi - t;
+    double o = t + 2.0 * d;
+    double r = ((lo != 0.0) & (d != 0.0) & ((double)(float)o == o) & ((lo > 0.0) == (o > t))) ? o : t;
+    return (float)r; /* r is t or o, both float32 values: exact */
 }
 
 /* line[h, n] = slope_h * (first + n) rounded, n in [n_begin, n_end), 0 <= first + n < 2**32;
  * words is the (4, n_heads) plan.  ROUND(hi, lo) gives the value of the double-double: the
  * float32 nearest to it (fastpe_alibi_line_f32), or its leading double (_f64). */
-#define FASTPE_ALIBI_LINE(SUFFIX, T, ROUND)                                                   \
-    static void fastpe_alibi_line_##SUFFIX(const double *words, ptrdiff_t n_heads,            \
-                                           int64_t first, T *line, ptrdiff_t length,          \
-                                           ptrdiff_t n_begin, ptrdiff_t n_end)                \
+#define FASTPE_ALIBI_LINE(SUFFIX, ATTR, T, ROUND)                                             \
+    ATTR static void fastpe_alibi_line_##SUFFIX(const double *words, ptrdiff_t n_heads,       \
+                                                int64_t first, T *line, ptrdiff_t length,     \
+                                                ptrdiff_t n_begin, ptrdiff_t n_end)           \
     {                                                                                         \
         for (ptrdiff_t h = 0; h < n_heads; h++) {                                             \
             const double w1 = words[h], w2 = words[n_heads + h];                              \
             const double w3 = words[2 * n_heads + h], w4 = words[3 * n_heads + h];            \
             T *dst = line + h * length;                                                       \
-            for (ptrdiff_t n = n_begin; n < n_end; n++) {                                     \
-                double hi, lo;                                                                \
-                fastpe_dd_product((double)(first + n), w1, w2, w3, w4, &hi, &lo);             \
-                dst[n] = ROUND(hi, lo);                                                       \
+            /* distances as base + k, k an int32 counter (exact: below 2**53): x86 before   \
+             * AVX-512 has no vector int64-to-double conversion, and a double counter is a  \
+             * floating-point induction, neither of which vectorises */                     \
+            for (ptrdiff_t c0 = n_begin; c0 < n_end; c0 += (ptrdiff_t)1 << 30) {             \
+                const int32_t len = (int32_t)(n_end - c0 < ((ptrdiff_t)1 << 30)              \
+                                                  ? n_end - c0 : (ptrdiff_t)1 << 30);        \
+                const double base = (double)(first + c0);                                    \
+                T *d0 = dst + c0;                                                             \
+                for (int32_t k = 0; k < len; k++) {                                           \
+                    double hi, lo;                                                            \
+                    fastpe_dd_product(base + (double)k, w1, w2, w3, w4, &hi, &lo);            \
+                    d0[k] = ROUND(hi, lo);                                                    \
+                }                                                                             \
             }                                                                                 \
         }                                                                                     \
     }
 
 #define FASTPE_LEADING_(hi, lo) (hi)
-FASTPE_ALIBI_LINE(f32, float, fastpe_round_dd_f32)
-FASTPE_ALIBI_LINE(f64, double, FASTPE_LEADING_)
+/* a baseline x86-64 build also carries AVX2 copies of the line kernels (the same bits: no
+ * FMA, contraction off), picked at run time */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__)
+#define FASTPE_BIAS_DISPATCH 1
+FASTPE_ALIBI_LINE(f32_avx2, __attribute__((target("avx2"))), float, fastpe_round_dd_f32)
+FASTPE_ALIBI_LINE(f64_avx2, __attribute__((target("avx2"))), double, FASTPE_LEADING_)
+#else
+#define FASTPE_BIAS_DISPATCH 0
+#endif
+FASTPE_ALIBI_LINE(f32_baseline, , float, fastpe_round_dd_f32)
+FASTPE_ALIBI_LINE(f64_baseline, , double, FASTPE_LEADING_)
+
+static int fastpe_bias_avx2_(void)
+{
+#if FASTPE_BIAS_DISPATCH
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+#else
+    return 0;
+#endif
+}
+
+#if FASTPE_BIAS_DISPATCH
+#define FASTPE_BIAS_PICK_(NAME, ...)                                                          \
+    do {                                                                                      \
+        if (fastpe_bias_avx2_())                                                              \
+            NAME##_avx2(__VA_ARGS__);                                                         \
+        else                                                                                  \
+            NAME##_baseline(__VA_ARGS__);                                                     \
+    } while (0)
+#else
+#define FASTPE_BIAS_PICK_(NAME, ...) NAME##_baseline(__VA_ARGS__)
+#endif
+
+static void fastpe_alibi_line_f32(const double *words, ptrdiff_t n_heads, int64_t first,
+                                  float *line, ptrdiff_t length, ptrdiff_t n_begin,
+                                  ptrdiff_t n_end)
+{
+    FASTPE_BIAS_PICK_(fastpe_alibi_line_f32, words, n_heads, first, line, length, n_begin, n_end);
+}
+
+static void fastpe_alibi_line_f64(const double *words, ptrdiff_t n_heads, int64_t first,
+                                  double *line, ptrdiff_t length, ptrdiff_t n_begin,
+                                  ptrdiff_t n_end)
+{
+    FASTPE_BIAS_PICK_(fastpe_alibi_line_f64, words, n_heads, first, line, length, n_begin, n_end);
+}
 
 /* rows [row_begin, row_end) of out (n_heads * q_len rows of k_len) from the lines;
  * form one of the codes above.  0.0 - v keeps a zero distance +0.0. */

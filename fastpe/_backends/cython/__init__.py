@@ -102,10 +102,29 @@ def _parts(n_items: int, work: int, n_threads: int | None = None) -> int:
     return max(1, min(n * PARTS_PER_THREAD, work // MIN_BLOCK, n_items))
 
 
+def _call(kernel, args, n_items: int, work: int, n_threads: int | None = None) -> None:
+    """``kernel(*args)`` over all its ``n_items`` rows or items: in the calling thread when
+    :func:`_parts` says one block, else ``kernel(*args, parts=...)`` through
+    :func:`_run_blocks`, the kernel cutting its range into blocks on the pool."""
+    parts = _parts(n_items, work, n_threads)
+    if parts == 1:
+        kernel(*args)
+    else:
+        _run_blocks(lambda lo, hi: kernel(*args, parts=parts), [(0, n_items)])
+
+
+def _run_blocks(run, blocks: list[tuple[int, int]]) -> None:
+    """``run(lo, hi)`` for each block: the one way into the parallel path (a compiled
+    kernel's call is one block, which it cuts into parts itself; :func:`_split`'s Python
+    callables are cut here and run on the pool)."""
+    for lo, hi in blocks:
+        run(lo, hi)
+
+
 def _fill(kernel, first_arg, turns, steps, out, n_threads: int | None = None, cost: int = 1):
     """``kernel(first_arg, turns, steps, out)`` over all rows, in blocks on the pool."""
     n_rows, d_model = out.shape
-    kernel(first_arg, turns, steps, out, parts=_parts(n_rows, n_rows * d_model * cost, n_threads))
+    _call(kernel, (first_arg, turns, steps, out), n_rows, n_rows * d_model * cost, n_threads)
 
 
 def _split(run, n_items: int, work: int, n_threads: int | None = None) -> None:
@@ -117,7 +136,7 @@ def _split(run, n_items: int, work: int, n_threads: int | None = None) -> None:
         if n_items:
             run(0, n_items)
         return
-    _ext.run_parts(run, 0, n_items, parts)
+    _run_blocks(lambda lo, hi: _ext.run_parts(run, lo, hi, parts), [(0, n_items)])
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
@@ -137,14 +156,14 @@ def _table(positions, inv_freq, attention_factor, table) -> None:
     turns, steps = _planned(frequency_turns, inv_freq)
     af = float(attention_factor)
     n = table.shape[0]
-    _ext.rope_table(positions, turns, steps, af, table, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST))
+    _call(_ext.rope_table, (positions, turns, steps, af, table), n, n * turns.shape[1] * 2 * FORWARD_COST)
 
 
 def rope_cos_sin(positions, inv_freq, attention_factor, layout, out_cos, out_sin) -> None:
     turns, steps = _planned(frequency_turns, inv_freq)
     af, neox = float(attention_factor), layout == "neox"
-    _ext.rope_cos_sin(positions, turns, steps, af, neox, out_cos, out_sin,
-                      parts=_parts(out_cos.shape[0], out_cos.size * 2))
+    _call(_ext.rope_cos_sin, (positions, turns, steps, af, neox, out_cos, out_sin),
+          out_cos.shape[0], out_cos.size * 2)
 
 
 def rope_table(positions, inv_freq, attention_factor, out) -> None:
@@ -157,7 +176,7 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
         _table(pos, inv_freq, attention_factor, table)
         n_batch, s0, s1 = args[10:13]  # the order apply_chunks documents
         n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
-        _ext.rope_apply(*args, neox, parts=_parts(n_items, work))
+        _call(_ext.rope_apply, (*args, neox), n_items, work)
 
 
 # ----------------------------------------------------------------------- sinusoid families
@@ -170,14 +189,14 @@ def sincos_rows(positions, freqs, layout, out) -> None:
     turns, steps = _planned(_freq.turns, freqs)
     code = LAYOUT_CODES[layout]
     n = out.shape[0]
-    _ext.sincos_rows(positions, turns, steps, code, out, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST))
+    _call(_ext.sincos_rows, (positions, turns, steps, code, out), n, n * turns.shape[1] * 2 * FORWARD_COST)
 
 
 def sincos_real(x, freqs, layout, out) -> None:
     turns = _freq.turns(freqs)
     code = LAYOUT_CODES[layout]
     n = out.shape[0]
-    _ext.sincos_real_rows(x, turns, code, out, parts=_parts(n, n * turns.shape[1] * 2 * FORWARD_COST * 4))
+    _call(_ext.sincos_real_rows, (x, turns, code, out), n, n * turns.shape[1] * 2 * FORWARD_COST * 4)
 
 
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
@@ -234,22 +253,26 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
     words = slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
     wide = out.dtype in (np.float32, np.float64)
+    if wide and form == "bloom" and q_len == 1:
+        # BLOOM's one query row is the line itself (the fill copies it): written in place
+        _call(_ext_bias.alibi_line, (words, out.reshape(n_heads, k_len)), k_len, out.size * LINE_COST)
+        return
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
-    _ext_bias.alibi_line(words, line, parts=_parts(k_len, line.size * LINE_COST))
+    _call(_ext_bias.alibi_line, (words, line), k_len, line.size * LINE_COST)
     code = FORM_CODES[form]
     if wide:
-        _ext_bias.alibi_fill(line, code, out, parts=_parts(n_heads * q_len, out.size))
+        _call(_ext_bias.alibi_fill, (line, code, out), n_heads * q_len, out.size)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
     bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
-    _ext_bias.alibi_fill16(bits, code, neg_inf, target, parts=_parts(n_heads * q_len, out.size))
+    _call(_ext_bias.alibi_fill16, (bits, code, neg_inf, target), n_heads * q_len, out.size)
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance, out) -> None:
     n, thresholds, _ = bucket_plan(bidirectional, num_buckets, max_distance)
     flag = bool(bidirectional)
-    _ext_bias.t5_bucket(relative_position, flag, n, thresholds, out, parts=_parts(out.shape[0], out.size * 4))
+    _call(_ext_bias.t5_bucket, (relative_position, flag, n, thresholds, out), out.shape[0], out.size * 4)
 
 
 def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out) -> None:
@@ -258,10 +281,10 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
     q_len, k_len = out.shape
     line = np.empty(q_len + k_len - 1, dtype=out.dtype)
     first = -(q_len - 1) - int(query_offset)  # j - (i + offset) at i = q_len - 1, j = 0
-    _ext_bias.t5_line(first, flag, n, thresholds, line, parts=_parts(line.shape[0], line.size * 4))
-    _ext_bias.t5_fill(line, out, parts=_parts(q_len, out.size))
+    _call(_ext_bias.t5_line, (first, flag, n, thresholds, line), line.shape[0], line.size * 4)
+    _call(_ext_bias.t5_fill, (line, out), q_len, out.size)
 
 
 def narrow16(bits32, bf16, out, ties) -> None:
     flags = ties.view(np.uint8)
-    _ext.narrow16(bits32, bool(bf16), out, flags, parts=_parts(bits32.size, bits32.size))
+    _call(_ext.narrow16, (bits32, bool(bf16), out, flags), bits32.size, bits32.size)

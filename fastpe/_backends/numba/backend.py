@@ -132,10 +132,16 @@ def alibi_bias(n_heads, max_bias, form, out) -> None:
     from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
 
     words = slope_words(n_heads, max_bias)
-    k_len = out.shape[2]
+    q_len, k_len = out.shape[1:]
     wide = out.dtype in (np.float32, np.float64)
-    line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
     n_blocks = -(-k_len // _kb.LINE_BLOCK)
+    if wide and form == "bloom" and q_len == 1:
+        # BLOOM's one query row is the line itself (the fill copies it): written in place
+        line = out.reshape(n_heads, k_len)
+        _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * _kb.LINE_COST,
+             words, line.dtype == np.float32, 0, n_blocks, line)
+        return
+    line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
     _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * _kb.LINE_COST,
          words, line.dtype == np.float32, 0, n_blocks, line)
     if wide:
