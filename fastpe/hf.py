@@ -617,25 +617,37 @@ def _rotate(caches: _Caches, tensors: tuple, seq_axis: int) -> bool:
     ``n = rotary_dim`` values of each head (StableLM's and GPT-J's ``q[..., :rotary_dim]``):
     that memory is the kernel's ``(tokens, heads, head_dim)``, ``tokens = batch * seq``,
     whose columns past ``rotary_dim`` it leaves alone."""
-    from .torch import _refusal
-
+    torch = _import_torch()
     rotary = caches.rotary
     arrays = []
     positions = None
+    d = rotary.head_dim
     for t in tensors:
-        if _refusal("x", t) is not None or t.ndim != 4:
+        # what fastpe.torch._refusal asks (a plain float32 CPU strided tensor, no grad, no
+        # lazy negation or conjugation), in one expression: this runs once per layer per step
+        if (type(t) is not torch.Tensor or t.dtype is not torch.float32 or t.requires_grad or not t.is_cpu
+                or t.layout is not torch.strided or t.is_neg() or t.is_conj() or t.ndim != 4):
             return False
-        tc = t if seq_axis == 1 else t.transpose(1, 2)
-        b, s, h, n = tc.shape
-        d = rotary.head_dim
-        if n != d and n != rotary.rotary_dim or tc.numel() == 0:
-            return False
-        for size, got, want in zip(tc.shape, tc.stride(), (s * h * d, h * d, d, 1)):
-            if size > 1 and got != want:
+        if t.shape[-1] == d:  # whole heads: the tensor's own memory, read through NumPy's strides
+            a = t.numpy()
+            if seq_axis != 1:
+                a = a.transpose(0, 2, 1, 3)
+            b, s, h, _ = a.shape
+            if not a.size or not a.flags.c_contiguous:
                 return False
-        end = tc.storage_offset() + b * s * h * d
-        if end * tc.element_size() > tc.untyped_storage().nbytes():
-            return False
+            view = a.reshape(b * s, h, d)
+        else:
+            tc = t if seq_axis == 1 else t.transpose(1, 2)
+            b, s, h, n = tc.shape
+            if n != rotary.rotary_dim or tc.numel() == 0:
+                return False
+            for size, got, want in zip(tc.shape, tc.stride(), (s * h * d, h * d, d, 1)):
+                if size > 1 and got != want:
+                    return False
+            end = tc.storage_offset() + b * s * h * d
+            if end * tc.element_size() > tc.untyped_storage().nbytes():
+                return False
+            view = tc.as_strided((b * s, h, d), (h * d, d, 1)).numpy()
         if positions is None:
             pos = caches.positions
             if pos.ndim == 1:
@@ -646,14 +658,13 @@ def _rotate(caches: _Caches, tensors: tuple, seq_axis: int) -> bool:
             positions = pos.reshape(-1) if pos.shape[0] == b else np.tile(pos[0], b)
         elif b * s != positions.shape[0]:
             return False
-        arrays.append(tc.as_strided((b * s, h, d), (h * d, d, 1)).numpy())
+        arrays.append(view)
     if len(arrays) == 2:
         if np.may_share_memory(arrays[0], arrays[1]):
             return False
         rotary.apply_qk_(arrays[0], arrays[1], positions, seq_len=caches.seq_len)
     else:
         rotary.apply_(arrays[0], positions, seq_len=caches.seq_len)
-    torch = _import_torch()
     torch.autograd.graph.increment_version(tensors)
     return True
 
