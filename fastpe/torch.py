@@ -39,12 +39,12 @@ from ._validate import (
     check_finite_real,
     check_inplace,
     check_int,
-    check_layout,
     check_max_len,
     check_offset,
     check_position_grid,
 )
 from .rope import _scaling
+from .rope._rotary import rope_layout
 
 __all__ = ["SinusoidalPositionalEncoding", "PositionalEncoding", "RotaryEmbedding"]
 
@@ -412,7 +412,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, base=None, scaling=None, layout: str = "neox", rotary_dim=None,
                  *, max_position_embeddings=None):
         super().__init__()
-        self.layout = check_layout(layout)
+        self.layout = rope_layout(layout)
         self.spec = rope.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                                  max_position_embeddings=max_position_embeddings)
         self.head_dim = self.spec.head_dim

@@ -318,8 +318,9 @@ def permute_qk_weight(w, n_heads, *, head_dim=None, rotary_dim=None, to, out=Non
     """
     if not isinstance(to, str):
         raise TypeError(f"to must be a string, got {type(to).__name__} {to!r}")
-    if to not in _LAYOUTS:
+    if to.strip().lower() not in _LAYOUTS:
         raise ValueError(f"to must be one of {', '.join(map(repr, _LAYOUTS))}, got {to!r}")
+    to = to.strip().lower()
     shape = getattr(w, "shape", None)
     if shape is None or not hasattr(w, "__getitem__"):
         raise TypeError(f"w must be a numpy array or a torch tensor, got {type(w).__name__}")

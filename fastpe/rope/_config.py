@@ -488,7 +488,7 @@ def _phi3_rope(rope: dict, label: str, rope_type: str) -> str:
     """Phi3Config: the legacy ``su`` and ``yarn`` are longrope, any other scaled type is an
     error."""
     written = rope.get("rope_type", rope.get("type"))
-    if written in ("su", "yarn"):
+    if isinstance(written, str) and written.strip().lower() in ("su", "yarn"):
         rope_type = rope["rope_type"] = "longrope"
         rope.pop("type", None)
     if rope_type not in ("default", "longrope"):

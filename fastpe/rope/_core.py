@@ -60,11 +60,11 @@ import numbers
 import numpy as np
 
 from .. import _backends, _dtypes
+from ._rotary import rope_layout
 from ._scaling import MAX_ATTENTION_FACTOR, _to_float
 from .._validate import (
     check_inplace,
     check_inv_freq,
-    check_layout,
     check_no_overlap,
     check_offset,
     check_out,
@@ -117,7 +117,7 @@ def cos_sin_from_inv_freq(
     freqs = check_inv_freq(inv_freq)
     width = check_rotary_dim(rotary_dim, len(freqs))
     af = _check_attention(attention_factor)
-    layout = check_layout(layout)
+    layout = rope_layout(layout)
     pos = check_positions(positions)
     shape = (pos.shape[0], width)
     if (out_cos is None) != (out_sin is None):
@@ -329,7 +329,7 @@ def _apply(q, k, positions, inv_freq, attention_factor, layout, offset, rotary_d
     freqs = check_inv_freq(inv_freq)
     check_rotary_dim(rotary_dim, len(freqs), q.shape[-1])
     af = _check_attention(attention_factor)
-    layout = check_layout(layout)
+    layout = rope_layout(layout)
     if (positions is None) == (offset is None):
         raise TypeError("pass exactly one of positions and offset")
     pos = rotation_positions(q, positions, offset)

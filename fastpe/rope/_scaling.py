@@ -319,10 +319,11 @@ def _rope_type(scaling: Mapping, label: str = "scaling") -> str:
         rope_type = "default"
     if not isinstance(rope_type, str):
         raise TypeError(f"{label}[{key!r}] must be a string, got {type(rope_type).__name__} {rope_type!r}")
-    rope_type = _ALIASES.get(rope_type, rope_type)
-    if rope_type not in ROPE_TYPES:
+    name = rope_type.strip().lower()  # in any letter case, as every fastpe name ('Llama3', 'YaRN')
+    name = _ALIASES.get(name, name)
+    if name not in ROPE_TYPES:
         raise ValueError(f"{label}[{key!r}] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
-    return rope_type
+    return name
 
 
 def check_seq_len(seq_len) -> int | None:

@@ -635,3 +635,93 @@ def test_import_fastpe_rope_loads_no_kernels(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fastpe_env(), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# ==================================================================== letter case
+
+
+@pytest.mark.parametrize("written, name", [("NEOX", "neox"), ("NeoX", "neox"), (" neox ", "neox"), ("GPTJ", "gptj"),
+                                           ("GptJ", "gptj")])
+def test_layout_names_are_read_in_any_case(written, name):
+    """rope's layout names take any letter case, as backend and dtype names do: every entry
+    point gives the bits of the lower-case name, and a Rotary records that name."""
+    from fastpe.rope._core import apply_qk_from_inv_freq, cos_sin_from_inv_freq
+
+    rotary = rope.Rotary(32, layout=written)
+    assert rotary.layout == name and rotary == rope.Rotary(32, layout=name)
+    positions = np.array([0, 5, 2**32 - 1])
+    want = rope.cos_sin(positions, 32, layout=name)
+    for got in (rope.cos_sin(positions, 32, layout=written), rotary.cos_sin(positions),
+                cos_sin_from_inv_freq(positions, rope.inv_freq(32)[0], layout=written)):
+        assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+    rng = np.random.default_rng(0)
+    q0 = rng.standard_normal((3, 2, 32)).astype(np.float32)
+    k0 = rng.standard_normal((3, 1, 32)).astype(np.float32)
+    wq, wk = rope.apply_qk_(q0.copy(), k0.copy(), positions, layout=name)
+    for fn in (lambda q, k: rope.apply_qk_(q, k, positions, layout=written),
+               lambda q, k: apply_qk_from_inv_freq(q, k, positions, rope.inv_freq(32)[0], layout=written)):
+        q, k = fn(q0.copy(), k0.copy())
+        assert same_bits(q, wq) and same_bits(k, wk)
+    w = rng.standard_normal((64, 8))
+    assert same_bits(rope.permute_qk_weight(w, 2, to=written), rope.permute_qk_weight(w, 2, to=name))
+
+
+def test_layout_names_in_any_case_through_torch():
+    torch = pytest.importorskip("torch")
+    from fastpe.torch import RotaryEmbedding
+
+    assert RotaryEmbedding(32, layout="GPTJ").layout == "gptj"
+    cos, _ = RotaryEmbedding(32, layout="GptJ").cos_sin(torch.arange(4))
+    want, _ = rope.cos_sin(np.arange(4), 32, layout="gptj")
+    assert same_bits(cos.numpy(), want)
+
+
+@pytest.mark.parametrize("written, name", [("Llama3", "llama3"), ("LLAMA3", "llama3"), ("YaRN", "yarn"),
+                                           ("Linear", "linear"), ("Dynamic", "dynamic"), ("Default", "default"),
+                                           ("LongRoPE", "longrope"), ("SU", "longrope"), ("Proportional", "proportional")])
+def test_rope_type_names_are_read_in_any_case(written, name):
+    """A rope dict's ``rope_type`` (or legacy ``type``) in any letter case, passed verbatim
+    and never modified, is the lower-case rule: the same spec, the same values."""
+    params = {"llama3": LLAMA3, "yarn": YARN, "linear": {"factor": 2.0}, "dynamic": {"factor": 2.0},
+              "default": {}, "longrope": longrope(16), "proportional": {"partial_rotary_factor": 0.5, "factor": 1.0}}
+    base = {k: v for k, v in params[name].items() if k != "rope_type"}
+    kw = dict(base=5e5, max_position_embeddings=131072 if name == "llama3" else 64)
+    want = rope.resolve(32, scaling={**base, "rope_type": name if written != "SU" else "su"}, **kw)
+    for key in ("rope_type", "type"):
+        scaling = {**base, key: written}
+        before = copy.deepcopy(scaling)
+        assert rope.resolve(32, scaling=scaling, **kw) == want
+        assert rope.Rotary(32, scaling=scaling, **kw).spec == want
+        got = rope.cos_sin(np.array([0, 100]), 32, scaling=scaling, **kw)
+        ref = rope.cos_sin(np.array([0, 100]), 32, scaling={**base, "rope_type": want.rope_type}, **kw)
+        assert same_bits(got[0], ref[0]) and same_bits(got[1], ref[1])
+        assert scaling == before
+
+
+def test_rope_type_in_any_case_inside_a_model_config():
+    """from_config reads the config's rope dict as given: 'Llama3' is llama3, Phi-3's legacy
+    'SU' is longrope."""
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "rope_theta": 5e5,
+           "max_position_embeddings": 131072, "rope_scaling": {**LLAMA3, "rope_type": "Llama3"}}
+    want = {**cfg, "rope_scaling": LLAMA3}
+    assert rope.Rotary.from_config(cfg) == rope.Rotary.from_config(want)
+    n = 64
+    phi = {"model_type": "phi3", "hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": 131072,
+           "original_max_position_embeddings": 4096,
+           "rope_scaling": {"type": "SU", "short_factor": [1.0] * n, "long_factor": [2.0] * n, "factor": 32.0}}
+    assert rope.Rotary.from_config(phi).rope_type == "longrope"
+    assert rope.Rotary.from_config(phi) == rope.Rotary.from_config(
+        {**phi, "rope_scaling": {**phi["rope_scaling"], "type": "su"}})
+
+
+def test_unknown_names_are_refused_as_before():
+    with pytest.raises(ValueError, match=r"layout must be one of 'neox', 'gptj', got 'Halves'"):
+        rope.Rotary(32, layout="Halves")
+    with pytest.raises(ValueError, match=r"layout must be one of 'neox', 'gptj', got 'ne ox'"):
+        rope.cos_sin([0], 32, layout="ne ox")
+    with pytest.raises(TypeError, match="layout must be a string"):
+        rope.Rotary(32, layout=1)
+    with pytest.raises(ValueError, match=r"scaling\['rope_type'\] 'Llama-3' is not supported; choose one of"):
+        rope.resolve(32, scaling={"rope_type": "Llama-3"})
+    with pytest.raises(ValueError, match=r"to must be one of 'neox', 'gptj', got 'GPT-J'"):
+        rope.permute_qk_weight(np.zeros((4, 2)), 1, to="GPT-J")
