@@ -61,7 +61,25 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
 /* line[h, n] = slope_h * (first + n) rounded, n in [n_begin, n_end), 0 <= first + n < 2**32;
  * words is the (4, n_heads) plan.  ROUND(hi, lo) gives the value of the double-double: the
  * float32 nearest to it (fastpe_alibi_line_f32), or its leading double (_f64). */
-#define FASTPE_ALIBI_LINE(SUFFIX, ATTR, T, ROUND)                                             \
+/*
+ * fastpe_alibi_fast_note -- the float32 line's first pass, and why it gives the bits of the
+ * double-double path (the numba kernel's, which every value still takes where this pass is
+ * unsure).
+ *
+ * Let X = d * (w1 + w2 + w3 + w4), the exact product the double-double hi + lo carries
+ * (to ~2**-104 relative).  sd = ((w1 + w2) + w3) + w4 in double: w1 + w2 is exact (adjacent
+ * 21-bit words), the other two additions round, so |sd - S| <= 2**-52 S (S the words' sum).
+ * p = fl(d * sd) has |p - X| <= d |sd - S| + 2**-53 p, below 2**-51.4 X.  r = p * 2**-50
+ * (exact), and fl(p - r), fl(p + r) are each within 2**-53 p of p -+ r, so the interval
+ * [fl(p - r), fl(p + r)] holds every value within 2**-50.2 p of p: X, and the
+ * double-double's hi + lo.  Rounding to float32 is monotone: if both ends round to the same
+ * float32 a, everything between does, so a is the correctly rounded X and the value the
+ * double-double path gives (which rounds hi + lo, correctly).  Otherwise -- X within about
+ * 2**-50 of a float32 midpoint, about one distance in 2**25 -- the second pass takes the
+ * double-double path for that distance.  p >= 2**-64 (slopes >= 2**-64, d >= 1) or p = 0
+ * (d = 0, a = +0.0 as the double-double gives): no underflow in r.
+ */
+#define FASTPE_ALIBI_LINE(SUFFIX, ATTR, T, ROUND, FAST)                                          \
     ATTR static void fastpe_alibi_line_##SUFFIX(const double *words, ptrdiff_t n_heads,       \
                                                 int64_t first, T *line, ptrdiff_t length,     \
                                                 ptrdiff_t n_begin, ptrdiff_t n_end)           \
@@ -78,7 +96,25 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
                                                   ? n_end - c0 : (ptrdiff_t)1 << 30);        \
                 const double base = (double)(first + c0);                                    \
                 T *d0 = dst + c0;                                                             \
-                for (int32_t k = 0; k < len; k++) {                                           \
+                int rest = 1;                                                                 \
+                if (FAST) { /* the float32 line: see fastpe_alibi_fast_note below */          \
+                    const double sd = ((w1 + w2) + w3) + w4;                                  \
+                    int unsure = 0;                                                           \
+                    for (int32_t k = 0; k < len; k++) {                                       \
+                        const double p = (base + (double)k) * sd, r = p * 0x1p-50;           \
+                        const float a = (float)(p - r), b = (float)(p + r);                   \
+                        d0[k] = (T)a;                                                         \
+                        unsure |= a != b;                                                     \
+                    }                                                                         \
+                    rest = unsure;                                                            \
+                }                                                                             \
+                for (int32_t k = 0; rest && k < len; k++) {                                   \
+                    if (FAST) {                                                               \
+                        const double p = (base + (double)k) * (((w1 + w2) + w3) + w4);       \
+                        const double r = p * 0x1p-50;                                         \
+                        if ((float)(p - r) == (float)(p + r))                                 \
+                            continue;                                                         \
+                    }                                                                         \
                     double hi, lo;                                                            \
                     fastpe_dd_product(base + (double)k, w1, w2, w3, w4, &hi, &lo);            \
                     d0[k] = ROUND(hi, lo);                                                    \
@@ -92,13 +128,13 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
  * FMA, contraction off), picked at run time */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__)
 #define FASTPE_BIAS_DISPATCH 1
-FASTPE_ALIBI_LINE(f32_avx2, __attribute__((target("avx2"))), float, fastpe_round_dd_f32)
-FASTPE_ALIBI_LINE(f64_avx2, __attribute__((target("avx2"))), double, FASTPE_LEADING_)
+FASTPE_ALIBI_LINE(f32_avx2, __attribute__((target("avx2"))), float, fastpe_round_dd_f32, 1)
+FASTPE_ALIBI_LINE(f64_avx2, __attribute__((target("avx2"))), double, FASTPE_LEADING_, 0)
 #else
 #define FASTPE_BIAS_DISPATCH 0
 #endif
-FASTPE_ALIBI_LINE(f32_baseline, , float, fastpe_round_dd_f32)
-FASTPE_ALIBI_LINE(f64_baseline, , double, FASTPE_LEADING_)
+FASTPE_ALIBI_LINE(f32_baseline, , float, fastpe_round_dd_f32, 1)
+FASTPE_ALIBI_LINE(f64_baseline, , double, FASTPE_LEADING_, 0)
 
 static int fastpe_bias_avx2_(void)
 {

@@ -227,6 +227,22 @@ def test_largest_distances(dtype):
         assert float(lines[0][0, -1]) == mp_round(alibi_slope(13, 8.0, 0) * (first + 79), dtype)
 
 
+@pytest.mark.any_backend
+@pytest.mark.skipif(len(COMPILED) < 2, reason="needs both compiled backends")
+def test_lines_of_many_slopes_are_the_same_bits_on_both_backends():
+    """The C float32 line rounds one double product where it is sure of the result and
+    takes the double-double path (numba's, for every value) where it is not: 77 slopes of
+    several plans, 20,000 distances from 0, from 2**24 (float32 midpoints among the
+    products) and just below 2**32, bit for bit; and at the convergents, where the first
+    pass must hand the value on, the test above."""
+    plans = [(64, 8.0), (12, 7.3), (1, 0.5)]
+    for n_heads, max_bias in plans:
+        words = aplan.slope_words(n_heads, max_bias)
+        for first in (0, 2**24 - 7, 2**32 - 20_000):
+            lines = [_line(b, words, "float32", first, 20_000) for b in COMPILED]
+            assert same_bits(lines[0], lines[1]), (n_heads, max_bias, first)
+
+
 # ---------------------------------------------------------------- parallel, numba vs C
 
 
