@@ -484,6 +484,8 @@ class Rotary:
             # the backend's own walk (chunks, threads)
             if pos is None:
                 pos = np.arange(offset, offset + rows, dtype=np.uint64).astype(np.uint32)
+            elif stride:  # (batch, seq) positions: the backend tells them from (seq,) by their shape
+                pos = pos.reshape(n_batch, n_seq)
             freqs, af = self._values if key is None else self._at_key(key)
             module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=self._layout)
             return True

@@ -157,6 +157,40 @@ def test_prepared_rotation_is_exact_on_small_cases(name, layout):
 
 
 @pytest.mark.any_backend
+@pytest.mark.parametrize("name", [_config(n) for n in ("default", "dynamic", "longrope")])
+@pytest.mark.parametrize("form", ["grid", "seq", "offset", "tokens"])
+def test_calls_the_backends_walk_takes(name, form):
+    """The calls the prepared path hands to the backend's own rope_apply -- the python
+    backend's, and the compiled ones' above the direct kernel's size -- in each form of
+    positions, (batch, seq) grids among them: the bits of the full path."""
+    rotary = Rotary(HEAD_DIM, **CONFIGS[name])
+    rng = np.random.default_rng(11)
+    sizes = [("python", (2, 1, 2)), *((b, (2, 8, 70)) for b in FAST)]  # (batch, heads, seq)
+    for backend, (n_batch, heads, n_seq) in sizes:
+        assert backend == "python" or n_batch * n_seq * heads * 2 * HEAD_DIM // 2 >= _rotary._DIRECT_PAIRS
+        shape = (n_batch * n_seq, heads, HEAD_DIM) if form == "tokens" else (n_batch, heads, n_seq, HEAD_DIM)
+        q0 = rng.standard_normal(shape).astype(np.float32)
+        k0 = rng.standard_normal(shape).astype(np.float32)
+        offset, positions = 0, None
+        if form == "grid":
+            positions = rng.integers(0, 2**32, (n_batch, n_seq))
+            positions[0, 0] = 2**32 - 1
+        elif form == "seq":
+            positions = rng.integers(0, 100, n_seq)
+        elif form == "tokens":
+            positions = rng.integers(0, 100, n_batch * n_seq)
+        else:
+            offset = 2**32 - n_seq
+        want_q, want_k = _reference(rotary, q0.copy(), k0.copy(), positions, offset, None, backend)
+        q, k = q0.copy(), k0.copy()
+        rotary.apply_qk_(q, k, positions, offset=offset, backend=backend)
+        assert same_bits(q, want_q) and same_bits(k, want_k), backend
+        x = q0.copy()
+        rotary.apply_(x, positions, offset=offset, backend=backend)
+        assert same_bits(x, _reference(rotary, q0.copy(), None, positions, offset, None, backend)[0]), backend
+
+
+@pytest.mark.any_backend
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(sorted(CONFIGS)), layout=st.sampled_from(["neox", "gptj"]),
        dtype=st.sampled_from([None, "float32", "float64", np.float32, np.float64, np.dtype("float32"),
