@@ -1,4 +1,9 @@
-"""The pure-Python reference of the M-RoPE position fill (the twin of the numba kernel).
+"""The pure-Python references of the M-RoPE position ids (the twins of the numba kernels).
+
+Two operations: :func:`mrope_plan` cuts the attended tokens into runs of text, image and
+video tokens and lays the runs out (where each starts, its grid, its time offsets, the
+delta of every row), checking each run against its grid; :func:`mrope_fill` writes every
+token's three positions from that layout.
 
 ``mrope_fill(segments, temporal, columns, out)`` writes the 3-D positions (time, height,
 width) of the Qwen-VL models' multimodal RoPE, segment by segment, as
@@ -24,7 +29,99 @@ the fast kernels write the same values bit for bit.
 
 from __future__ import annotations
 
-__all__ = ["mrope_fill"]
+import itertools
+
+__all__ = ["mrope_plan", "mrope_fill", "PLAN_ERRORS"]
+
+#: ``info[1]`` codes of :func:`mrope_plan` (``info[2]`` the grid's index, ``info[3]`` the row)
+PLAN_ERRORS = {
+    1: "more runs of image tokens than image grids",
+    2: "more runs of video tokens than video grids",
+    3: "an image run's length is not its grid's token count",
+    4: "a video run's length is not its grid's token count",
+    5: "fewer runs of image tokens than image grids",
+    6: "fewer runs of video tokens than video grids",
+    7: "a position overflows int64",
+}
+#: positions must stay below this
+POSITION_LIMIT = 1 << 62
+
+
+def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+               video_times, segments, temporal, deltas, info) -> None:
+    """Cut the attended tokens into runs and lay them out, as ``get_rope_index`` does.
+
+    ``ids``: ``int64`` ``(batch * seq,)`` (the flat input ids); ``columns`` as
+    :func:`mrope_fill` takes it; ``n_rows``: ``int64`` ``(batch,)`` attended tokens per row
+    (each ``>= 1``; the attended tokens of row ``b`` are the next ``n_rows[b]`` of the
+    row-major order); ``images``, ``videos``: ``int64`` ``(n, 3)`` grids ``(t, h, w)`` in
+    order of appearance (``h``, ``w`` multiples of ``merge``; Qwen3-VL's videos already
+    split into frames); ``video_times``: ``int64``, the time offsets of every video frame,
+    video after video.  Writes ``segments`` (``int64`` ``(cap, 6)``, ``cap >=
+    2 * (len(images) + len(videos)) + batch``; the rows :func:`mrope_fill` reads), the
+    ``temporal`` offsets (``int64``, one per frame of every vision run, in run order),
+    ``deltas`` (``int64`` ``(batch,)``) and ``info`` (``int64`` ``(4,)``): the number of
+    segments, then ``0`` or an error code of :data:`PLAN_ERRORS` with the grid's index and
+    the row.  On an error the other outputs are partly written and meaningless."""
+    n_images, n_videos = len(images), len(videos)
+    cols = columns.tolist() if len(columns) else None
+    flat = ids.tolist()
+    image, video = int(image_token_id), int(video_token_id)
+    grids = {1: images.tolist(), 2: videos.tolist()}
+    used = {1: 0, 2: 0}
+    times = video_times.tolist()
+    n_times = 0
+    n_seg = n_frames = 0
+    k = 0
+    info[:] = 0
+
+    def fail(code, index, row):
+        info[0], info[1], info[2], info[3] = n_seg, code, index, row
+
+    for b, count in enumerate(n_rows.tolist()):
+        row = [flat[cols[j]] if cols is not None else flat[j] for j in range(k, k + count)]
+        kinds = [1 if t == image else 2 if t == video else 0 for t in row]
+        pos = 0
+        top = -1
+        first = k
+        for kind, group in itertools.groupby(kinds):
+            length = len(list(group))
+            if kind == 0:
+                segments[n_seg] = (first, length, pos, 0, 0, 0)
+                top = max(top, pos + length - 1)
+                pos += length
+            else:
+                index = used[kind]
+                if index == len(grids[kind]):
+                    return fail(kind, index, b)
+                used[kind] += 1
+                t, h, w = grids[kind][index]
+                h //= merge
+                w //= merge
+                if t * h * w != length:
+                    return fail(kind + 2, index, b)
+                if kind == 1:
+                    offsets = list(range(t))
+                else:
+                    offsets = times[n_times:n_times + t]
+                    n_times += t
+                temporal[n_frames:n_frames + t] = offsets
+                segments[n_seg] = (first, length, pos, h, w, n_frames)
+                n_frames += t
+                top = max(top, pos + max(offsets[-1], h - 1, w - 1))
+                pos += max(h, w)
+            n_seg += 1
+            first += length
+        if top >= POSITION_LIMIT:
+            return fail(7, 0, b)
+        deltas[b] = top + 1 - count
+        k += count
+    if used[1] != n_images:
+        return fail(5, used[1], len(n_rows) - 1)
+    if used[2] != n_videos:
+        return fail(6, used[2], len(n_rows) - 1)
+    info[0] = n_seg
+
 
 
 def mrope_fill(segments, temporal, columns, out) -> None:

@@ -76,7 +76,9 @@ def _int_array(name: str, value, ndim: int) -> np.ndarray:
     return arr
 
 
-def _read_config(config) -> dict:
+def _read_config(config):
+    """``config`` as a dict or an object with attributes (a PretrainedConfig is read through
+    its attributes: ``to_dict()`` costs far more than the positions)."""
     if config is None:
         return {}
     if isinstance(config, (str, os.PathLike)):
@@ -85,28 +87,43 @@ def _read_config(config) -> dict:
                 config = json.load(fh)
         except (OSError, ValueError) as exc:
             raise ValueError(f"config: cannot read a JSON config from {os.fspath(config)!r}: {exc}") from exc
-    elif not isinstance(config, dict) and hasattr(config, "to_dict"):
-        config = config.to_dict()
-    if not isinstance(config, dict):
+    if not isinstance(config, dict) and not hasattr(config, "to_dict"):
         raise TypeError(f"config must be a dict, a path to a config.json or a PretrainedConfig, got {type(config).__name__}")
     return config
 
 
-def _section(config: dict, key: str) -> dict:
-    sub = config.get(key)
+def _get(place, key):
+    if isinstance(place, dict):
+        return place.get(key)
+    return getattr(place, key, None)
+
+
+def _section(config, key: str):
+    sub = _get(config, key)
     if sub is None:
         return {}
-    if hasattr(sub, "to_dict") and not isinstance(sub, dict):
-        sub = sub.to_dict()
-    if not isinstance(sub, dict):
+    if not isinstance(sub, dict) and not hasattr(sub, "to_dict"):
         raise TypeError(f"config: {key} must be a dict, got {type(sub).__name__}")
     return sub
 
 
+_NO_GRIDS = np.zeros((0, 3), dtype=np.int64)
+_PLAIN: dict = {}
+
+
 def _settings(model, config) -> tuple[str, dict]:
+    if config is None and isinstance(model, str):
+        got = _PLAIN.get(model)
+        if got is None:
+            got = _PLAIN[model] = _settings_of(model, None)
+        return got
+    return _settings_of(model, config)
+
+
+def _settings_of(model, config) -> tuple[str, dict]:
     cfg = _read_config(config)
+    model_type = _get(cfg, "model_type")
     if model is None:
-        model_type = cfg.get("model_type")
         if model_type is None:
             raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))} (no config model_type to take it from)")
         if model_type not in _MODEL_TYPES:
@@ -118,6 +135,8 @@ def _settings(model, config) -> tuple[str, dict]:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")
     else:
         model = model.strip().lower()
+        if _MODEL_TYPES.get(model_type, model) != model:
+            raise ValueError(f"model {model!r} contradicts the config's model_type {model_type!r}")
     text, vision = _section(cfg, "text_config"), _section(cfg, "vision_config")
     out = dict(DEFAULTS[model])
     for key in out:
@@ -126,8 +145,9 @@ def _settings(model, config) -> tuple[str, dict]:
         else:
             places = (cfg, text)
         for place in places:
-            if place.get(key) is not None:
-                out[key] = place[key]
+            value = _get(place, key)
+            if value is not None:
+                out[key] = value
                 break
     for key in ("image_token_id", "video_token_id", "spatial_merge_size"):
         if not _is_int(out[key]):
@@ -147,17 +167,18 @@ def _settings(model, config) -> tuple[str, dict]:
 
 def _grids(name: str, value, merge: int) -> np.ndarray:
     if value is None:
-        return np.zeros((0, 3), dtype=np.int64)
+        return _NO_GRIDS
     arr = _int_array(name, value, 2)
     if arr.shape[1] != 3:
         raise ValueError(f"{name} must have shape (n, 3) (t, h, w per item), got {arr.shape}")
-    arr = arr.astype(np.int64)
-    if arr.size and int(arr.min()) < 1:
-        raise ValueError(f"{name}: every grid size must be >= 1")
-    if arr.size and int(arr.max()) > 1 << 20:
-        raise ValueError(f"{name}: grid sizes above 2**20 are refused")
-    if arr.size and bool(((arr[:, 1:] % merge) != 0).any()):
-        raise ValueError(f"{name}: grid heights and widths must be multiples of spatial_merge_size {merge}")
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    for t, h, w in arr.tolist():  # a few grids: faster than NumPy's reductions
+        if t < 1 or h < 1 or w < 1:
+            raise ValueError(f"{name}: every grid size must be >= 1, got {(t, h, w)}")
+        if max(t, h, w) > 1 << 20:
+            raise ValueError(f"{name}: grid sizes above 2**20 are refused, got {(t, h, w)}")
+        if h % merge or w % merge:
+            raise ValueError(f"{name}: grid heights and widths must be multiples of spatial_merge_size {merge}, got {(t, h, w)}")
     return arr
 
 
@@ -229,8 +250,20 @@ def _video_times(frames: np.ndarray, seconds, kind: str, tps) -> np.ndarray:
 # ----------------------------------------------------------------------------- kernels
 
 
-def _fill(backend):
-    if backend is None or backend == "numba":
+_NO_COLUMNS = np.zeros(0, dtype=np.int64)
+_KERNELS: dict = {}
+
+
+def _kernels(backend):
+    """``(plan, fill)`` of ``backend``: ``"numba"``, ``"python"`` (the references) or ``None``
+    (numba when it loads, else the references)."""
+    got = _KERNELS.get(backend)
+    if got is not None:
+        return got
+    if backend not in (None, "numba", "python"):
+        raise ValueError(f"backend must be 'numba', 'python' or None, got {backend!r}")
+    got = None
+    if backend in (None, "numba"):
         try:
             from .._backends.numba import backend as nb
             from .._backends.numba import mrope as km
@@ -238,19 +271,38 @@ def _fill(backend):
             if backend == "numba":
                 raise ValueError("backend 'numba' is not available") from None
         else:
-            def run(segments, temporal, columns, out):
+            serial, parallel = km.mrope_fill_serial, km.mrope_fill_parallel
+
+            def fill(segments, temporal, columns, out):
                 if out.shape[1] < _SERIAL_BELOW:
-                    km.mrope_fill_serial(segments, temporal, columns, out)
+                    serial(segments, temporal, columns, out)
                 else:
-                    nb._run(km.mrope_fill_parallel, km.mrope_fill_serial, out.shape[1], segments, temporal, columns, out)
-            return run
-    if backend == "python":
-        from .._backends._mrope_python import mrope_fill
-        return mrope_fill
-    if backend is not None:
-        raise ValueError(f"backend must be 'numba', 'python' or None, got {backend!r}")
-    from .._backends._mrope_python import mrope_fill
-    return mrope_fill
+                    nb._run(parallel, serial, out.shape[1], segments, temporal, columns, out)
+
+            got = (km.mrope_plan_serial, fill)
+    if got is None:
+        from .._backends import _mrope_python as ref
+        got = (ref.mrope_plan, ref.mrope_fill)
+    _KERNELS[backend] = got
+    return got
+
+
+def _plan_error(info, images, videos, merge, model):
+    from .._backends._mrope_python import PLAN_ERRORS
+
+    code, index, row = (int(v) for v in info[1:])
+    if code == 7:
+        raise ValueError(f"second_per_grid_ts: the positions of row {row} overflow int64")
+    name = "image_grid_thw" if code in (1, 3, 5) else "video_grid_thw"
+    grids = images if name == "image_grid_thw" else videos
+    frames = " (Qwen3-VL: one grid per video frame)" if model == "qwen3_vl" and name == "video_grid_thw" else ""
+    if code in (1, 2):
+        raise ValueError(f"{name}: {len(grids)} grids{frames} but row {row} has a further run of tokens ({PLAN_ERRORS[code]})")
+    if code in (5, 6):
+        raise ValueError(f"{name}: {len(grids)} grids{frames} but only {index} runs of tokens ({PLAN_ERRORS[code]})")
+    t, h, w = (int(v) for v in grids[index])
+    raise ValueError(f"{name}: grid {index}{frames} {(t, h, w)} needs {t * (h // merge) * (w // merge)} tokens "
+                     f"(spatial_merge_size {merge}), its run of tokens in row {row} has another length")
 
 
 # ----------------------------------------------------------------------------- public API
@@ -329,77 +381,37 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
 
-    # ---- cut the attended tokens of the whole batch (row-major) into runs of one type
+    # ---- the attended tokens (row-major over the batch) and the video frames' time offsets
     flat = ids.reshape(-1)
+    if flat.dtype != np.int64:
+        flat = flat.astype(np.int64)
     if mask is None:
-        columns = np.zeros(0, dtype=np.int64)
-        kinds = flat
+        columns = _NO_COLUMNS
         n_rows = np.full(batch, seq, dtype=np.int64)
     else:
         columns = np.flatnonzero(mask)
-        kinds = flat[columns]
         n_rows = mask.sum(axis=1, dtype=np.int64)
-    kinds = np.where(kinds == cfg["image_token_id"], 1, np.where(kinds == cfg["video_token_id"], 2, 0)).astype(np.int8)
-    n = kinds.shape[0]
-    row_first = np.cumsum(n_rows) - n_rows
-    cut = np.empty(n, dtype=np.bool_)
-    cut[0] = True
-    np.not_equal(kinds[1:], kinds[:-1], out=cut[1:])
-    cut[row_first] = True
-    starts = np.flatnonzero(cut)
-    lengths = np.diff(np.append(starts, n))
-    seg_kind = kinds[starts]
-    seg_row = np.searchsorted(row_first, starts, side="right") - 1
-    is_image = seg_kind == 1
-    is_video = seg_kind == 2
-    n_image, n_video = int(is_image.sum()), int(is_video.sum())
-    if n_image != images.shape[0]:
-        raise ValueError(f"image_grid_thw: {images.shape[0]} grids for {n_image} runs of image tokens")
-    if n_video != videos.shape[0]:
-        what = "video frames (t per video)" if model == "qwen3_vl" else "grids"
-        raise ValueError(f"video_grid_thw: {videos.shape[0]} {what} for {n_video} runs of video tokens")
-    n_seg = starts.shape[0]
-    grid = np.zeros((n_seg, 3), dtype=np.int64)
-    grid[is_image] = images
-    grid[is_video] = videos
-    vision = seg_kind != 0
-    gt, gh, gw = grid[:, 0], grid[:, 1] // merge, grid[:, 2] // merge
-    expected = gt * gh * gw
-    wrong = vision & (expected != lengths)
-    if wrong.any():
-        s = int(np.flatnonzero(wrong)[0])
-        name = "image_grid_thw" if seg_kind[s] == 1 else "video_grid_thw"
-        raise ValueError(f"{name}: a grid {tuple(int(v) for v in grid[s])} needs {int(expected[s])} tokens "
-                         f"(merge {merge}), its run of tokens in row {int(seg_row[s])} has {int(lengths[s])}")
+    if videos.shape[0] == 0:
+        video_times = _NO_COLUMNS
+    elif model == "qwen2_5_vl":
+        video_times = _video_times(videos[:, 0], seconds, kind, cfg["tokens_per_second"])
+    else:  # the frame index (HF's arange(t) * 1.0, exact below 2**24 frames)
+        frames = videos[:, 0]
+        video_times = np.arange(int(frames.sum()), dtype=np.int64) - np.repeat(np.cumsum(frames) - frames, frames)
+    n_frames = int(images[:, 0].sum()) + int(videos[:, 0].sum())
 
-    # ---- temporal offsets of every vision run, in HF's arithmetic
-    frames = np.where(vision, gt, 0)
-    t_offset = np.cumsum(frames) - frames
-    temporal = np.arange(int(frames.sum()), dtype=np.int64) - np.repeat(t_offset, frames)
-    if model == "qwen2_5_vl" and n_video:
-        vt = frames[is_video]
-        where = np.repeat(is_video[vision], gt[vision])
-        temporal[where] = _video_times(vt, seconds, kind, cfg["tokens_per_second"])
-
-    # ---- start position of every run: per row, the sum of the advances before it
-    advance = np.where(vision, np.maximum(gh, gw), lengths)
-    ends = np.cumsum(advance)
-    before = ends - advance
-    first_seg = np.searchsorted(seg_row, np.arange(batch))
-    position = before - before[first_seg][seg_row]
-    t_last = np.zeros(n_seg, dtype=np.int64)
-    if vision.any():
-        t_last[vision] = temporal[t_offset[vision] + gt[vision] - 1]
-    seg_max = position + np.where(vision, np.maximum(np.maximum(gh, gw) - 1, t_last), lengths - 1)
-    row_max = np.maximum.reduceat(seg_max, first_seg)
-    if int(row_max.max()) >= _INT64_LIMIT:
-        raise ValueError("second_per_grid_ts: the time positions overflow int64")
-    deltas = (row_max + 1 - n_rows).reshape(batch, 1)
-
-    segments = np.stack([starts, lengths, position, np.where(vision, gh, 0), gw, t_offset], axis=1)
-    segments = np.ascontiguousarray(segments, dtype=np.int64)
+    plan, fill = _kernels(backend)
+    segments = np.empty((2 * (images.shape[0] + videos.shape[0]) + batch, 6), dtype=np.int64)
+    temporal = np.empty(n_frames, dtype=np.int64)
+    deltas = np.empty(batch, dtype=np.int64)
+    info = np.empty(4, dtype=np.int64)
+    plan(flat, columns, n_rows, cfg["image_token_id"], cfg["video_token_id"], images, videos, merge,
+         video_times, segments, temporal, deltas, info)
+    if info[1]:
+        _plan_error(info, images, videos, merge, model)
     out = np.zeros((3, batch, seq), dtype=np.int64) if mask is not None else np.empty((3, batch, seq), dtype=np.int64)
-    _fill(backend)(segments, temporal, columns, out.reshape(3, batch * seq))
+    fill(segments[:int(info[0])], temporal, columns, out.reshape(3, batch * seq))
+    deltas = deltas.reshape(batch, 1)
     return out, deltas
 
 
