@@ -97,7 +97,7 @@ def _fsync_directory(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
+def atomic_write(path: str | os.PathLike, *, synced: bool = False) -> Iterator[BinaryIO]:
     """Context manager yielding a binary file whose contents replace ``path`` on success.
 
     ::
@@ -108,6 +108,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     When the block exits normally the data are flushed and fsynced and the file is renamed
     onto ``path`` in one step.  When it raises anything (``BaseException`` included) the
     temporary file is deleted, ``path`` is left as it was, and the exception propagates.
+    ``synced=True`` says the block has flushed and fsynced everything it wrote itself (as
+    :func:`atomic_write_with_sidecar` does before its sidecar): the file is not synced again.
 
     An existing regular file at ``path`` keeps its permission bits; a new file gets the
     usual ``0o666 & ~umask``.  A symbolic link at ``path`` is replaced by the new file (as
@@ -127,7 +129,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
             fd = -1  # owned by f from here on
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if not synced:
+                os.fsync(f.fileno())
         os.replace(tmp, target)
         tmp = None
     except BaseException:
@@ -189,11 +192,11 @@ def atomic_write_with_sidecar(path: str | os.PathLike, sidecar: str | os.PathLik
     data_id = side_id = None
     old_sidecar = None
     try:
-        with atomic_write(target) as f:
+        with atomic_write(target, synced=True) as f:
             data_id = _identity(f)
             yield f
             f.flush()
-            os.fsync(f.fileno())  # the slow part before the sidecar appears, not after
+            os.fsync(f.fileno())  # the slow part before the sidecar appears, not after (and once)
             if side is not None:
                 old_sidecar = _keep_copy(side)
                 with atomic_write(side) as s:

@@ -373,6 +373,37 @@ def test_a_table_larger_than_any_disk_exits_1(in_tmp):
     assert listing() == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names a synced descriptor's file through /proc")
+def test_a_npy_and_its_sidecar_are_synced_once_each_in_order(in_tmp, monkeypatch):
+    """Durable and in order, without a sync too many: the data are synced, then the sidecar,
+    which is renamed into place (and its directory synced) before the data are renamed
+    (and the directory synced again); each file once."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            events.append(("sync", "dir"))
+        else:  # a temporary file, .<target name>.<12 hex digits>.tmp
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+            events.append(("sync", re.fullmatch(r"\.(.+)\.[0-9a-f]{12}\.tmp", name)[1]))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("rename", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", fsync)
+        patch.setattr(os, "replace", replace)
+        result = run("table", "--d-model", 8, "--max-len", 5, "-o", "pe.npy")
+    assert result.exit_code == 0, result.output
+    assert events == [("sync", "pe.npy"), ("sync", "pe.npy.json"), ("rename", "pe.npy.json"), ("sync", "dir"),
+                      ("rename", "pe.npy"), ("sync", "dir")]
+    assert listing() == ["pe.npy", "pe.npy.json"]
+    assert same_bits(np.load("pe.npy"), fastpe.table(8, 5, backend=DEFAULT))
+
+
 # ======================================================================== progress bar
 
 
