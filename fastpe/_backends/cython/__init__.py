@@ -57,9 +57,12 @@ __all__ = [*OPERATIONS, "build_info", "threads"]
 #: work is counted in table values (one complex product each); a value of ``forward`` costs
 #: about FORWARD_COST of them, as its row also needs an exact anchor
 FORWARD_COST = 4
-#: outputs with less work than this run in the calling thread: below it, waking the pool's
-#: workers and waiting for them costs more than the second thread saves
-PARALLEL_FROM = 1 << 16
+#: outputs with less work than this run in the calling thread.  Posting a call to the pool
+#: costs ~0.4 us, but a worker woken from its condition variable starts 5-30 us later on a
+#: quiet machine (more where other processes hold the CPUs), and the caller waits for the
+#: block it took: 2**18 units (~80 us of table values on one thread) is where a 512-wide
+#: table measured the same on one thread and two on a busy 2-CPU machine
+PARALLEL_FROM = 1 << 18
 #: each block of a parallel call gets at least this much work
 MIN_BLOCK = 1 << 15
 
