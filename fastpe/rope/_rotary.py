@@ -8,6 +8,16 @@ dynamic NTK and LongRoPE, whose values depend on the sequence length, on first u
 distinct value and kept), and a call checks only its own arguments -- the positions and
 arrays -- before the kernels run.  The module functions of :mod:`fastpe.rope` build one and
 call it, so both give the same bits.
+
+Prepared calls.  A call whose arguments are plainly valid (exact float32 ndarrays,
+C-contiguous, aligned and writable; integer ndarray positions or an ``int`` offset) is
+checked in a few steps and goes straight to the compiled backend's rotation kernel, on the
+table of cos/sin doubles of its positions (what the backend's ``rope_table`` writes) --
+kept, per backend and frequencies, for calls of at most ``_TABLE_ROWS`` positions, so the
+layers of a decoding step after the first read their position's table.  Small ``cos_sin``
+calls in float32 or float64 come from the same tables (``float32(C)``: what the float32
+kernel writes).  Anything else takes the full checks, which name what is wrong; both paths
+give the same bits (``tests/rope/test_prepared.py``).
 """
 
 from __future__ import annotations
@@ -57,9 +67,10 @@ _FIELDS = tuple(RopeSpec.__dataclass_fields__)
 _MAX_CACHED = 64
 #: cos/sin tables of doubles kept per Rotary (the rows of the positions of recent small
 #: calls: a decoding step's position, read again by every layer); bounded like _MAX_CACHED
-_MAX_TABLES = 256
-#: calls with at most this many positions (table rows) keep their table
-_TABLE_ROWS = 64
+_MAX_TABLES = 64
+#: calls with at most this many positions (table rows) keep their table: a decoding step of
+#: up to 32 sequences (left-padded, a position each); at head_dim 128 at most 2 MiB kept
+_TABLE_ROWS = 32
 #: rotations of fewer pairs than this run the compiled backends' serial rotation kernel
 #: directly on a kept table; larger ones take the backend's own walk (the numba backend
 #: itself runs below this many values serially, the C backend in the calling thread)
