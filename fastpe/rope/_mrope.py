@@ -157,11 +157,13 @@ def _settings_of(model, config) -> tuple[str, dict]:
         raise ValueError(f"config: spatial_merge_size must be >= 1, got {out['spatial_merge_size']}")
     if out["image_token_id"] == out["video_token_id"]:
         raise ValueError("config: image_token_id and video_token_id must differ")
-    if "tokens_per_second" in out:
+    if "tokens_per_second" in out:  # an int, as transformers' config class requires
         tps = out["tokens_per_second"]
-        if not (_is_int(tps) or (isinstance(tps, (float, np.floating)) and np.isfinite(tps))) or tps < 0:
-            raise ValueError(f"config: tokens_per_second must be a finite number >= 0, got {tps!r}")
-        out["tokens_per_second"] = int(tps) if _is_int(tps) else float(tps)
+        if not _is_int(tps):
+            raise TypeError(f"config: tokens_per_second must be an integer, got {tps!r}")
+        if not 0 <= tps <= 1 << 24:
+            raise ValueError(f"config: tokens_per_second must be in [0, 2**24], got {tps}")
+        out["tokens_per_second"] = int(tps)
     return model, out
 
 
@@ -222,26 +224,19 @@ def _seconds(value, n_videos: int):
     return arr, kind
 
 
-def _video_times(frames: np.ndarray, seconds, kind: str, tps) -> np.ndarray:
+def _video_times(frames: np.ndarray, seconds, kind: str, tps: int) -> np.ndarray:
     """Qwen2.5-VL's ``(arange(t) * (tokens_per_second * second_per_grid_t)).long()`` per video,
-    concatenated, in the dtype torch computes it in."""
+    concatenated, in the dtype torch computes it in (``tps`` an int, exact in float32)."""
     total = int(frames.sum())
-    first = np.repeat(np.cumsum(frames) - frames, frames)
-    index = np.arange(total, dtype=np.int64) - first
-    tps_int = isinstance(tps, int)
-    if seconds is None:  # HF iterates [1, 1, ..]: the interval is the Python number tps
-        if tps_int:
-            return index * tps
-        interval = np.float32(tps)
-        return (index.astype(np.float32) * interval).astype(np.int64)
-    if kind == "int" and tps_int:
+    index = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(frames) - frames, frames)
+    if seconds is None:  # HF iterates [1, 1, ..]: the interval is the Python int tps
+        return index * tps
+    if kind == "int":
         return index * np.repeat(seconds * tps, frames)
     if kind == "f8":
-        interval = np.float64(tps) * seconds
-        values = index.astype(np.float64) * np.repeat(interval, frames)
-    else:  # float32 tensor (or an int64 one times a float tps: float32, the default dtype)
-        interval = np.float32(tps) * seconds.astype(np.float32)
-        values = index.astype(np.float32) * np.repeat(interval, frames)
+        values = index.astype(np.float64) * np.repeat(np.float64(tps) * seconds, frames)
+    else:  # tps * s rounded to float32, then each i * interval rounded to float32
+        values = index.astype(np.float32) * np.repeat(np.float32(tps) * seconds, frames)
     if values.size and not bool((values < _INT64_LIMIT).all()):
         raise ValueError("second_per_grid_ts: the time positions overflow int64")
     return values.astype(np.int64)  # torch's .long(): truncation toward zero (values >= 0)
