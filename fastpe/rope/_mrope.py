@@ -332,9 +332,11 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
     does here: a list of Python floats (and a float32 array, as the processor returns) in
     **float32** -- the interval ``tokens_per_second * s`` rounded to float32, then each
     ``i * interval`` rounded to float32 -- a float64 array in float64, integers exactly;
-    then truncated toward zero.  With fractional seconds the float32 product can fall just
-    below an integer the exact product reaches (``s = 1/3``, ``tps = 3``: frame 3 at 2, not
-    3); HF parity is the contract, so the float32 result is returned, not the exact one.
+    then truncated toward zero.  With fractional seconds float32 and exact (or float64)
+    arithmetic part: ``s = 1/3`` at 25 tokens per second puts frame 3 at 25 in float32, at 24
+    in float64 or exactly on the double ``1/3``; ``s = 0.7`` at 2 tokens per second puts frame
+    45 at 63 in float32, 62 otherwise.  HF parity is the contract (the checkpoints were trained
+    on HF's positions), so the float32 result is returned, not the exact one.
     Qwen2-VL and Qwen3-VL have no time rule (the time offset is the frame index) and refuse
     ``second_per_grid_ts``.
 

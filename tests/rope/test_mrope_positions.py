@@ -206,7 +206,7 @@ def test_non_left_padding_follows_hf():
 # ----------------------------------------------------------------------------- Qwen2.5-VL time
 
 
-TIME_VALUES = [1 / 24, 2 / 24, 0.5, 2.0, 1 / 3, 2 / 25, 2 / 30, 0.1]
+TIME_VALUES = [1 / 24, 2 / 24, 0.5, 2.0, 1 / 3, 2 / 25, 2 / 30, 0.1, 0.7]
 
 
 @pytest.mark.parametrize("tps", [2, 4, 25])
@@ -224,14 +224,17 @@ def test_time_rule_float32_as_hf(tps):
     hf_pos, _ = hf_rope_index("qwen2_5_vl", config, ids, videos=videos, seconds=torch.tensor(as_list))
     for b in BACKENDS:
         np.testing.assert_array_equal(ours("qwen2_5_vl", config, ids, videos=videos, seconds=as_list, backend=b)[0], hf_pos)
-    # the exact products of the same numbers differ somewhere (the test is not vacuous)
-    exact = []
+    # float64 and exact arithmetic on the same numbers differ somewhere (the test is not vacuous):
+    # 1/3 with 25 tokens per second, frame 3: 25 in float32, 24 in float64 and exactly;
+    # 0.7 with 2 or 4, frame 45
+    exact, double = [], []
     for s in TIME_VALUES:
         exact += [int(i * tps * Fraction(s)) for i in range(t)]
-    frames = pos[0, 0][ids[0] == VIDEO]
-    firsts = frames.reshape(len(TIME_VALUES), t, 1)[:, :, 0]
-    got = (firsts - firsts[:, :1]).reshape(-1)
+        double += [int(i * (tps * s)) for i in range(t)]
+    frames = pos[0, 0][ids[0] == VIDEO].reshape(len(TIME_VALUES), t)
+    got = (frames - frames[:, :1]).reshape(-1)
     assert (got != np.array(exact)).any()
+    assert (got != np.array(double)).any()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int64"])
