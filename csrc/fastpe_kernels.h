@@ -781,7 +781,7 @@ FASTPE_DEFINE_NARROW(_baseline, )
  */
 typedef uint32_t fastpe_v8u_ __attribute__((vector_size(32)));
 
-__attribute__((target("avx2"))) static void fastpe_narrow16_avx2(
+__attribute__((target("avx2,f16c"))) static void fastpe_narrow16_avx2(
     const uint32_t *FASTPE_RESTRICT bits, int bf16, uint16_t *FASTPE_RESTRICT out,
     uint8_t *FASTPE_RESTRICT ties, ptrdiff_t begin, ptrdiff_t end)
 {
@@ -796,29 +796,24 @@ __attribute__((target("avx2"))) static void fastpe_narrow16_avx2(
             t = (fastpe_v8u_)((u & 0xFFFFu) == 0x8000u) & (fastpe_v8u_)(a < 0x7F800000u) & 1u;
             h = (((u >> 16) | 0x40u) & is_nan) | (h & ~is_nan);
         } else {
-            fastpe_v8u_ m = a - 0x38000000u;
-            fastpe_v8u_ h_norm = (m + 0x0FFFu + ((m >> 13) & 1u)) >> 13;
-            fastpe_v8u_ t_norm = (fastpe_v8u_)((a & 0x1FFFu) == 0x1000u) & 1u;
-            fastpe_v8u_ shift = 126u - (a >> 23);
-            fastpe_v8u_ big = (fastpe_v8u_)(shift > 31u), zero = (fastpe_v8u_)(shift < 1u);
-            shift = (31u & big) | (shift & ~big);
-            shift = (1u & zero) | (shift & ~zero);
-            fastpe_v8u_ mant = (a & 0x7FFFFFu) | 0x800000u;
-            fastpe_v8u_ one = a - a + 1u;
-            fastpe_v8u_ h_sub = mant >> shift;
-            fastpe_v8u_ rem = mant & ((one << shift) - 1u);
-            fastpe_v8u_ half = one << (shift - 1u);
-            h_sub += ((fastpe_v8u_)(rem > half) & 1u) | ((fastpe_v8u_)(rem == half) & h_sub & 1u);
-            fastpe_v8u_ t_sub = (fastpe_v8u_)(rem == half) & 1u;
-            fastpe_v8u_ is_sub = (fastpe_v8u_)(a >= 0x33000000u);
-            fastpe_v8u_ is_norm = (fastpe_v8u_)(a >= 0x38800000u);
-            fastpe_v8u_ is_inf = (fastpe_v8u_)(a >= 0x477FF000u);
-            h = h_sub & is_sub;
-            t = t_sub & is_sub;
-            h = (h_norm & is_norm) | (h & ~is_norm);
-            t = (t_norm & is_norm) | (t & ~is_norm);
-            h = (0x7C00u & is_inf) | (h & ~is_inf);
-            t = ((fastpe_v8u_)(a == 0x477FF000u) & 1u & is_inf) | (t & ~is_inf);
+            /* float16 by the F16C instruction (round to nearest even, subnormals and
+             * overflow as the integer steps: IEEE's rounding), NaN made the integer steps'
+             * quiet NaN; a float32 is a tie when it lies half a float16 step above its
+             * truncation: |x| - trunc == (next - trunc) / 2, every term exact in float32,
+             * below 65520 (which is named: its next is inf; above it twice the gap
+             * overflows) */
+            const __m256 x = _mm256_castsi256_ps((__m256i)a);
+            const __m128i nearest = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m128i down = _mm256_cvtps_ph(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 lo = _mm256_cvtph_ps(down);
+            const __m256 up = _mm256_cvtph_ps(_mm_add_epi16(down, _mm_set1_epi16(1)));
+            const __m256 gap = _mm256_sub_ps(x, lo), step = _mm256_sub_ps(up, lo);
+            t = ((fastpe_v8u_)_mm256_castps_si256(
+                     _mm256_cmp_ps(_mm256_add_ps(gap, gap), step, _CMP_EQ_OQ)) &
+                 (fastpe_v8u_)(a < 0x477FF000u)) |
+                (fastpe_v8u_)(a == 0x477FF000u);
+            t &= 1u;
+            h = (fastpe_v8u_)_mm256_cvtepu16_epi32(nearest);
             h = (0x7E00u & is_nan) | (h & ~is_nan);
             h |= (u >> 16) & 0x8000u;
         }
@@ -884,6 +879,10 @@ static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t
 static void fastpe_narrow16(const uint32_t *bits, int bf16, uint16_t *out, uint8_t *ties,
                             ptrdiff_t begin, ptrdiff_t end, int wide)
 {
+#if FASTPE_X86_DISPATCH
+    /* the AVX2 copy also needs F16C (every AVX2 CPU made has it; checked all the same) */
+    wide = wide && __builtin_cpu_supports("f16c");
+#endif
     FASTPE_DISPATCH_(fastpe_narrow16, bits, bf16, out, ties, begin, end);
 }
 

@@ -343,14 +343,17 @@ def test_works_in_a_forked_child():
 def test_narrow16_every_copy_matches_numba(numba_backend, bf16):
     """The vectorised narrowing (AVX2 copy, eight at a time, and its scalar tail) and the
     baseline copy give the numba kernel's bits and tie flags: random patterns, NaNs of every
-    payload, and every float32 from 2**-26 up to past float16's smallest normal (its whole
-    subnormal range, where the rounding shift varies), at lengths that leave a tail."""
+    payload, every float32 from 2**-26 up to past float16's smallest normal (its whole
+    subnormal range, where the rounding shift varies), the overflow edge and the largest
+    floats up to inf (where the F16C copy's tie test must not overflow), at lengths that
+    leave a tail."""
     r = np.random.default_rng(5)
     sub = np.arange(0x32800000, 0x38900000, 7, dtype=np.uint32)
     nan = (np.uint32(0x7F800001) + r.integers(0, 1 << 23, 2000, dtype=np.uint32)) | (
         r.integers(0, 2, 2000, dtype=np.uint32) << 31)
-    bits = np.concatenate([r.integers(0, 2**32, 1 << 16, dtype=np.uint32), sub, sub | 0x80000000, nan,
-                           np.arange(0x477FE000, 0x47801000, dtype=np.uint32)]).astype(np.uint32)
+    bits = np.concatenate([r.integers(0, 2**32, 1 << 20, dtype=np.uint32), sub, sub | 0x80000000, nan,
+                           np.arange(0x477FE000, 0x47801000, dtype=np.uint32),
+                           np.arange(0x7F7F0000, 0x7F800002, dtype=np.uint32)]).astype(np.uint32)
     want, want_ties = np.empty(bits.size, np.uint16), np.empty(bits.size, np.bool_)
     numba_backend.narrow16(bits, bf16, want, want_ties)
     for n in (bits.size, bits.size - 3, 7, 1):
