@@ -359,12 +359,13 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
             raise TypeError(f"attention_mask must be bool or integer 0/1, got dtype {m.dtype}")
         if m.shape != ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {ids.shape}, got {m.shape}")
-        if m.dtype != np.bool_ and m.size and (int(m.min()) < 0 or int(m.max()) > 1):
+        if m.dtype != np.bool_ and (int(m.min()) < 0 or int(m.max()) > 1):
             raise ValueError("attention_mask must hold only 0 and 1")
-        mask = m.astype(np.bool_, copy=False)
-        if not bool(mask.any(axis=1).all()):
+        mask = m.view(np.bool_) if m.dtype.itemsize == 1 else m.astype(np.bool_)
+        n_rows = np.count_nonzero(mask, axis=1).astype(np.int64)
+        if int(n_rows.min()) == 0:
             raise ValueError("attention_mask: every row must attend to at least one token")
-        if bool(mask.all()):
+        if int(n_rows.sum()) == batch * seq:
             mask = None
     merge = cfg["spatial_merge_size"]
     images = _grids("image_grid_thw", image_grid_thw, merge)
@@ -387,7 +388,6 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
         n_rows = np.full(batch, seq, dtype=np.int64)
     else:
         columns = np.flatnonzero(mask)
-        n_rows = mask.sum(axis=1, dtype=np.int64)
     if videos.shape[0] == 0:
         video_times = _NO_COLUMNS
     elif model == "qwen2_5_vl":

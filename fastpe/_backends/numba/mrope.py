@@ -48,10 +48,16 @@ def _mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vi
         end = k + n_rows[b]
         pos = 0
         top = -1
+        # a row whose attended tokens are one block (left or right padding) is read directly
+        shift = 0
+        gather = not direct
+        if gather and columns[end - 1] - columns[k] == end - 1 - k:
+            shift = columns[k] - k
+            gather = False
         while k < end:
-            kind = _kind(ids[k if direct else columns[k]], image_token_id, video_token_id)
+            kind = _kind(ids[columns[k] if gather else k + shift], image_token_id, video_token_id)
             j = k + 1
-            while j < end and _kind(ids[j if direct else columns[j]], image_token_id, video_token_id) == kind:
+            while j < end and _kind(ids[columns[j] if gather else j + shift], image_token_id, video_token_id) == kind:
                 j += 1
             length = j - k
             if kind == 0:
@@ -147,9 +153,16 @@ def _mrope_fill(segments, temporal, columns, out):
         grid_h = segments[s, 3]
         grid_w = segments[s, 4]
         t_offset = segments[s, 5]
+        # a segment whose tokens are adjacent columns (always, unless the mask has holes
+        # inside it) is written through a shifted index, not gathered column by column
+        shift = 0
+        gather = not direct
+        if gather and columns[first + length - 1] - columns[first] == length - 1:
+            shift = columns[first] - first
+            gather = False
         if grid_h == 0:
             for i in range(length):
-                c = first + i if direct else columns[first + i]
+                c = columns[first + i] if gather else first + i + shift
                 v = pos + i
                 t_row[c] = v
                 h_row[c] = v
@@ -162,12 +175,19 @@ def _mrope_fill(segments, temporal, columns, out):
             tv = pos + temporal[t_offset + ti]
             for hi in range(grid_h):
                 hv = pos + hi
-                for wi in range(grid_w):
-                    c = k if direct else columns[k]
-                    t_row[c] = tv
-                    h_row[c] = hv
-                    w_row[c] = pos + wi
-                    k += 1
+                if gather:
+                    for wi in range(grid_w):
+                        c = columns[k + wi]
+                        t_row[c] = tv
+                        h_row[c] = hv
+                        w_row[c] = pos + wi
+                else:
+                    c0 = k + shift
+                    for wi in range(grid_w):
+                        t_row[c0 + wi] = tv
+                        h_row[c0 + wi] = hv
+                        w_row[c0 + wi] = pos + wi
+                k += grid_w
 
 
 #: no prange: the plan is serial (its parallel twin is never used)
