@@ -167,21 +167,23 @@ def _settings_of(model, config) -> tuple[str, dict]:
     return model, out
 
 
-def _grids(name: str, value, merge: int) -> np.ndarray:
+def _grids(name: str, value, merge: int) -> tuple[np.ndarray, int]:
+    """The grids as C ``int64`` ``(n, 3)``, and their number of frames."""
     if value is None:
-        return _NO_GRIDS
+        return _NO_GRIDS, 0
     arr = _int_array(name, value, 2)
     if arr.shape[1] != 3:
         raise ValueError(f"{name} must have shape (n, 3) (t, h, w per item), got {arr.shape}")
     arr = np.ascontiguousarray(arr, dtype=np.int64)
-    for t, h, w in arr.tolist():  # a few grids: faster than NumPy's reductions
+    rows = arr.tolist()
+    for t, h, w in rows:  # a few grids: faster than NumPy's reductions
         if t < 1 or h < 1 or w < 1:
             raise ValueError(f"{name}: every grid size must be >= 1, got {(t, h, w)}")
         if max(t, h, w) > 1 << 20:
             raise ValueError(f"{name}: grid sizes above 2**20 are refused, got {(t, h, w)}")
         if h % merge or w % merge:
             raise ValueError(f"{name}: grid heights and widths must be multiples of spatial_merge_size {merge}, got {(t, h, w)}")
-    return arr
+    return arr, sum(row[0] for row in rows)
 
 
 def _seconds(value, n_videos: int):
@@ -368,8 +370,8 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
         if int(n_rows.sum()) == batch * seq:
             mask = None
     merge = cfg["spatial_merge_size"]
-    images = _grids("image_grid_thw", image_grid_thw, merge)
-    videos = _grids("video_grid_thw", video_grid_thw, merge)
+    images, image_frames = _grids("image_grid_thw", image_grid_thw, merge)
+    videos, video_frames = _grids("video_grid_thw", video_grid_thw, merge)
     seconds = kind = None
     if second_per_grid_ts is not None:
         if model != "qwen2_5_vl":
@@ -395,7 +397,7 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
     else:  # the frame index (HF's arange(t) * 1.0, exact below 2**24 frames)
         frames = videos[:, 0]
         video_times = np.arange(int(frames.sum()), dtype=np.int64) - np.repeat(np.cumsum(frames) - frames, frames)
-    n_frames = int(images[:, 0].sum()) + int(videos[:, 0].sum())
+    n_frames = image_frames + video_frames  # Qwen3-VL's split keeps the number of frames
 
     plan, fill = _kernels(backend)
     segments = np.empty((2 * (images.shape[0] + videos.shape[0]) + batch, 6), dtype=np.int64)

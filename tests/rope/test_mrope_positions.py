@@ -464,3 +464,39 @@ def test_bad_next_and_mask_inputs_refused():
         positions_from_cu_seqlens([0, 3, 2])
     with pytest.raises(TypeError, match="cu_seqlens"):
         positions_from_cu_seqlens([0.0, 3.0])
+
+
+# ----------------------------------------------------------------------------- threads, size
+
+
+def test_large_input_parallel_path_equals_reference():
+    """Beyond the serial size the fill runs the parallel twin: same values as the reference."""
+    config = hf_config("qwen2_5_vl")
+    n = 36 * 52 // 4
+    row = ([5] * 3000 + [START] + [IMAGE] * n + [END]) * 8 + [START] + [VIDEO] * (4 * n) + [END, 9]
+    ids = np.array([row, [0] * 50 + row[50:]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, :50] = 0
+    kw = dict(images=np.array([[1, 36, 52]] * 16), videos=np.array([[4, 36, 52]] * 2), seconds=[0.5, 1 / 3], mask=mask)
+    fast = ours("qwen2_5_vl", config, ids, backend="numba", **kw)
+    ref = ours("qwen2_5_vl", config, ids, backend="python", **kw)
+    want = hf_rope_index("qwen2_5_vl", config, ids, **{**kw, "seconds": torch.tensor(kw["seconds"])})
+    for a, b, c in zip(fast, ref, want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_concurrent_calls_agree():
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = hf_config("qwen3_vl")
+    cases = []
+    for k in range(1, 9):
+        ids = np.array([[1] * k + [START] + [IMAGE] * (k * 2) + [END] + [VIDEO] * 6 + [2] * k])
+        cases.append((ids, np.array([[1, 2, 4 * k]]), np.array([[1, 4, 6]])))
+    serial = [ours("qwen3_vl", config, i, images=g, videos=v) for i, g, v in cases]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda c: ours("qwen3_vl", config, c[0], images=c[1], videos=c[2]), cases * 8))
+    for r, s in zip(results, serial * 8):
+        np.testing.assert_array_equal(r[0], s[0])
+        np.testing.assert_array_equal(r[1], s[1])
