@@ -97,7 +97,7 @@ def _per_axis(name: str, value, count: int) -> tuple[float, ...]:
 
 def _check_coords(coords, n_axes: int) -> np.ndarray:
     """``coords`` as a C-contiguous float64 ``(n, n_axes)`` array of finite reals below 2**32
-    in magnitude (a copy: never the caller's memory)."""
+    in magnitude (a copy: never the caller's memory; ``-0.0`` made ``0.0``)."""
     if isinstance(coords, (str, bytes)):
         raise TypeError(f"coords must be an array of real numbers, got {type(coords).__name__}")
     try:
@@ -119,6 +119,7 @@ def _check_coords(coords, n_axes: int) -> np.ndarray:
         if big >= POSITION_LIMIT:
             raise ValueError(f"coords must be in (-2**32, 2**32), got {big}")
     out = np.array(arr, dtype=np.float64, order="C", copy=True)
+    out += 0.0  # -0.0 is the coordinate 0 (one zero, whatever path a row takes)
     if out.size:
         if not np.isfinite(out).all():
             raise ValueError("coords must be finite, got NaN or inf")

@@ -209,6 +209,16 @@ def test_zero_width_axis_and_empty():
     assert cos.shape == (0, 6) and sin.shape == (0, 6)
 
 
+def test_negative_zero_is_zero():
+    """``-0.0`` is the coordinate 0 on every path: ``sin`` is ``+0.0``."""
+    grid = ax.index_grid((2, 3)) * -1.0  # a meshgrid holding -0.0
+    shuffled = grid[[4, 0, 3, 1, 5, 2]]
+    for coords in (grid, shuffled, np.array([[-0.0, 0.0], [0.0, -0.0], [0.5, -0.0]])):
+        sin = ax.axial_cos_sin(coords, (4, 4))[1]
+        zero = np.asarray(coords)[:, [0, 0, 0, 0, 1, 1, 1, 1]] == 0
+        assert (sin[zero] == 0).all() and not np.signbit(sin[zero]).any()
+
+
 def test_cls_token_is_identity():
     coords = ax.prepend_cls(ax.index_grid((3, 3)), 2)
     cos, sin = ax.axial_cos_sin(coords, (8, 8))
