@@ -78,23 +78,33 @@ def _int_array(name: str, value, ndim: int) -> np.ndarray:
 
 def _read_config(config):
     """``config`` as a dict or an object with attributes (a PretrainedConfig is read through
-    its attributes: ``to_dict()`` costs far more than the positions)."""
+    its fields: ``to_dict()`` costs far more than the positions).  Type tests go through
+    ``type()``: a PretrainedConfig's ``__getattribute__`` (which ``isinstance`` calls for
+    ``__class__``) costs microseconds."""
     if config is None:
         return {}
-    if isinstance(config, (str, os.PathLike)):
+    kind = type(config)
+    if issubclass(kind, (str, os.PathLike)):
         try:
             with open(config, encoding="utf-8") as fh:
                 config = json.load(fh)
         except (OSError, ValueError) as exc:
             raise ValueError(f"config: cannot read a JSON config from {os.fspath(config)!r}: {exc}") from exc
-    if not isinstance(config, dict) and not hasattr(config, "to_dict"):
-        raise TypeError(f"config must be a dict, a path to a config.json or a PretrainedConfig, got {type(config).__name__}")
+        kind = type(config)
+    if not issubclass(kind, dict) and not hasattr(kind, "to_dict"):
+        raise TypeError(f"config must be a dict, a path to a config.json or a PretrainedConfig, got {kind.__name__}")
     return config
 
 
 def _get(place, key):
-    if isinstance(place, dict):
+    if issubclass(type(place), dict):
         return place.get(key)
+    try:  # a config's fields: a dict lookup, not its __getattribute__
+        fields = object.__getattribute__(place, "__dict__")
+    except AttributeError:
+        fields = {}
+    if key in fields:
+        return fields[key]
     return getattr(place, key, None)
 
 
@@ -102,7 +112,7 @@ def _section(config, key: str):
     sub = _get(config, key)
     if sub is None:
         return {}
-    if not isinstance(sub, dict) and not hasattr(sub, "to_dict"):
+    if not issubclass(type(sub), dict) and not hasattr(type(sub), "to_dict"):
         raise TypeError(f"config: {key} must be a dict, got {type(sub).__name__}")
     return sub
 
