@@ -4,7 +4,9 @@
 
 The functions take arrays the caller has already validated and converted.  They check only
 what memory safety needs (shapes, row bounds, positions below 2**32), then release the GIL
-for the loop, so Python threads can fill disjoint row blocks of one output at once.
+for the loop; ``parts > 1`` cuts the rows into blocks that the calling thread and the
+persistent workers of ``fastpe_pool.h`` run (Python threads may also fill disjoint row
+ranges of one output at once).
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc

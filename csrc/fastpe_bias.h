@@ -6,7 +6,8 @@
  * method is described in fastpe/alibi.py (the slope split into 21-bit words, a double-double
  * product rounded once) and fastpe/relative.py (the threshold table).  Kernels assume
  * validated input (distances below 2**32, relative positions above -2**63) and never fail.
- * Each works on a range of rows or items, so Python threads can fill disjoint parts.
+ * Each works on a range of rows or items, so the worker pool (fastpe_pool.h, through
+ * _bias.pyx) or Python threads can fill disjoint parts.
  */
 #ifndef FASTPE_BIAS_H
 #define FASTPE_BIAS_H
