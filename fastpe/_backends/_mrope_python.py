@@ -31,20 +31,9 @@ from __future__ import annotations
 
 import itertools
 
-__all__ = ["mrope_plan", "mrope_fill", "PLAN_ERRORS"]
+from .._plans import mrope as _plan
 
-#: ``info[1]`` codes of :func:`mrope_plan` (``info[2]`` the grid's index, ``info[3]`` the row)
-PLAN_ERRORS = {
-    1: "more runs of image tokens than image grids",
-    2: "more runs of video tokens than video grids",
-    3: "an image run's length is not its grid's token count",
-    4: "a video run's length is not its grid's token count",
-    5: "fewer runs of image tokens than image grids",
-    6: "fewer runs of video tokens than video grids",
-    7: "a position overflows int64",
-}
-#: positions must stay below this
-POSITION_LIMIT = 1 << 62
+__all__ = ["mrope_plan", "mrope_fill"]
 
 
 def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
@@ -61,7 +50,7 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
     2 * (len(images) + len(videos)) + batch``; the rows :func:`mrope_fill` reads), the
     ``temporal`` offsets (``int64``, one per frame of every vision run, in run order),
     ``deltas`` (``int64`` ``(batch,)``) and ``info`` (``int64`` ``(4,)``): the number of
-    segments, then ``0`` or an error code of :data:`PLAN_ERRORS` with the grid's index and
+    segments, then ``0`` or an error code of :data:`fastpe._plans.mrope.PLAN_ERRORS` with the grid's index and
     the row.  On an error the other outputs are partly written and meaningless."""
     n_images, n_videos = len(images), len(videos)
     cols = columns.tolist() if len(columns) else None
@@ -93,13 +82,13 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
             else:
                 index = used[kind]
                 if index == len(grids[kind]):
-                    return fail(kind, index, b)
+                    return fail(_plan.TOO_MANY_IMAGE_RUNS if kind == 1 else _plan.TOO_MANY_VIDEO_RUNS, index, b)
                 used[kind] += 1
                 t, h, w = grids[kind][index]
                 h //= merge
                 w //= merge
                 if t * h * w != length:
-                    return fail(kind + 2, index, b)
+                    return fail(_plan.IMAGE_RUN_LENGTH if kind == 1 else _plan.VIDEO_RUN_LENGTH, index, b)
                 if kind == 1:
                     offsets = list(range(t))
                 else:
@@ -112,14 +101,14 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
                 pos += max(h, w)
             n_seg += 1
             first += length
-        if top >= POSITION_LIMIT:
-            return fail(7, 0, b)
+        if top >= _plan.POSITION_LIMIT:
+            return fail(_plan.POSITION_OVERFLOW, 0, b)
         deltas[b] = top + 1 - count
         k += count
     if used[1] != n_images:
-        return fail(5, used[1], len(n_rows) - 1)
+        return fail(_plan.TOO_FEW_IMAGE_RUNS, used[1], len(n_rows) - 1)
     if used[2] != n_videos:
-        return fail(6, used[2], len(n_rows) - 1)
+        return fail(_plan.TOO_FEW_VIDEO_RUNS, used[2], len(n_rows) - 1)
     info[0] = n_seg
 
 

@@ -262,8 +262,11 @@ _KERNELS: dict = {}
 
 
 def _kernels(backend):
-    """``(plan, fill)`` of ``backend``: ``"numba"``, ``"python"`` (the references) or ``None``
-    (numba when it loads, else the references)."""
+    """``(plan, fill)`` of ``backend``: ``"numba"``, ``"python"`` (the references) or ``None``:
+    ``$FASTPE_BACKEND`` when it says ``python``, else numba when it loads, else the
+    references (the operations have no cython kernel yet)."""
+    if backend is None and os.environ.get("FASTPE_BACKEND", "").strip().lower() == "python":
+        backend = "python"
     got = _KERNELS.get(backend)
     if got is not None:
         return got
@@ -295,17 +298,19 @@ def _kernels(backend):
 
 
 def _plan_error(info, images, videos, merge, model):
-    from .._backends._mrope_python import PLAN_ERRORS
+    from .._plans import mrope as _plan
+    from .._plans.mrope import PLAN_ERRORS
 
     code, index, row = (int(v) for v in info[1:])
-    if code == 7:
+    if code == _plan.POSITION_OVERFLOW:
         raise ValueError(f"second_per_grid_ts: the positions of row {row} overflow int64")
-    name = "image_grid_thw" if code in (1, 3, 5) else "video_grid_thw"
-    grids = images if name == "image_grid_thw" else videos
-    frames = " (Qwen3-VL: one grid per video frame)" if model == "qwen3_vl" and name == "video_grid_thw" else ""
-    if code in (1, 2):
+    image = code in (_plan.TOO_MANY_IMAGE_RUNS, _plan.IMAGE_RUN_LENGTH, _plan.TOO_FEW_IMAGE_RUNS)
+    name = "image_grid_thw" if image else "video_grid_thw"
+    grids = images if image else videos
+    frames = " (Qwen3-VL: one grid per video frame)" if model == "qwen3_vl" and not image else ""
+    if code in (_plan.TOO_MANY_IMAGE_RUNS, _plan.TOO_MANY_VIDEO_RUNS):
         raise ValueError(f"{name}: {len(grids)} grids{frames} but row {row} has a further run of tokens ({PLAN_ERRORS[code]})")
-    if code in (5, 6):
+    if code in (_plan.TOO_FEW_IMAGE_RUNS, _plan.TOO_FEW_VIDEO_RUNS):
         raise ValueError(f"{name}: {len(grids)} grids{frames} but only {index} runs of tokens ({PLAN_ERRORS[code]})")
     t, h, w = (int(v) for v in grids[index])
     raise ValueError(f"{name}: grid {index}{frames} {(t, h, w)} needs {t * (h // merge) * (w // merge)} tokens "
@@ -355,6 +360,12 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
     Text-only input (no grids) gives ``get_rope_index``'s text positions (``0 ..`` over the
     attended tokens, 0 at masked ones) and delta ``0``.  Returns ``position_ids`` ``int64``
     ``(3, batch, seq)`` and ``rope_deltas`` ``int64`` ``(batch, 1)``.
+
+    transformers 4.x found each vision run from its ``vision_start_token_id`` and the token
+    after it; 5.x cuts runs by token type, as here: for prompts built by the processors
+    (``<vision_start>`` run ``<vision_end>``) the two agree.  ``backend``: ``"numba"``,
+    ``"python"`` (the pure-Python references) or ``None`` (numba when it loads, or
+    ``$FASTPE_BACKEND=python``); all give the same values.
     """
     model, cfg = _settings(model, config)
     ids = _int_array("input_ids", input_ids, 2)

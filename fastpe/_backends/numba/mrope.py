@@ -15,11 +15,19 @@ from __future__ import annotations
 
 from numba import prange
 
+from ..._plans import mrope as _plan
 from ._jit import inline, kernel
 
 __all__ = ["mrope_plan_serial", "mrope_fill_parallel", "mrope_fill_serial"]
 
-_LIMIT = 1 << 62  # fastpe._backends._mrope_python.POSITION_LIMIT
+_LIMIT = _plan.POSITION_LIMIT
+_TOO_MANY_IMAGE_RUNS = _plan.TOO_MANY_IMAGE_RUNS
+_TOO_MANY_VIDEO_RUNS = _plan.TOO_MANY_VIDEO_RUNS
+_IMAGE_RUN_LENGTH = _plan.IMAGE_RUN_LENGTH
+_VIDEO_RUN_LENGTH = _plan.VIDEO_RUN_LENGTH
+_TOO_FEW_IMAGE_RUNS = _plan.TOO_FEW_IMAGE_RUNS
+_TOO_FEW_VIDEO_RUNS = _plan.TOO_FEW_VIDEO_RUNS
+_POSITION_OVERFLOW = _plan.POSITION_OVERFLOW
 
 
 @inline
@@ -73,7 +81,7 @@ def _mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vi
                 if kind == 1:
                     if used_images == n_images:
                         info[0] = n_seg
-                        info[1] = 1
+                        info[1] = _TOO_MANY_IMAGE_RUNS
                         info[2] = used_images
                         info[3] = b
                         return
@@ -85,7 +93,7 @@ def _mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vi
                 else:
                     if used_videos == n_videos:
                         info[0] = n_seg
-                        info[1] = 2
+                        info[1] = _TOO_MANY_VIDEO_RUNS
                         info[2] = used_videos
                         info[3] = b
                         return
@@ -96,7 +104,7 @@ def _mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vi
                     used_videos += 1
                 if t * h * w != length:
                     info[0] = n_seg
-                    info[1] = kind + 2
+                    info[1] = _IMAGE_RUN_LENGTH if kind == 1 else _VIDEO_RUN_LENGTH
                     info[2] = index
                     info[3] = b
                     return
@@ -120,20 +128,20 @@ def _mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vi
             k = j
         if top >= _LIMIT:
             info[0] = n_seg
-            info[1] = 7
+            info[1] = _POSITION_OVERFLOW
             info[3] = b
             return
         deltas[b] = top + 1 - n_rows[b]
     last = n_rows.shape[0] - 1
     if used_images != n_images:
         info[0] = n_seg
-        info[1] = 5
+        info[1] = _TOO_FEW_IMAGE_RUNS
         info[2] = used_images
         info[3] = last
         return
     if used_videos != n_videos:
         info[0] = n_seg
-        info[1] = 6
+        info[1] = _TOO_FEW_VIDEO_RUNS
         info[2] = used_videos
         info[3] = last
         return
