@@ -312,12 +312,67 @@ def _grid_shape(inverses: list[np.ndarray], sizes: list[int], n: int):
         expected *= sizes[a]
     if expected != n:
         return None
-    t = np.arange(n)
     for a in order:
-        if sizes[a] > 1 and not np.array_equal(inverses[a], (t // strides[a]) % sizes[a]):
-            return None
+        m = sizes[a]
+        if m > 1:
+            steps = np.arange(m, dtype=inverses[a].dtype).reshape(1, m, 1)
+            if not (inverses[a].reshape(-1, m, strides[a]) == steps).all():
+                return None
     shape = tuple(sizes[a] for a in order)
     return shape, {a: p for p, a in enumerate(order)}
+
+
+#: a meshgrid's rows are written this many bytes at a time (gathered, then OR-ed in cache)
+_CHUNK_BYTES = 1 << 19
+
+
+def _broadcast_into(shape, place, pieces, axes, views) -> None:
+    """Into ``views`` (``shape + (width,)``), each piece of ``axes`` (whose ``place`` indexes
+    ``shape``): its rows broadcast over the other axes."""
+    for axis, col, bc, bs in pieces:
+        if axis not in axes:
+            continue
+        where = [1] * len(shape) + [bc.shape[1]]
+        where[place[axis]] = bc.shape[0]
+        for view, block in zip(views, (bc, bs)):
+            view[..., col:col + block.shape[1]] = block.reshape(where)
+
+
+def _fill_grid(grid, pieces, out_cos, out_sin) -> None:
+    """Fill a meshgrid's rows.  A block broadcast straight into the output is a narrow
+    strided write per token (about 2x a whole-row copy each, per block); instead the axes
+    are split into slow and fast ones, the rows of each group's own (small) grid are built
+    with every other column zero, and each output row is the bitwise OR of its slow and its
+    fast row (every value's bits copied unchanged): the slow rows gathered whole, then the
+    fast group's rows OR-ed in, one contiguous run per slow row."""
+    shape, place = grid
+    m = len(shape)
+    views = [o.reshape(shape + (o.shape[1],)) for o in (out_cos, out_sin)]
+    if m == 1:
+        _broadcast_into(shape, place, pieces, set(place), views)
+        return
+    split = min(range(1, m), key=lambda s: max(math.prod(shape[:s]), math.prod(shape[s:])))
+    slow, fast = shape[:split], shape[split:]
+    width = out_cos.shape[1]
+    bits = np.dtype(f"u{out_cos.itemsize}")
+    parts = []
+    for sub, axes, shift in ((slow, {a for a, p in place.items() if p < split}, 0),
+                             (fast, {a for a, p in place.items() if p >= split}, split)):
+        rows = [np.zeros(sub + (width,), dtype=out_cos.dtype) for _ in range(2)]
+        _broadcast_into(sub, {a: place[a] - shift for a in axes}, pieces, axes, rows)
+        parts.append([r.reshape(-1, width).view(bits) for r in rows])
+    n_slow, n_fast = math.prod(slow), math.prod(fast)
+    index = np.repeat(np.arange(n_slow, dtype=np.intp), n_fast)
+    step = max(1, _CHUNK_BYTES // (n_fast * width * out_cos.itemsize))
+    for i, out in enumerate((out_cos, out_sin)):
+        flat = out.view(bits)
+        fast_rows = parts[1][i].reshape(1, n_fast * width)
+        for s0 in range(0, n_slow, step):  # a chunk at a time, OR-ed while in cache
+            s1 = min(n_slow, s0 + step)
+            chunk = flat[s0 * n_fast:s1 * n_fast]
+            np.take(parts[0][i], index[s0 * n_fast:s1 * n_fast], axis=0, out=chunk, mode="clip")
+            chunk = chunk.reshape(s1 - s0, n_fast * width)
+            np.bitwise_or(chunk, fast_rows, out=chunk)
 
 
 def _fill(module, x, dims, plans, layout, out_cos, out_sin) -> None:
@@ -347,14 +402,8 @@ def _fill(module, x, dims, plans, layout, out_cos, out_sin) -> None:
         start += d
         start_h += d // 2
     grid = _grid_shape(inverses, sizes, n)
-    if grid is not None:  # broadcast each axis's rows over the others: no gather
-        shape, place = grid
-        views = [o.reshape(shape + (o.shape[1],)) for o in (out_cos, out_sin)]
-        for axis, col, bc, bs in pieces:
-            where = [1] * len(shape) + [bc.shape[1]]
-            where[place[axis]] = bc.shape[0]
-            for view, block in zip(views, (bc, bs)):
-                view[..., col:col + block.shape[1]] = block.reshape(where)
+    if grid is not None:
+        _fill_grid(grid, pieces, out_cos, out_sin)
         return
     for axis, col, bc, bs in pieces:
         w = bc.shape[1]

@@ -191,6 +191,23 @@ def test_grid_and_gather_paths_same_bits(layout):
     np.testing.assert_array_equal(cos_r[perm], ref[0])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("chunk", [1, 700, 1 << 19])
+@pytest.mark.parametrize("sizes", [(7,), (5, 6), (2, 3, 4, 5), (1, 4, 6)])
+def test_grid_chunks_same_bits(monkeypatch, dtype, chunk, sizes):
+    """The meshgrid path (slow and fast rows OR-ed a chunk at a time) gives the gather
+    path's bits for any chunk size, number of axes and layout."""
+    monkeypatch.setattr(ax, "_CHUNK_BYTES", chunk)
+    coords = ax.index_grid(sizes, start=tuple(range(-1, len(sizes) - 1)))
+    perm = np.random.default_rng(1).permutation(coords.shape[0])
+    dims = tuple(4 + 2 * a for a in range(len(sizes)))
+    for layout in ax.AXIAL_LAYOUTS:
+        grid = ax.axial_cos_sin(coords, dims, layout=layout, dtype=dtype)
+        gathered = ax.axial_cos_sin(coords[perm], dims, layout=layout, dtype=dtype)
+        for g, h in zip(grid, gathered):
+            assert g[perm].tobytes() == h.tobytes()
+
+
 def test_out_filled_and_returned():
     coords = ax.index_grid((4, 4))
     cos = np.full((16, 8), np.nan, np.float64)
