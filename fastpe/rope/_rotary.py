@@ -22,7 +22,6 @@ give the same bits (``tests/rope/test_prepared.py``).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -473,14 +472,21 @@ class Rotary:
                 stride = n_seq
             else:
                 return False
-            found = _small_positions(positions, 2, None)
-            if found is None or np.may_share_memory(q, positions) or (qk and np.may_share_memory(k, positions)):
-                return False
-            pos, hi = found
-            if pos is None:  # one position: a run of one from it
+            if positions.size == 1:  # a decoding step's one position: a run of one from it, inline
+                if positions.dtype.kind not in "iu":
+                    return False
+                pos, hi = None, positions.item(0)
+                if not 0 <= hi < _LIMIT:
+                    return False
                 offset, rows = hi, 1
             else:
+                found = _small_positions(positions, 2, None)
+                if found is None:
+                    return False
+                pos, hi = found
                 rows = pos.shape[0]
+            if np.may_share_memory(q, positions) or (qk and np.may_share_memory(k, positions)):
+                return False
         if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
             return False
         found = _module(backend)
@@ -534,7 +540,8 @@ _ENV_KEY = os.environ.encodekey("FASTPE_BACKEND") if hasattr(os.environ, "encode
 def _module(backend):
     """``(module, rotation kernel or None)`` of a call's backend, or ``None`` (an unknown or
     unavailable name: the full path resolves it and says why).  Kept per argument and
-    environment, and taken only while the registry still holds the module loaded."""
+    environment (once the kernel is compiled), and taken only while the registry still holds
+    the module loaded."""
     if backend is not None and type(backend) is not str:
         return None
     if _backends is None:
@@ -546,17 +553,18 @@ def _module(backend):
     key = (backend, env)
     found = _RESOLVED.get(key)
     if found is not None and backends._modules.get(found[0]) is found[1]:
-        module, kernel = found[1], found[2]
-        return module, (kernel() if kernel is not None else None)
+        return found[2]
     try:
         name, module = backends.resolve(backend)
     except (ValueError, TypeError, ImportError):
         return None
-    kernel = _KERNELS.get(module.__name__)
+    getter = _KERNELS.get(module.__name__)
+    kernel = getter(module) if getter is not None else None
     if len(_RESOLVED) >= 64:
         _RESOLVED.clear()
-    _RESOLVED[key] = (name, module, kernel and functools.partial(kernel, module))
-    return module, (kernel(module) if kernel is not None else None)
+    if getter is None or kernel is not None:  # kept once its kernel is compiled
+        _RESOLVED[key] = (name, module, (module, kernel))
+    return module, kernel
 
 
 def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
@@ -581,12 +589,12 @@ def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
 
 
 def _numba_rotation(module):
-    """The numba backend's serial rotation kernel: its dispatcher once compiled, else the
-    kernel's own wrapper (which compiles it, and falls back where its disk cache cannot be
-    written).  The prepared calls pass one signature only (aligned C arrays, ints, a bool):
-    once it is compiled, the dispatcher runs it without compiling again."""
-    lazy = module._k.rope_apply_serial
-    return lazy._dispatcher or lazy
+    """The numba backend's serial rotation kernel once compiled (its dispatcher), else None:
+    the call then takes the backend's rope_apply, whose small calls compile it through the
+    kernel's own wrapper (which falls back where its disk cache cannot be written).  The
+    prepared calls pass one signature only (aligned C arrays, ints, a bool): once it is
+    compiled, the dispatcher runs it without compiling again."""
+    return module._k.rope_apply_serial._dispatcher
 
 
 def _cython_rotation(module):
