@@ -280,12 +280,62 @@ static inline int64_t fastpe_t5_one(int64_t rp, int bidirectional, int64_t n,
     return base + exact + lo;
 }
 
+/*
+ * T5 buckets of many relative positions with few thresholds, FASTPE_T5_CHUNK at a time:
+ * fastpe_t5_one's steps as loops over the chunk (the distance and direction, then one pass
+ * per threshold counting those at or below the distance, then the bucket), each of which
+ * vectorises -- across positions, where fastpe_t5_one's own loop runs across thresholds.
+ * The same integers.
+ */
+#define FASTPE_T5_CHUNK 256
+#define FASTPE_T5_CHUNKS(SUFFIX, ATTR, T)                                                     \
+    ATTR static void fastpe_t5_chunks_##SUFFIX(const int64_t *rel, int bidirectional,         \
+                                               int64_t n, const int64_t *thresholds,          \
+                                               ptrdiff_t n_thresholds, T *out,                \
+                                               ptrdiff_t begin, ptrdiff_t end)                \
+    {                                                                                         \
+        int64_t d[FASTPE_T5_CHUNK], base[FASTPE_T5_CHUNK], count[FASTPE_T5_CHUNK];           \
+        const int64_t exact = n / 2, bidi = bidirectional != 0;                               \
+        for (ptrdiff_t c0 = begin; c0 < end; c0 += FASTPE_T5_CHUNK) {                         \
+            const ptrdiff_t len = end - c0 < FASTPE_T5_CHUNK ? end - c0 : FASTPE_T5_CHUNK;    \
+            const int64_t *r = rel + c0;                                                      \
+            for (ptrdiff_t i = 0; i < len; i++) {                                             \
+                const int64_t rp = r[i], neg = -rp;                                           \
+                const int64_t up = bidi & (rp > 0);                                           \
+                base[i] = n & -up;                                                            \
+                const int64_t two_way = up ? rp : neg, one_way = neg > 0 ? neg : 0;           \
+                d[i] = bidi ? two_way : one_way;                                              \
+                count[i] = 0;                                                                 \
+            }                                                                                 \
+            for (ptrdiff_t k = 0; k < n_thresholds; k++) {                                    \
+                const int64_t t = thresholds[k];                                              \
+                for (ptrdiff_t i = 0; i < len; i++)                                           \
+                    count[i] += t <= d[i];                                                    \
+            }                                                                                 \
+            T *o = out + c0;                                                                  \
+            for (ptrdiff_t i = 0; i < len; i++)                                               \
+                o[i] = (T)(d[i] < exact ? base[i] + d[i] : base[i] + exact + count[i]);       \
+        }                                                                                     \
+    }
+
+#if FASTPE_BIAS_DISPATCH
+FASTPE_T5_CHUNKS(i32_avx2, __attribute__((target("avx2"))), int32_t)
+FASTPE_T5_CHUNKS(i64_avx2, __attribute__((target("avx2"))), int64_t)
+#endif
+FASTPE_T5_CHUNKS(i32_baseline, , int32_t)
+FASTPE_T5_CHUNKS(i64_baseline, , int64_t)
+
 #define FASTPE_T5(SUFFIX, T)                                                                  \
     /* out[k] = bucket(rel[k]) for k in [begin, end) */                                      \
     static void fastpe_t5_bucket_##SUFFIX(const int64_t *rel, int bidirectional, int64_t n,   \
                                           const int64_t *thresholds, ptrdiff_t n_thresholds,  \
                                           T *out, ptrdiff_t begin, ptrdiff_t end)             \
     {                                                                                         \
+        if (n_thresholds <= FASTPE_T5_LINEAR) {                                               \
+            FASTPE_BIAS_PICK_(fastpe_t5_chunks_##SUFFIX, rel, bidirectional, n, thresholds,    \
+                              n_thresholds, out, begin, end);                                 \
+            return;                                                                           \
+        }                                                                                     \
         for (ptrdiff_t k = begin; k < end; k++)                                               \
             out[k] = (T)fastpe_t5_one(rel[k], bidirectional, n, thresholds, n_thresholds);    \
     }                                                                                         \
