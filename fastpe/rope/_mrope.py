@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import numbers
-import operator
 import os
 
 import numpy as np
@@ -281,15 +280,22 @@ def _kernels(backend):
             if backend == "numba":
                 raise ValueError("backend 'numba' is not available") from None
         else:
-            serial, parallel = km.mrope_fill_serial, km.mrope_fill_parallel
+            # the numba backend's operations as the registry will hold them (keyword calls,
+            # the kernels called positionally inside)
+            plan_kernel, serial, parallel = km.mrope_plan_serial, km.mrope_fill_serial, km.mrope_fill_parallel
 
-            def fill(segments, temporal, columns, out):
+            def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+                           video_times, segments, temporal, deltas, info):
+                plan_kernel(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+                            video_times, segments, temporal, deltas, info)
+
+            def mrope_fill(segments, temporal, columns, out):
                 if out.shape[1] < _SERIAL_BELOW:
                     serial(segments, temporal, columns, out)
                 else:
                     nb._run(parallel, serial, out.shape[1], segments, temporal, columns, out)
 
-            got = (km.mrope_plan_serial, fill)
+            got = (mrope_plan, mrope_fill)
     if got is None:
         from .._backends import _mrope_python as ref
         got = (ref.mrope_plan, ref.mrope_fill)
@@ -425,12 +431,13 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
     temporal = np.empty(n_frames, dtype=np.int64)
     deltas = np.empty(batch, dtype=np.int64)
     info = np.empty(4, dtype=np.int64)
-    plan(flat, columns, n_rows, cfg["image_token_id"], cfg["video_token_id"], images, videos, merge,
-         video_times, segments, temporal, deltas, info)
+    plan(ids=flat, columns=columns, n_rows=n_rows, image_token_id=cfg["image_token_id"],
+         video_token_id=cfg["video_token_id"], images=images, videos=videos, merge=merge,
+         video_times=video_times, segments=segments, temporal=temporal, deltas=deltas, info=info)
     if info[1]:
         _plan_error(info, images, videos, merge, model)
     out = np.zeros((3, batch, seq), dtype=np.int64) if mask is not None else np.empty((3, batch, seq), dtype=np.int64)
-    fill(segments[:int(info[0])], temporal, columns, out.reshape(3, batch * seq))
+    fill(segments=segments[:int(info[0])], temporal=temporal, columns=columns, out=out.reshape(3, batch * seq))
     deltas = deltas.reshape(batch, 1)
     return out, deltas
 
