@@ -500,3 +500,30 @@ def test_concurrent_calls_agree():
     for r, s in zip(results, serial * 8):
         np.testing.assert_array_equal(r[0], s[0])
         np.testing.assert_array_equal(r[1], s[1])
+
+
+def _child_positions(conn):
+    config = hf_config("qwen2_vl")
+    ids = np.array([[1, START] + [IMAGE] * 6 + [END, 2]])
+    pos, delta = mrope_positions(ids, image_grid_thw=[[1, 4, 6]], model="qwen2_vl", config=config)
+    conn.send((pos.tobytes(), delta.tobytes()))
+    conn.close()
+
+
+def test_fork_after_use():
+    """A child forked after the kernels ran (the parallel one included) computes the same."""
+    import multiprocessing as mp
+
+    test_large_input_parallel_path_equals_reference()
+    config = hf_config("qwen2_vl")
+    ids = np.array([[1, START] + [IMAGE] * 6 + [END, 2]])
+    pos, delta = mrope_positions(ids, image_grid_thw=[[1, 4, 6]], model="qwen2_vl", config=config)
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_child_positions, args=(child,))
+    proc.start()
+    assert parent.poll(120), "the forked child did not answer"
+    got = parent.recv()
+    proc.join(30)
+    assert proc.exitcode == 0
+    assert got == (pos.tobytes(), delta.tobytes())
