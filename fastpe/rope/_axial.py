@@ -21,6 +21,7 @@ each coordinate the double nearest to the convention's exact (rational) value.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from fractions import Fraction
@@ -137,6 +138,7 @@ def _exact_product(a: float, b: float) -> float | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def _axis_plan(dim: int, base: float, ntk: float, linear: float, offset: float):
     """``(Geometric, columns)``: the frequency set whose ``columns`` (a slice) are the
     ``dim / 2`` frequencies ``(1 / linear) * (base * ntk) ** (-2 (k + offset) / dim)``.
