@@ -407,10 +407,37 @@ def _fill(module, x, dims, plans, layout, out_cos, out_sin) -> None:
     if grid is not None:
         _fill_grid(grid, pieces, out_cos, out_sin)
         return
-    for axis, col, bc, bs in pieces:
+    if sum(sizes) * 4 <= n:  # few distinct values (a grid plus a few extra tokens): whole rows
+        _fill_rows(inverses, sizes, pieces, out_cos, out_sin)
+        return
+    for axis, col, bc, bs in pieces:  # each block gathered straight into place
         w = bc.shape[1]
-        out_cos[:, col:col + w] = np.take(bc, inverses[axis], axis=0)
-        out_sin[:, col:col + w] = np.take(bs, inverses[axis], axis=0)
+        np.take(bc, inverses[axis], axis=0, out=out_cos[:, col:col + w], mode="clip")
+        np.take(bs, inverses[axis], axis=0, out=out_sin[:, col:col + w], mode="clip")
+
+
+def _fill_rows(inverses, sizes, pieces, out_cos, out_sin) -> None:
+    """Each output row the OR of its axes' whole rows (each axis's table as full rows, every
+    other column zero): gathered and OR-ed a chunk at a time, so every write is a whole
+    row and the scratch stays in cache."""
+    n, width = out_cos.shape
+    bits = np.dtype(f"u{out_cos.itemsize}")
+    tables = [[np.zeros((m, width), dtype=bits) for m in sizes] for _ in range(2)]
+    for axis, col, bc, bs in pieces:
+        for table, block in zip(tables, (bc, bs)):
+            table[axis][:, col:col + block.shape[1]] = block.view(bits)
+    step = max(1, _CHUNK_BYTES // (width * out_cos.itemsize))
+    scratch = np.empty((min(step, n), width), dtype=bits)
+    for out, table in zip((out_cos, out_sin), tables):
+        flat = out.view(bits)
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            chunk = flat[r0:r1]
+            np.take(table[0], inverses[0][r0:r1], axis=0, out=chunk, mode="clip")
+            for axis in range(1, len(sizes)):
+                part = scratch[:r1 - r0]
+                np.take(table[axis], inverses[axis][r0:r1], axis=0, out=part, mode="clip")
+                np.bitwise_or(chunk, part, out=chunk)
 
 
 # ------------------------------------------------------------------------- grids

@@ -208,6 +208,20 @@ def test_grid_chunks_same_bits(monkeypatch, dtype, chunk, sizes):
             assert g[perm].tobytes() == h.tobytes()
 
 
+@pytest.mark.parametrize("chunk", [1, 1 << 19])
+def test_text_plus_image_tokens_same_bits_as_row_by_row(monkeypatch, chunk):
+    """FLUX's text ids (zeros) before the image grid: whole rows OR-ed from the axes'
+    tables (a chunk at a time), the same bits as each row computed alone."""
+    monkeypatch.setattr(ax, "_CHUNK_BYTES", chunk)
+    coords = np.concatenate([np.zeros((40, 3)), ax.index_grid((1, 6, 5)), [[0.5, -2.0, 3.0]]])
+    for layout in ax.AXIAL_LAYOUTS:
+        for dtype in ("float32", "bfloat16"):
+            cos, sin = ax.axial_cos_sin(coords, (4, 6, 6), layout=layout, dtype=dtype)
+            for r in range(coords.shape[0]):
+                c1, s1 = ax.axial_cos_sin(coords[r:r + 1], (4, 6, 6), layout=layout, dtype=dtype)
+                assert cos[r].tobytes() == c1[0].tobytes() and sin[r].tobytes() == s1[0].tobytes()
+
+
 def test_out_filled_and_returned():
     coords = ax.index_grid((4, 4))
     cos = np.full((16, 8), np.nan, np.float64)
