@@ -211,7 +211,8 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
     entries = [e for e in entries if e.name in names]
     # cos and sin (max_len, rotary_dim) each: refused before anything is allocated when they
     # cannot be held in memory or written (exit status 2, or 1 for the disk)
-    check_size(path, entries, recorded, held=((2, *shape), dtype))
+    check_size(path, entries, recorded, held=((2, *shape), dtype),
+               advice="ask for a shorter --max-len, a smaller --rotary-dim or a 16-bit --dtype")
 
     def compute():
         with warnings.catch_warnings():  # said once above

@@ -426,7 +426,7 @@ def test_arrays_larger_than_memory_are_refused_before_any_work(in_tmp, monkeypat
         monkeypatch.setattr(module, function, never)
     line = assert_one_line_error(run(*args, "-o", f"big{fmt}"))
     assert "array needs " in line and "of memory, more than this machine's 1048576 bytes" in line
-    assert "; ask for " in line or args[0] == "rope"  # what to do instead
+    assert "; ask for " in line  # what to do instead
     assert listing(in_tmp) == []
 
 
