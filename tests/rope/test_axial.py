@@ -222,6 +222,25 @@ def test_text_plus_image_tokens_same_bits_as_row_by_row(monkeypatch, chunk):
                 assert cos[r].tobytes() == c1[0].tobytes() and sin[r].tobytes() == s1[0].tobytes()
 
 
+def test_threads_give_serial_bits():
+    """Concurrent calls (new frequency plans being built meanwhile) give the serial bits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(ax.index_grid((2, 9, 11)), (8 + 2 * i, 12, 10), 10000.0 + i) for i in range(8)]
+    jobs += [(np.random.default_rng(i).uniform(-1e5, 1e5, (50, 3)), (6, 6, 4 + 2 * i), 500.0 + i)
+             for i in range(8)]
+
+    def run(job):
+        coords, dims, base = job
+        return ax.axial_cos_sin(coords, dims, base=base, layout="neox_head")
+
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(run, jobs * 3))
+    for job, got in zip(jobs * 3, together):
+        want = run(job)
+        assert got[0].tobytes() == want[0].tobytes() and got[1].tobytes() == want[1].tobytes()
+
+
 def test_out_filled_and_returned():
     coords = ax.index_grid((4, 4))
     cos = np.full((16, 8), np.nan, np.float64)
