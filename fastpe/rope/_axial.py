@@ -426,6 +426,12 @@ def _fill_rows(inverses, sizes, pieces, out_cos, out_sin) -> None:
     for axis, col, bc, bs in pieces:
         for table, block in zip(tables, (bc, bs)):
             table[axis][:, col:col + block.shape[1]] = block.view(bits)
+    # an axis with one value is a constant row: OR-ed into another axis's table once
+    varying = [a for a, m in enumerate(sizes) if m > 1] or [0]
+    for a, m in enumerate(sizes):
+        if a not in varying:
+            for table in tables:
+                table[varying[0]] |= table[a][0]
     step = max(1, _CHUNK_BYTES // (width * out_cos.itemsize))
     scratch = np.empty((min(step, n), width), dtype=bits)
     for out, table in zip((out_cos, out_sin), tables):
@@ -433,8 +439,8 @@ def _fill_rows(inverses, sizes, pieces, out_cos, out_sin) -> None:
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             chunk = flat[r0:r1]
-            np.take(table[0], inverses[0][r0:r1], axis=0, out=chunk, mode="clip")
-            for axis in range(1, len(sizes)):
+            np.take(table[varying[0]], inverses[varying[0]][r0:r1], axis=0, out=chunk, mode="clip")
+            for axis in varying[1:]:
                 part = scratch[:r1 - r0]
                 np.take(table[axis], inverses[axis][r0:r1], axis=0, out=part, mode="clip")
                 np.bitwise_or(chunk, part, out=chunk)

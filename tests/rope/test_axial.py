@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import sys
 import types
@@ -213,8 +214,9 @@ def test_text_plus_image_tokens_same_bits_as_row_by_row(monkeypatch, chunk):
     """FLUX's text ids (zeros) before the image grid: whole rows OR-ed from the axes'
     tables (a chunk at a time), the same bits as each row computed alone."""
     monkeypatch.setattr(ax, "_CHUNK_BYTES", chunk)
-    coords = np.concatenate([np.zeros((40, 3)), ax.index_grid((1, 6, 5)), [[0.5, -2.0, 3.0]]])
-    for layout in ax.AXIAL_LAYOUTS:
+    flux = np.concatenate([np.zeros((40, 3)), ax.index_grid((1, 6, 5))])  # axis 0 constant
+    for coords, layout in itertools.product((flux, np.concatenate([flux, [[0.5, -2.0, 3.0]]])),
+                                            ax.AXIAL_LAYOUTS):
         for dtype in ("float32", "bfloat16"):
             cos, sin = ax.axial_cos_sin(coords, (4, 6, 6), layout=layout, dtype=dtype)
             for r in range(coords.shape[0]):
