@@ -183,7 +183,7 @@ static fastpe_pool_ *fastpe_pool_get_(int n_threads)
         pthread_t t;
         if (pthread_create(&t, &attr, fastpe_pool_worker_, p) != 0)
             break; /* fewer workers: the callers run the blocks nobody claims */
-        p->n_workers++;
+        __atomic_add_fetch(&p->n_workers, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&p->lock);
     pthread_attr_destroy(&attr);
@@ -196,10 +196,7 @@ static int fastpe_pool_workers(void)
     fastpe_pool_ *p = __atomic_load_n(&fastpe_pool_instance_, __ATOMIC_ACQUIRE);
     if (p == NULL)
         return 0;
-    pthread_mutex_lock(&p->lock);
-    int n = p->n_workers;
-    pthread_mutex_unlock(&p->lock);
-    return n;
+    return __atomic_load_n(&p->n_workers, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -212,7 +209,9 @@ static int fastpe_pool_run(fastpe_task_fn fn, void *ctx, ptrdiff_t lo, ptrdiff_t
                            ptrdiff_t align, int n_threads)
 {
     fastpe_pool_ *p = parts > 1 ? fastpe_pool_get_(n_threads) : NULL;
-    if (p == NULL || p->n_workers == 0 || pthread_mutex_trylock(&p->busy) != 0) {
+    /* n_workers is read atomically: a pool is published before its workers start */
+    if (p == NULL || __atomic_load_n(&p->n_workers, __ATOMIC_ACQUIRE) == 0 ||
+        pthread_mutex_trylock(&p->busy) != 0) {
         for (int k = 0; k < parts; k++) {
             ptrdiff_t b, e;
             fastpe_part_range_(lo, hi, parts, align, k, &b, &e);
