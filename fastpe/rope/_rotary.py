@@ -67,6 +67,9 @@ _MAX_CACHED = 64
 #: cos/sin tables of doubles kept per Rotary (the rows of the positions of recent small
 #: calls: a decoding step's position, read again by every layer); bounded like _MAX_CACHED
 _MAX_TABLES = 64
+#: positions a single missing position's table is computed for (it and the next ones): a
+#: decoding loop's next steps then find theirs
+_AHEAD = 16
 #: calls with at most this many positions (table rows) keep their table: a decoding step of
 #: up to 32 sequences (left-padded, a position each); at head_dim 128 at most 2 MiB kept
 _TABLE_ROWS = 32
@@ -327,28 +330,39 @@ class Rotary:
         """The ``(rows, 2, n_freq)`` doubles of checked positions -- ``pos`` (uint32), or
         ``offset, offset + 1, ...`` -- for the frequencies of ``key``, as ``module``'s
         ``rope_table`` writes them: kept for small calls (per backend, so that the backends
-        are never compared through one table)."""
+        are never compared through one table).  A single position missing computes the next
+        :data:`_AHEAD` with it, each kept as its own row, so that a decoding loop's next
+        steps find theirs (not for dynamic NTK, whose frequencies move with every length)."""
+        tables = self._tables
         if rows <= _TABLE_ROWS:
             if rows == 1:  # one position, given or as an offset
-                tkey = (module, key, offset if pos is None else int(pos[0]))
+                if pos is not None:
+                    offset = int(pos[0])
+                tkey = (module, key, offset)
             elif pos is None:
                 tkey = (module, key, offset, rows)
             else:
                 tkey = (module, key, pos.tobytes())
-            table = self._tables.get(tkey)
+            table = tables.get(tkey)
             if table is not None:
                 return table
         else:
             tkey = None
-        if pos is None:
-            pos = np.arange(offset, offset + rows, dtype=np.uint64).astype(np.uint32)
+        ahead = 1
+        if rows == 1 and self._spec.rope_type != "dynamic":
+            ahead = min(_AHEAD, _LIMIT - offset)
+        if pos is None or ahead > 1:
+            pos = np.arange(offset, offset + max(rows, ahead), dtype=np.uint64).astype(np.uint32)
         freqs, af = self._at_key(key) if key is not None else self._values
-        table = np.empty((rows, 2, self._n_freq), dtype=np.float64)
+        table = np.empty((pos.shape[0], 2, self._n_freq), dtype=np.float64)
         module.rope_table(positions=pos, inv_freq=freqs, attention_factor=af, out=table)
         if tkey is not None:
-            tables = self._tables
-            if len(tables) >= _MAX_TABLES:
+            if len(tables) + ahead > _MAX_TABLES:
                 tables.clear()
+            if ahead > 1:
+                for i in range(1, ahead):
+                    tables[(module, key, offset + i)] = table[i:i + 1]
+                table = table[:1]
             tables[tkey] = table
         return table
 

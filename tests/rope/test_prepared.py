@@ -403,3 +403,29 @@ def test_a_forked_child_rotates_from_the_kept_tables(backend):
     got = os.read(read, 1)
     os.waitpid(pid, 0)
     assert got == b"\x00"
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("name", [_config(n) for n in ("default", "dynamic", "longrope", "yarn")])
+def test_a_decoding_loop_reads_the_rows_computed_ahead(name):
+    """A missing single position computes the next ones with it; a decoding loop (one
+    position a step, by array and by offset, up to 2**32 - 1) then reads their rows: the
+    bits of the backend's own walk at every step, and of cos_sin."""
+    rotary = Rotary(HEAD_DIM, **CONFIGS[name])
+    rng = np.random.default_rng(2)
+    q0 = rng.standard_normal((1, 3, 1, HEAD_DIM)).astype(np.float32)
+    k0 = rng.standard_normal((1, 2, 1, HEAD_DIM)).astype(np.float32)
+    for backend in FAST:
+        for start in (0, 2**32 - 20):
+            for p in range(start, start + 20):
+                want = _reference(rotary, q0.copy(), k0.copy(), np.array([p]), 0, None, backend)
+                for positions, offset in ((np.array([p]), 0), (None, p)):
+                    q, k = q0.copy(), k0.copy()
+                    rotary.apply_qk_(q, k, positions, offset=offset, backend=backend)
+                    assert same_bits(q, want[0]) and same_bits(k, want[1]), (backend, p)
+                cos, sin = rotary.cos_sin(np.array([[p]]), backend=backend)
+                length = p + 1
+                wc, ws = cos_sin_from_inv_freq([p], rotary.inv_freq_at(length), rotary.attention_factor_at(length),
+                                               backend=backend)
+                assert same_bits(cos[0], wc) and same_bits(sin[0], ws)
+    assert len(rotary._tables) <= max(_rotary._MAX_TABLES, _rotary._AHEAD)
