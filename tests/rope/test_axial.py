@@ -163,6 +163,7 @@ def test_rounded_product_fallback_is_documented_rule():
                 assert abs(sin[r, 2 * k + 1] - float(mpmath.sin(t))) <= 2.0**-45
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_backends_agree(dtype):
     rng = np.random.default_rng(11)
