@@ -69,6 +69,7 @@ static int fastpe_pool_workers(void) { return 0; }
 #else
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 typedef struct fastpe_pool_ {
@@ -120,11 +121,17 @@ static inline void fastpe_pool_pause_(void)
 #endif
 }
 
-/* poll *word (read atomically) until it is no longer `value`, at most FASTPE_POOL_SPIN times */
+/* poll *word (read atomically) until it is no longer `value`, at most FASTPE_POOL_SPIN times;
+ * every 64 polls the CPU is offered to another thread (sched_yield returns at once when none
+ * waits), so that on a machine with more runnable threads than CPUs a polling thread does not
+ * hold up the one it waits for */
 static inline void fastpe_pool_spin_(unsigned long *word, unsigned long value)
 {
-    for (int i = 0; i < FASTPE_POOL_SPIN && __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; i++)
+    for (int i = 0; i < FASTPE_POOL_SPIN && __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; i++) {
         fastpe_pool_pause_();
+        if ((i & 63) == 63)
+            sched_yield();
+    }
 }
 
 static void *fastpe_pool_worker_(void *arg)
@@ -235,8 +242,11 @@ static int fastpe_pool_run(fastpe_task_fn fn, void *ctx, ptrdiff_t lo, ptrdiff_t
     if (__atomic_load_n(&p->running, __ATOMIC_ACQUIRE) > 0) {
         /* the last blocks are the workers': poll before sleeping, as they do */
         pthread_mutex_unlock(&p->lock);
-        for (int i = 0; i < FASTPE_POOL_SPIN && __atomic_load_n(&p->running, __ATOMIC_ACQUIRE) > 0; i++)
+        for (int i = 0; i < FASTPE_POOL_SPIN && __atomic_load_n(&p->running, __ATOMIC_ACQUIRE) > 0; i++) {
             fastpe_pool_pause_();
+            if ((i & 63) == 63)
+                sched_yield();
+        }
         pthread_mutex_lock(&p->lock);
     }
     while (__atomic_load_n(&p->running, __ATOMIC_ACQUIRE) > 0)
