@@ -32,6 +32,8 @@ $(VENV)/.peers: $(VENV)/.extras
 	$(PIP) install --quiet --no-deps positional-encodings || echo "positional-encodings not installed: its benchmarks will skip"
 	$(PIP) install --quiet transformers || echo "transformers not installed: HF parity tests will skip"
 	$(PIP) install --quiet diffusers || echo "diffusers not installed: its timestep parity test will skip"
+	# timm's rotary helpers need torch alone; --no-deps keeps torchvision (which timm pulls in) out
+	$(PIP) install --quiet --no-deps timm || echo "timm not installed: its axial RoPE parity test will skip"
 	touch $@
 
 install: $(VENV)/.installed
