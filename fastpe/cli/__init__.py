@@ -47,6 +47,7 @@ _COMMAND_SOURCES: dict[str, tuple[str, str]] = {
     "alibi": ("alibi", "alibi"),
     "t5-buckets": ("t5", "t5_buckets"),
     "rope": ("rope", "rope"),
+    "rope-axial": ("rope_axial", "rope_axial"),
     "plot": ("plot", "plot"),
     "info": ("info", "info"),
     "check": ("check", "check"),
