@@ -34,7 +34,7 @@ _RUN_MAIN = textwrap.dedent(
 )
 
 #: the command modules a ``table`` run does not need
-OTHER_COMMANDS = ("alibi", "check", "grid", "info", "plot", "rope", "t5", "timestep")
+OTHER_COMMANDS = ("alibi", "check", "grid", "info", "plot", "rope", "rope_axial", "t5", "timestep")
 
 
 def _modules_after(args, cwd, **env) -> set[str]:
