@@ -257,7 +257,8 @@ def test_backend_option(in_tmp):
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_quiet_prints_nothing_and_replaces_an_existing_file(in_tmp, where):
     (in_tmp / "r.npz").write_bytes(b"old")
-    args = ["-q", "rope-axial", *ARGS, "-o", "r.npz"] if where == "before" else ["rope-axial", *ARGS, "-o", "r.npz", "-q"]
+    command = ["rope-axial", *ARGS, "-o", "r.npz"]
+    args = ["-q", *command] if where == "before" else [*command, "-q"]
     result = run(*args)
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
     assert listing() == ["r.npz"]
@@ -290,7 +291,8 @@ BAD = [
     pytest.param(["--axes-dim", "4,6", "--grid", "2,3,4"],
                  "Error: Invalid value for '--grid': has 3 axes but --axes-dim has 2: give one size per axis",
                  id="grid-more-axes"),
-    pytest.param(["--axes-dim", "4,6,8", "--grid", "5"], "'--grid': has 1 axis but --axes-dim has 3", id="grid-fewer-axes"),
+    pytest.param(["--axes-dim", "4,6,8", "--grid", "5"], "'--grid': has 1 axis but --axes-dim has 3",
+                 id="grid-fewer-axes"),
     pytest.param(["--axes-dim", "4,6", "--grid", "2,0"],
                  "'--grid': each size must be between 1 and 2**32, got 0 (axis 1)", id="size-0"),
     pytest.param(["--axes-dim", "4,6", "--grid", "-2,3"], "'--grid': each size must be between 1 and 2**32, got -2",
