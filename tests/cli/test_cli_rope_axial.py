@@ -228,6 +228,22 @@ def test_flux_caches_agree_with_diffusers(in_tmp):
     np.testing.assert_array_max_ulp(sin, theirs[1].numpy(), maxulp=1)
 
 
+def test_centered_caches_agree_with_qwen_image(in_tmp):
+    """--centered through diffusers' own QwenEmbedRope with scale_rope (float32 frequencies
+    and products, so close, not equal): the same token order and coordinates, an odd side
+    and an even one, in the gptj layout's pairs (its complex rotation)."""
+    torch = pytest.importorskip("torch")
+    qwen = pytest.importorskip("diffusers.models.transformers.transformer_qwenimage")
+    ok(run("rope-axial", "--axes-dim", "16,56,56", "--grid", "1,5,6", "--centered", "-o", "q.npz"))
+    cos, sin, _ = read("q.npz")
+    with torch.no_grad():
+        theirs, _ = qwen.QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)((1, 5, 6), None, 1)
+    assert tuple(theirs.shape) == (30, 64)
+    assert same_bits(cos[:, 0::2], cos[:, 1::2]) and same_bits(sin[:, 0::2], sin[:, 1::2])
+    np.testing.assert_allclose(cos[:, 0::2], theirs.real.numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sin[:, 0::2], theirs.imag.numpy(), rtol=0, atol=1e-6)
+
+
 def test_summary_names_the_grid_options_and_factors(in_tmp):
     m = ok(run("rope-axial", "--axes-dim", "8,8", "--grid", "3,2", "--centered", "--cls-token", "--layout", "neox",
                "--base", 256, "--linear-factor", 2, "-o", "s.npy"))
