@@ -43,7 +43,7 @@ Code.  This module holds what every format shares and the ``.npy`` writer; the `
 
 Spec.  ``{"fastpe": VERSION, "function": NAME, "params": {...}}``: ``NAME`` the library
 function under ``fastpe.`` that computes the values (``"table"``, ``"grid.sincos_2d"``,
-``"timestep"``, ``"alibi.bias"``, ``"relative.t5_bucket_matrix"``, ``"rope.cos_sin"``) and
+``"timestep"``, ``"alibi.bias"``, ``"relative.t5_bucket_matrix"``, ``"rope.cos_sin"``, ``"rope.axial_cos_sin"``) and
 ``params`` its keyword arguments that determine them (:func:`make_spec`), positions made
 by the caller given as ``{"arange": N}``.  A stacked ``.npy`` adds ``"stacked"``.
 """
@@ -121,6 +121,7 @@ class Entry:
 SPEC_COMMANDS: dict[str, str] = {
     "table": "table", "grid.sincos_2d": "grid", "grid.sincos_3d": "grid", "timestep": "timestep",
     "alibi.bias": "alibi", "relative.t5_bucket_matrix": "t5-buckets", "rope.cos_sin": "rope",
+    "rope.axial_cos_sin": "rope-axial",
 }
 
 

@@ -125,12 +125,20 @@ def _arange(value):
     return np.arange(value["arange"]) if isinstance(value, dict) and set(value) == {"arange"} else value
 
 
+def _coords(value):
+    """Coordinates a spec records as the grid builders that made them (``fastpe rope-axial``)."""
+    from fastpe.rope import _axial
+
+    coords = _axial.index_grid(**value["index_grid"])
+    return _axial.prepend_cls(coords, value["prepend_cls"]) if "prepend_cls" in value else coords
+
+
 def rerun(spec: dict):
     """``fastpe.<function>(**params)`` of a spec, positions given as ``{"arange": N}`` made an array."""
     function = fastpe
     for part in spec["function"].split("."):
-        function = getattr(function, part)
-    params = {name: _arange(value) for name, value in spec["params"].items()}
+        function = getattr(function, part, None) or getattr(fastpe.rope._axial, part)
+    params = {name: _coords(value) if name == "coords" else _arange(value) for name, value in spec["params"].items()}
     return function(**params, backend=DEFAULT)
 
 
@@ -151,6 +159,13 @@ def _rope(dtype):
     cos, sin = fastpe.rope.cos_sin(np.arange(5), 8, dtype=dtype, backend=DEFAULT)
     inv, attention = fastpe.rope.inv_freq(8, seq_len=5)
     return {"cos": cos, "sin": sin, "inv_freq": inv, "attention_factor": np.float64(attention)}
+
+
+def _rope_axial(dtype):
+    from fastpe.rope import _axial
+
+    cos, sin = _axial.axial_cos_sin(_axial.index_grid((2, 3)), (4, 6), dtype=dtype, backend=DEFAULT)
+    return {"cos": cos, "sin": sin}
 
 
 GRID = {"base": 10000.0, "order": "mae", "cls_token": False}
@@ -198,6 +213,12 @@ CASES = {
         "rope.cos_sin", {"positions": {"arange": 5}, "head_dim": 8, "base": None, "rotary_dim": None, "scaling": {},
                          "seq_len": 5, "max_position_embeddings": None, "layout": "neox"},
         "rope_5x8.npz"),
+    "rope-axial": Case(
+        "rope-axial", ["--axes-dim", "4,6", "--grid", "2,3"], _rope_axial,
+        "rope.axial_cos_sin", {"coords": {"index_grid": {"sizes": [2, 3], "centered": [False, False]}},
+                               "axes_dim": [4, 6], "base": 10000.0, "layout": "gptj", "linear_factor": 1.0,
+                               "ntk_factor": 1.0, "offset": 0.0},
+        "rope_axial_2x3_10.npz"),
 }
 
 #: the float commands run with every dtype, the others with their one
@@ -213,7 +234,7 @@ def check_spec(spec: dict, case: Case, dtype: str, expected: dict):
     # every backend computes the same bits: the backend is not recorded
     assert spec["params"] == ({**case.params, "dtype": dtype} if case.dtype else case.params)
     again = rerun(spec)
-    if case.function == "rope.cos_sin":
+    if case.function in ("rope.cos_sin", "rope.axial_cos_sin"):
         again = dict(zip(("cos", "sin"), again))
     else:
         again = {next(iter(expected)): again}
@@ -235,7 +256,7 @@ def test_every_command_writes_every_format(in_tmp, name, dtype, fmt):
     assert len(lines) == 1 and lines[0].startswith(f"wrote {target}: "), result.stdout
     if case.dtype:  # every command names the dtype in the same words, bfloat16's storage included
         shown = "bfloat16 (as uint16 bits)" if dtype == "bfloat16" and fmt != ".safetensors" else dtype
-        what = "cos, sin " if case.command == "rope" else ""  # rope's line names its two arrays first
+        what = "cos, sin " if case.command in ("rope", "rope-axial") else ""  # rope's line names its two arrays first
         assert lines[0].startswith(f"wrote {target}: {what}{shown} ("), lines[0]
     assert listing(in_tmp) == files_of(target)  # no temporary file left
 
@@ -282,7 +303,7 @@ def test_every_command_names_a_bfloat16_npy_alike(in_tmp):
             result = run(*case.cli("bfloat16"), "-o", target)
             assert result.exit_code == 0, (result.output, result.stderr)
             line = result.stdout.rstrip("\n")
-            head = f"wrote {target}: {'cos, sin ' if case.command == 'rope' else ''}"
+            head = f"wrote {target}: {'cos, sin ' if case.command in ('rope', 'rope-axial') else ''}"
             assert line.startswith(head) and line[len(head):].split(" (")[0] == "bfloat16", line
             assert line.startswith(f"{head}{shown} ("), line
             assert ("uint16" in line) == (fmt != ".safetensors"), line
