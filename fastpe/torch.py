@@ -44,7 +44,7 @@ from ._validate import (
     check_position_grid,
 )
 from .rope import _scaling
-from .rope._rotary import rope_layout
+from .rope._scaling import rope_layout
 
 __all__ = ["SinusoidalPositionalEncoding", "PositionalEncoding", "RotaryEmbedding"]
 

@@ -60,8 +60,7 @@ import numbers
 import numpy as np
 
 from .. import _backends, _dtypes
-from ._rotary import rope_layout
-from ._scaling import MAX_ATTENTION_FACTOR, _to_float
+from ._scaling import MAX_ATTENTION_FACTOR, _to_float, rope_layout
 from .._validate import (
     check_inplace,
     check_inv_freq,

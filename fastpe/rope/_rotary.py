@@ -27,8 +27,8 @@ import os
 import numpy as np
 
 from . import _scaling
-from .._validate import check_inplace, check_int, check_layout, check_position_grid, check_positions
-from ._scaling import RopeSpec
+from .._validate import check_inplace, check_int, check_position_grid, check_positions
+from ._scaling import RopeSpec, rope_layout
 
 __all__ = ["Rotary", "cos_sin_out"]
 
@@ -620,16 +620,6 @@ def _cython_rotation(module):
 #: fastpe._backends._walk.apply_chunks documents, and neox); other backends rotate through
 #: their rope_apply
 _KERNELS = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
-
-
-def rope_layout(layout) -> str:
-    """``layout`` checked, in any letter case (``"NEOX"`` is ``"neox"``): the name, or
-    check_layout's error naming what was given."""
-    if isinstance(layout, str):
-        key = layout.strip().lower()
-        if key in ("neox", "gptj"):
-            return key
-    return check_layout(layout)
 
 
 def _reads_length(spec: RopeSpec) -> bool:

@@ -114,7 +114,7 @@ import numpy as np
 
 from .._plans.frequencies import DEFAULT_BASE
 from .._exact.constants import decimal_pi
-from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int
+from .._validate import MAX_INV_FREQ, POSITION_LIMIT, check_int, check_layout
 
 __all__ = [
     "ROPE_TYPES",
@@ -324,6 +324,16 @@ def _rope_type(scaling: Mapping, label: str = "scaling") -> str:
     if name not in ROPE_TYPES:
         raise ValueError(f"{label}[{key!r}] {rope_type!r} is not supported; choose one of {', '.join(ROPE_TYPES)}")
     return name
+
+
+def rope_layout(layout) -> str:
+    """``layout`` checked, in any letter case (``"NEOX"`` is ``"neox"``): the name, or
+    check_layout's error naming what was given."""
+    if isinstance(layout, str):
+        key = layout.strip().lower()
+        if key in ("neox", "gptj"):
+            return key
+    return check_layout(layout)
 
 
 def check_seq_len(seq_len) -> int | None:
