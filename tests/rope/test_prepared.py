@@ -194,12 +194,13 @@ def test_calls_the_backends_walk_takes(name, form):
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(sorted(CONFIGS)), layout=st.sampled_from(["neox", "gptj"]),
        dtype=st.sampled_from([None, "float32", "float64", np.float32, np.float64, np.dtype("float32"),
-                              np.dtype("float64")]),
+                              np.dtype("float64"), "float16", "bfloat16"]),
        values=st.lists(positions_values, min_size=1, max_size=6), grid=st.booleans(),
        pos_dtype=st.sampled_from(["int64", "uint32", "int32"]), seq_len=st.one_of(st.none(), st.integers(0, 2**32)))
 def test_prepared_caches_are_the_kernels(name, layout, dtype, values, grid, pos_dtype, seq_len):
     """``cos_sin`` of a few positions, from the kept table: the float32 kernel's bits (or,
-    float64, the doubles), in the shape of the positions, twice over."""
+    float64, the doubles), in the shape of the positions, twice over; float16 and bfloat16
+    (the full path's correctly rounded values) alike."""
     rotary = Rotary(HEAD_DIM, layout=layout, **CONFIGS[name])
     positions = np.array(values, dtype=np.uint64) % (np.iinfo(pos_dtype).max + 1)
     positions = positions.astype(pos_dtype)
@@ -207,8 +208,12 @@ def test_prepared_caches_are_the_kernels(name, layout, dtype, values, grid, pos_
         positions = positions[None]
     length = int(positions.max()) + 1 if seq_len is None else seq_len
     inv, af = rotary.inv_freq_at(length), rotary.attention_factor_at(length)
+    from fastpe import _dtypes
+
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
     for backend in FAST:
-        want_dtype = np.dtype("float32" if dtype is None else dtype)
+        want_dtype = _dtypes.resolve("float32" if dtype is None else dtype)  # float16, bfloat16: the full path
         out = tuple(np.empty((positions.size, rotary.rotary_dim), dtype=want_dtype) for _ in range(2))
         want = cos_sin_from_inv_freq(positions.reshape(-1), inv, af, layout=layout, out_cos=out[0], out_sin=out[1],
                                      backend=backend)
