@@ -4,7 +4,7 @@ Commands parse their options, call the library and format the result; they do no
 Heavy imports (numba, the kernels, the reference) happen inside the commands, so
 ``fastpe --help`` and ``fastpe --version`` stay fast, and a command's module is imported only
 when that command runs (or the help lists them all): ``fastpe table`` does not compile and
-load the eight others.
+load the others.
 
 Exit status: 0 success; 1 an unexpected failure (e.g. the disk filled up, or memory ran
 out) or, for ``check``, a value off by more than 1 ULP; 2 bad input (options, paths, sizes,
@@ -38,7 +38,7 @@ __all__ = ["main", "COMMANDS"]
 
 #: every command of the group, in one place: its name -> the module of this package that
 #: defines it and the command's name there.  ``main`` registers these and no others, each
-#: when it is first asked for (a run imports its own command's module, not the eight others;
+#: when it is first asked for (a run imports its own command's module, not the others;
 #: ``--help`` and ``COMMANDS`` load them all)
 _COMMAND_SOURCES: dict[str, tuple[str, str]] = {
     "table": ("table", "table"),

@@ -626,6 +626,7 @@ posix_signals = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGTER
 WRITERS = {
     "table": ["table", "--d-model", "8", "--max-len", "16", "-o", "out.npy"],
     "rope": ["rope", "--head-dim", "8", "--max-len", "16", "-o", "out.npz"],
+    "rope-axial": ["rope-axial", "--axes-dim", "4,4", "--grid", "2,2", "-o", "out.npz"],
     "alibi": ["alibi", "--heads", "2", "--q-len", "8", "-o", "out.npy"],
     "t5-buckets": ["t5-buckets", "--q-len", "8", "-o", "out.npy"],
     "grid": ["grid", "--height", "2", "--width", "2", "--d-model", "8", "-o", "out.npy"],
@@ -671,7 +672,8 @@ def _signalled(args, cwd, wait: bool):
 def test_process_signal_while_writing_leaves_nothing(tmp_path):
     """Every writing command, sent each signal while its temporary file exists: the exit
     status is 128 + the signal's number, stderr one line, and the directory as it was.  The
-    21 children run side by side (each spends most of its life starting Python)."""
+    children run side by side, one per command and signal (each spends most of its life
+    starting Python)."""
     children = {}
     try:
         for signame in SIGNAL_ENDS:
