@@ -294,7 +294,8 @@ class Rotary:
         ``None`` for anything else, checked and computed by :meth:`_cos_sin`."""
         dt = _KEPT_DTYPES.get(dtype) if dtype is None or type(dtype) in (str, type) or dtype is _F32 \
             or dtype is _F64 else None
-        if dt is None:
+        narrow = dt is None and type(dtype) is str and dtype in ("float16", "bfloat16")
+        if dt is None and not narrow:
             return None
         found = _small_positions(positions, 2)
         if found is None:
@@ -306,7 +307,10 @@ class Rotary:
         found = _module(backend)
         if found is None:
             return None
-        table = self._table(found[0], pos, hi, rows, self._length_key(seq_len, hi))
+        key = self._length_key(seq_len, hi)
+        if narrow:
+            return self._narrow_kept(found[0], positions, pos, hi, dtype, seq_len, backend, key)
+        table = self._table(found[0], pos, hi, rows, key)
         n = self._n_freq
         shape = (*positions.shape, 2 * n)
         cos = np.empty(shape, dtype=dt)
@@ -319,6 +323,28 @@ class Rotary:
             cos.reshape(rows, n, 2)[...] = table[:, 0, :, None]
             sin.reshape(rows, n, 2)[...] = table[:, 1, :, None]
         return cos, sin
+
+    def _narrow_kept(self, module, positions, pos, p, dtype, seq_len, backend, key):
+        """float16 / bfloat16 caches of one position: its rows of the full path's caches
+        (correctly rounded, each value decided alone), computed for it and the next
+        :data:`_AHEAD` positions in one call at its length and kept, per dtype; ``None`` for
+        more positions (the full path)."""
+        if pos is not None:
+            return None
+        tables = self._tables
+        tkey = (module, key, p, dtype)
+        pair = tables.get(tkey)
+        if pair is None:
+            ahead = 1 if self._spec.rope_type == "dynamic" else min(_AHEAD, _LIMIT - p)
+            run = np.arange(p, p + ahead, dtype=np.uint64).astype(np.uint32)
+            length = p + 1 if seq_len is None else seq_len  # the call's frequencies for every row
+            cos, sin = self._cos_sin(run, dtype, None, length, backend, grid=False)
+            if len(tables) + ahead > _MAX_TABLES:
+                tables.clear()
+            for i in range(ahead - 1, -1, -1):
+                tables[(module, key, p + i, dtype)] = pair = (cos[i], sin[i])
+        shape = (*positions.shape, 2 * self._n_freq)
+        return pair[0].reshape(shape).copy(), pair[1].reshape(shape).copy()
 
     def _length_key(self, seq_len, hi: int):
         """The frequencies' key of a call (``None`` for the rules that ignore the length)."""

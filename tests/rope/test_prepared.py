@@ -415,7 +415,8 @@ def test_a_forked_child_rotates_from_the_kept_tables(backend):
 def test_a_decoding_loop_reads_the_rows_computed_ahead(name):
     """A missing single position computes the next ones with it; a decoding loop (one
     position a step, by array and by offset, up to 2**32 - 1) then reads their rows: the
-    bits of the backend's own walk at every step, and of cos_sin."""
+    bits of the backend's own walk at every step, and of cos_sin (float16 and bfloat16: the
+    module function's)."""
     rotary = Rotary(HEAD_DIM, **CONFIGS[name])
     rng = np.random.default_rng(2)
     q0 = rng.standard_normal((1, 3, 1, HEAD_DIM)).astype(np.float32)
@@ -433,4 +434,9 @@ def test_a_decoding_loop_reads_the_rows_computed_ahead(name):
                 wc, ws = cos_sin_from_inv_freq([p], rotary.inv_freq_at(length), rotary.attention_factor_at(length),
                                                backend=backend)
                 assert same_bits(cos[0], wc) and same_bits(sin[0], ws)
+                for dtype in ("float16", "bfloat16"):  # kept rows of the full path's, computed ahead too
+                    cos, sin = rotary.cos_sin(np.array([[p]]), dtype=dtype, backend=backend)
+                    wc, ws = rope.cos_sin(np.array([p]), HEAD_DIM, dtype=dtype, backend=backend, **CONFIGS[name])
+                    assert cos.shape == (1, 1, rotary.rotary_dim) and cos.dtype == wc.dtype
+                    assert same_bits(cos[0], wc) and same_bits(sin[0], ws), (backend, p, dtype)
     assert len(rotary._tables) <= max(_rotary._MAX_TABLES, _rotary._AHEAD)
