@@ -109,7 +109,7 @@ setup(
             BIAS_EXT_NAME,
             sources=["csrc/_bias.pyx"],
             include_dirs=["csrc"],
-            depends=["csrc/fastpe_bias.h", "csrc/fastpe_pool.h"],
+            depends=["csrc/fastpe_bias.h", "csrc/fastpe_mrope.h", "csrc/fastpe_pool.h"],
         ),
     ],
     cmdclass={"build_ext": optional_build_ext},

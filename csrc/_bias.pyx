@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, embedsignature=True
 """Compiled attention-bias kernels of the ``cython`` backend (ALiBi, T5 buckets), built from
-``csrc/fastpe_bias.h`` (see fastpe._backends.cython._bias).
+``csrc/fastpe_bias.h`` (see fastpe._backends.cython._bias), and its M-RoPE position kernels,
+from ``csrc/fastpe_mrope.h``.
 
 The functions take arrays the caller has already validated.  They check only what memory
 safety needs (shapes, ranges), then release the GIL for the loop; ``parts > 1`` cuts the range into that many blocks run
@@ -10,7 +11,7 @@ on the calling thread and the worker pool of ``fastpe._backends.cython._ext`` (s
 """
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport int32_t, int64_t, uint16_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
 
 ctypedef void (*task_fn)(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
 ctypedef int (*pool_run_fn)(task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts,
@@ -278,3 +279,168 @@ def t5_fill(const bucket_t[::1] line, bucket_t[:, ::1] out, Py_ssize_t row_begin
     c.kind = _T5FILL_I32 if bucket_t is int32_t else _T5FILL_I64
     c.src, c.out, c.q_len, c.k_len = &line[0], &out[0, 0], q_len, k_len
     _run(_part, &c, row_begin, row_end, parts)
+
+
+# ------------------------------------------------------------------------ M-RoPE positions
+# csrc/fastpe_mrope.h: the plan in one call on the calling thread, the fill over ranges of
+# segments on the pool
+
+cdef extern from "fastpe_mrope.h" nogil:
+    enum:
+        FASTPE_MROPE_TOO_MANY_IMAGE_RUNS
+        FASTPE_MROPE_TOO_MANY_VIDEO_RUNS
+        FASTPE_MROPE_IMAGE_RUN_LENGTH
+        FASTPE_MROPE_VIDEO_RUN_LENGTH
+        FASTPE_MROPE_TOO_FEW_IMAGE_RUNS
+        FASTPE_MROPE_TOO_FEW_VIDEO_RUNS
+        FASTPE_MROPE_POSITION_OVERFLOW
+        FASTPE_MROPE_FIELDS
+    int64_t FASTPE_MROPE_LIMIT
+    void fastpe_mrope_plan(const int64_t *ids, const int64_t *columns, int64_t n_columns,
+                           const int64_t *n_rows, int64_t batch, int64_t image, int64_t video,
+                           const int64_t *images, int64_t n_images, const int64_t *videos,
+                           int64_t n_videos, int64_t merge, const int64_t *video_times,
+                           int64_t *segments, int64_t *temporal, int64_t *deltas, int64_t *info)
+    void fastpe_mrope_fill(const int64_t *segments, int64_t s_begin, int64_t s_end,
+                           const int64_t *temporal, const int64_t *columns, int64_t n_columns,
+                           int64_t *out, int64_t n_out)
+
+#: the plan's ``info[1]`` codes by name (fastpe._plans.mrope, checked), and its position limit
+MROPE_CODES = {
+    "TOO_MANY_IMAGE_RUNS": FASTPE_MROPE_TOO_MANY_IMAGE_RUNS,
+    "TOO_MANY_VIDEO_RUNS": FASTPE_MROPE_TOO_MANY_VIDEO_RUNS,
+    "IMAGE_RUN_LENGTH": FASTPE_MROPE_IMAGE_RUN_LENGTH,
+    "VIDEO_RUN_LENGTH": FASTPE_MROPE_VIDEO_RUN_LENGTH,
+    "TOO_FEW_IMAGE_RUNS": FASTPE_MROPE_TOO_FEW_IMAGE_RUNS,
+    "TOO_FEW_VIDEO_RUNS": FASTPE_MROPE_TOO_FEW_VIDEO_RUNS,
+    "POSITION_OVERFLOW": FASTPE_MROPE_POSITION_OVERFLOW,
+}
+MROPE_POSITION_LIMIT = FASTPE_MROPE_LIMIT
+MROPE_FIELDS = FASTPE_MROPE_FIELDS
+
+#: grid sizes the plan reads (the public API's bound): t * h * w stays far inside int64
+cdef int64_t _GRID_LIMIT = (<int64_t>1) << 20
+
+
+cdef inline const int64_t *_ptr(const int64_t[::1] a) noexcept:
+    return &a[0] if a.shape[0] else NULL
+
+
+cdef int64_t _frames(const int64_t[:, ::1] grids, str name) except -1:
+    """The frames of ``grids`` (``(n, 3)``, every size in ``[1, 2**20]``)."""
+    if grids.shape[0] and grids.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (n, 3), got (n, {grids.shape[1]})")
+    cdef int64_t total = 0
+    cdef Py_ssize_t i, j
+    for i in range(grids.shape[0]):
+        for j in range(3):
+            if not 1 <= grids[i, j] <= _GRID_LIMIT:
+                raise ValueError(f"{name}: grid {i} has a size outside [1, 2**20]")
+        total += grids[i, 0]
+    return total
+
+
+cdef bint _columns_below(const int64_t *columns, int64_t n, int64_t limit) noexcept nogil:
+    """Every one of the ``n`` columns in ``[0, limit)`` (one branch-free pass)."""
+    cdef int64_t i
+    cdef uint64_t bad = 0
+    for i in range(n):
+        bad |= <uint64_t>columns[i] >= <uint64_t>limit
+    return bad == 0
+
+
+def mrope_plan(const int64_t[::1] ids, const int64_t[::1] columns, const int64_t[::1] n_rows,
+               int64_t image_token_id, int64_t video_token_id, const int64_t[:, ::1] images,
+               const int64_t[:, ::1] videos, int64_t merge, const int64_t[::1] video_times,
+               int64_t[:, ::1] segments, int64_t[::1] temporal, int64_t[::1] deltas, int64_t[::1] info):
+    """The M-RoPE plan (``fastpe._backends._mrope_python.mrope_plan`` for every argument): the
+    runs of the attended tokens cut, laid out into ``segments`` and ``temporal``, the rows'
+    ``deltas``, and ``info`` (segments, error code, grid index, row).  ``columns`` empty
+    means every token is attended; else its values are columns of ``ids``."""
+    cdef Py_ssize_t batch = n_rows.shape[0], b
+    cdef int64_t n_tokens = columns.shape[0] if columns.shape[0] else ids.shape[0], total = 0
+    if info.shape[0] < 4 or deltas.shape[0] != batch:
+        raise ValueError(f"info must hold 4 values and deltas one per row ({batch}), got {info.shape[0]}, {deltas.shape[0]}")
+    if merge < 1:
+        raise ValueError(f"merge must be >= 1, got {merge}")
+    for b in range(batch):
+        if n_rows[b] < 1 or n_rows[b] > n_tokens - total:
+            raise ValueError(f"n_rows: row {b} needs 1 to {n_tokens - total} attended tokens, got {n_rows[b]}")
+        total += n_rows[b]
+    cdef int64_t image_frames = _frames(images, "images"), video_frames = _frames(videos, "videos")
+    if temporal.shape[0] < image_frames + video_frames or video_times.shape[0] < video_frames:
+        raise ValueError(f"temporal and video_times must hold the grids' {image_frames + video_frames} and "
+                         f"{video_frames} frames, got {temporal.shape[0]} and {video_times.shape[0]}")
+    if segments.shape[1] != FASTPE_MROPE_FIELDS or segments.shape[0] < 2 * (images.shape[0] + videos.shape[0]) + batch:
+        raise ValueError(f"segments must have shape (>= {2 * (images.shape[0] + videos.shape[0]) + batch}, 6), "
+                         f"got ({segments.shape[0]}, {segments.shape[1]})")
+    cdef int64_t *seg = &segments[0, 0] if segments.shape[0] else NULL
+    cdef int64_t *tmp = &temporal[0] if temporal.shape[0] else NULL
+    cdef int64_t *dl = &deltas[0] if batch else NULL
+    cdef const int64_t *img = &images[0, 0] if images.shape[0] else NULL
+    cdef const int64_t *vid = &videos[0, 0] if videos.shape[0] else NULL
+    cdef const int64_t *p_ids = _ptr(ids)
+    cdef const int64_t *p_cols = _ptr(columns)
+    cdef const int64_t *p_rows = _ptr(n_rows)
+    cdef const int64_t *p_times = _ptr(video_times)
+    cdef int64_t n_columns = columns.shape[0], n_ids = ids.shape[0], n_images = images.shape[0]
+    cdef int64_t n_videos = videos.shape[0]
+    cdef int64_t *p_info = &info[0]
+    cdef bint ok
+    with nogil:
+        ok = _columns_below(p_cols, n_columns, n_ids)
+        if ok:
+            fastpe_mrope_plan(p_ids, p_cols, n_columns, p_rows, batch, image_token_id, video_token_id,
+                              img, n_images, vid, n_videos, merge, p_times, seg, tmp, dl, p_info)
+    if not ok:
+        raise ValueError(f"columns must be columns of ids, in [0, {ids.shape[0]})")
+
+
+ctypedef struct _MropeCtx:
+    const int64_t *segments
+    const int64_t *temporal
+    const int64_t *columns
+    int64_t n_columns
+    int64_t *out
+    int64_t n_out
+
+
+cdef void _mrope_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _MropeCtx *c = <_MropeCtx *>ctx
+    fastpe_mrope_fill(c.segments, lo, hi, c.temporal, c.columns, c.n_columns, c.out, c.n_out)
+
+
+def mrope_fill(const int64_t[:, ::1] segments, const int64_t[::1] temporal, const int64_t[::1] columns,
+               int64_t[:, ::1] out, Py_ssize_t s_begin=0, Py_ssize_t s_end=-1, int parts=1):
+    """Segments ``[s_begin, s_end)`` (all by default) of a plan written into ``out``
+    (``(3, batch * seq)``) at their columns (``columns[i]`` of attended token ``i``, or ``i``
+    itself when ``columns`` is empty)."""
+    cdef Py_ssize_t n_seg = segments.shape[0], s
+    if s_end < 0:
+        s_end = n_seg
+    if out.shape[0] != 3:
+        raise ValueError(f"out must have 3 rows, got {out.shape[0]}")
+    if n_seg and segments.shape[1] != FASTPE_MROPE_FIELDS:
+        raise ValueError(f"segments must have 6 fields, got {segments.shape[1]}")
+    _check_range(n_seg, s_begin, s_end, "segments")
+    cdef int64_t n_out = out.shape[1], n_tokens = columns.shape[0] if columns.shape[0] else n_out
+    cdef int64_t first, length, pos, grid_h, grid_w
+    for s in range(s_begin, s_end):
+        first, length, pos, grid_h, grid_w = segments[s, 0], segments[s, 1], segments[s, 2], segments[s, 3], segments[s, 4]
+        if not (0 <= first < n_tokens and 1 <= length <= n_tokens - first and 0 <= pos < FASTPE_MROPE_LIMIT
+                and 0 <= grid_h <= length and (grid_h == 0 or 1 <= grid_w <= length // grid_h)
+                and (grid_h == 0 or 0 <= segments[s, 5] <= temporal.shape[0] - length // (grid_h * grid_w))):
+            raise ValueError(f"segment {s} does not fit its {n_tokens} tokens and {temporal.shape[0]} time offsets")
+    if s_begin == s_end:
+        return
+    cdef const int64_t *p_cols = _ptr(columns)
+    cdef int64_t n_columns = columns.shape[0]
+    cdef bint ok
+    with nogil:
+        ok = _columns_below(p_cols, n_columns, n_out)
+    if not ok:
+        raise ValueError(f"columns must be columns of out, in [0, {n_out})")
+    cdef _MropeCtx c
+    c.segments, c.temporal, c.columns, c.n_columns = &segments[0, 0], _ptr(temporal), p_cols, n_columns
+    c.out, c.n_out = &out[0, 0], n_out
+    _run(_mrope_part, &c, s_begin, s_end, parts)

@@ -268,8 +268,104 @@ def t5_bucket_matrix() -> list[Case]:
                                               (np.int64,) * 5 + (np.int32,) * 5)]
 
 
+# ------------------------------------------------------------------------ M-RoPE positions
+# Valid prompts only: on an error the plan's outputs other than info are only partly written
+# (the public API raises then), so they have no values to compare.
+
+_IMAGE, _VIDEO = 151655, 151656
+
+
+def _mrope_prompt(seed: int, rows, merge: int = 2, pad=(), holes=()) -> dict:
+    """The plan's inputs of a batch: each row a list of items, ``n`` (that many text tokens),
+    ``("i", (t, h, w))`` (an image run) or ``("v", (t, h, w), times)`` (a video run, its
+    frames' time offsets) or ``("x", n, token)`` (``n`` more vision tokens); ``pad[b]`` masked tokens before row ``b`` (image-token ids: a
+    masked token is never read), ``holes`` masked ``(row, index)`` within the rows."""
+    r = np.random.default_rng(seed)
+    images, videos, times, lines = [], [], [], []
+    for items in rows:
+        line = []
+        for item in items:
+            if isinstance(item, int):
+                line += r.integers(0, 151000, item).tolist()
+                continue
+            if item[0] == "x":  # vision tokens of no grid (a hole drops one of them)
+                line += [item[2]] * item[1]
+                continue
+            t, h, w = item[1]
+            n = t * (h // merge) * (w // merge)
+            if item[0] == "i":
+                images.append(item[1])
+                line += [_IMAGE] * n
+            else:
+                videos.append(item[1])
+                times += list(item[2])
+                line += [_VIDEO] * n
+        lines.append(line)
+    pad = list(pad) + [0] * (len(rows) - len(pad))
+    seq = max(len(line) + p for line, p in zip(lines, pad))
+    ids = np.zeros((len(rows), seq), dtype=np.int64)
+    mask = np.zeros((len(rows), seq), dtype=bool)
+    for b, line in enumerate(lines):
+        ids[b, :seq - len(line)] = _IMAGE
+        ids[b, seq - len(line):] = line
+        mask[b, seq - len(line):] = True
+    for b, k in holes:
+        mask[b, seq - len(lines[b]) + k] = False
+    n_rows = mask.sum(1).astype(np.int64)
+    columns = np.zeros(0, np.int64) if mask.all() else np.flatnonzero(mask).astype(np.int64)
+    images = np.array(images, dtype=np.int64).reshape(-1, 3)
+    videos = np.array(videos, dtype=np.int64).reshape(-1, 3)
+    n_frames = int(images[:, 0].sum() + videos[:, 0].sum())
+    return dict(ids=ids.reshape(-1), columns=columns, n_rows=n_rows, image_token_id=_IMAGE,
+                video_token_id=_VIDEO, images=images, videos=videos, merge=merge,
+                video_times=np.array(times, dtype=np.int64),
+                segments=np.full((2 * (len(images) + len(videos)) + len(rows), 6), -1, np.int64),
+                temporal=np.full(n_frames, -1, np.int64), deltas=np.full(len(rows), -1, np.int64),
+                info=np.full(4, -1, np.int64))
+
+
+def _mrope_prompts() -> list[tuple[str, dict]]:
+    frames = [item for k in range(3) for item in (2, ("v", (1, 4, 4), [0]))]  # Qwen3-VL: a run per frame
+    big = [3000, ("i", (1, 36, 52)), 700, ("v", (4, 36, 52), [0, 1, 2, 3]), 11] * 8  # 2 x 48408 tokens
+    return [
+        ("text", _mrope_prompt(1, [[37]])),
+        ("text-batch2-padded", _mrope_prompt(2, [[5], [9]], pad=(4,), holes=((1, 3),))),
+        ("images", _mrope_prompt(3, [[("i", (1, 4, 6)), 3, ("i", (1, 2, 2)), 5, ("i", (2, 4, 4)), 2]])),
+        ("image-then-video", _mrope_prompt(4, [[4, ("i", (1, 6, 4)), ("v", (2, 2, 4), [0, 7]), 1]])),
+        ("videos-qwen25-times", _mrope_prompt(5, [[2, ("v", (3, 4, 4), [0, 50, 100]), 3,
+                                                   ("v", (2, 2, 6), [0, 25]), 4]])),
+        ("qwen3-frames", _mrope_prompt(6, [frames + [3]])),
+        ("merge1", _mrope_prompt(7, [[1, ("i", (1, 3, 5)), 2]], merge=1)),
+        ("batch3", _mrope_prompt(8, [[3, ("i", (1, 4, 4)), 2], [6], [("v", (2, 4, 2), [0, 1]), 1]])),
+        ("left-padding", _mrope_prompt(9, [[3, ("i", (1, 4, 4)), 2], [("i", (1, 2, 4)), 4], [7]],
+                                       pad=(0, 5, 9))),
+        # a hole inside an image run: its tokens are not adjacent columns (gathered)
+        ("holes", _mrope_prompt(10, [[3, ("i", (1, 4, 4)), ("x", 1, _IMAGE), 6], [2, ("v", (2, 4, 4), [0, 2]), 3]],
+                                pad=(2,), holes=((0, 1), (0, 5), (1, 11)))),
+        ("parallel-size", _mrope_prompt(11, [big, big[:-1] + [5]], pad=(0, 6), holes=((1, 10),))),
+    ]
+
+
+def mrope_plan() -> list[Case]:
+    return [Case(label, arguments) for label, arguments in _mrope_prompts()]
+
+
+def mrope_fill() -> list[Case]:
+    from ._mrope_python import mrope_plan as plan  # the segments the reference lays out
+
+    cases = []
+    for label, a in _mrope_prompts():
+        plan(**a)
+        assert a["info"][1] == 0, label
+        cases.append(Case(label, dict(
+            segments=a["segments"][:int(a["info"][0])].copy(), temporal=a["temporal"], columns=a["columns"],
+            out=np.full((3, a["ids"].shape[0]), -1, np.int64))))
+    return cases
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     fn.__name__: fn
     for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, sincos_rows,
-               sincos_real, grid_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix)
+               sincos_real, grid_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix,
+               mrope_plan, mrope_fill)
 }

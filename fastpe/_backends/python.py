@@ -18,6 +18,7 @@ from .._exact import (
     sincos as _reference_sincos,
 )
 from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: F401  (operations)
+from ._mrope_python import mrope_fill, mrope_plan  # noqa: F401  (operations)
 from .registry import OPERATIONS
 
 #: every operation of the contract (fastpe._backends.registry)

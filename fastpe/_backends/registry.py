@@ -139,6 +139,38 @@ class Backend(Protocol):
         ``0 <= query_offset <= 2**62``."""
 
 
+    # ---------------------------------------------------------------- M-RoPE position ids
+    # (see fastpe.rope._mrope for every value and fastpe._plans.mrope for the segment fields
+    # and error codes).  Every array argument is C-contiguous ``int64``; ``columns`` is the
+    # flat column (``b * seq + s``) of each attended token, row-major over the batch, or
+    # ``(0,)`` when every token is attended (the column is then the index itself).
+    def mrope_plan(self, ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+                   video_times, segments, temporal, deltas, info) -> None:
+        """M-RoPE runs of text/image/video tokens laid out and checked against the grids.
+
+        ``ids``: ``(batch * seq,)``, the flat input ids; ``n_rows``: ``(batch,)`` attended
+        tokens per row (each ``>= 1``); ``image_token_id``, ``video_token_id``: distinct ints;
+        ``images``, ``videos``: ``(n, 3)`` grids ``(t, h, w)`` in order of appearance (each
+        size in ``[1, 2**20]``, ``h`` and ``w`` multiples of ``merge >= 1``; Qwen3-VL's
+        videos already split into frames); ``video_times``: the time offset of every video
+        frame, video after video (each in ``[0, 2**62)``).  Writes ``segments`` (``(cap, 6)``,
+        ``cap >= 2 * (len(images) + len(videos)) + batch``, one row of
+        :data:`fastpe._plans.mrope.SEGMENT_FIELDS` per run), ``temporal`` (one time offset per
+        frame of every vision run, in run order; as many as the grids have frames),
+        ``deltas`` (``(batch,)``) and ``info`` (``(4,)``): the number of segments, then ``0``
+        or a code of :data:`fastpe._plans.mrope.PLAN_ERRORS` with the grid's index and the
+        row.  On an error the outputs other than ``info`` are partly written and meaningless."""
+
+    def mrope_fill(self, segments, temporal, columns, out) -> None:
+        """M-RoPE positions (3, batch*seq) written from the plan's segments.
+
+        ``segments``, ``temporal``: what :meth:`mrope_plan` wrote (``segments`` cut to its
+        ``info[0]`` rows); ``out``: writable ``(3, batch * seq)``, written at the attended
+        columns only: a text run gets ``position + i`` on all three axes, a vision run of
+        ``t`` frames of ``grid_h x grid_w`` tokens (time slowest, width fastest)
+        ``position + temporal[t_offset + ti]``, ``position + hi``, ``position + wi``."""
+
+
 @dataclass(frozen=True)
 class Operation:
     """One operation of the contract."""
@@ -173,6 +205,8 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "alibi_bias": (("out",), "bits"),
     "t5_bucket": (("out",), "bits"),
     "t5_bucket_matrix": (("out",), "bits"),
+    "mrope_plan": (("segments", "temporal", "deltas", "info"), "bits"),
+    "mrope_fill": (("out",), "bits"),
 }
 
 

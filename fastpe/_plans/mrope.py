@@ -12,7 +12,7 @@ numba bakes these constants into its cached machine code: after changing one, de
 
 from __future__ import annotations
 
-__all__ = ["SEGMENT_FIELDS", "PLAN_ERRORS", "POSITION_LIMIT", "TOO_MANY_IMAGE_RUNS", "TOO_MANY_VIDEO_RUNS",
+__all__ = ["SEGMENT_FIELDS", "PLAN_ERRORS", "CODES", "POSITION_LIMIT", "TOO_MANY_IMAGE_RUNS", "TOO_MANY_VIDEO_RUNS",
            "IMAGE_RUN_LENGTH", "VIDEO_RUN_LENGTH", "TOO_FEW_IMAGE_RUNS", "TOO_FEW_VIDEO_RUNS", "POSITION_OVERFLOW"]
 
 #: the columns of a segment row: first attended token (row-major over the batch), number of
@@ -37,6 +37,18 @@ PLAN_ERRORS = {
     TOO_FEW_VIDEO_RUNS: "fewer runs of video tokens than video grids",
     POSITION_OVERFLOW: "a position overflows int64",
 }
+
+#: every code by its name (what the C kernels export, checked against this home)
+CODES = {
+    "TOO_MANY_IMAGE_RUNS": TOO_MANY_IMAGE_RUNS,
+    "TOO_MANY_VIDEO_RUNS": TOO_MANY_VIDEO_RUNS,
+    "IMAGE_RUN_LENGTH": IMAGE_RUN_LENGTH,
+    "VIDEO_RUN_LENGTH": VIDEO_RUN_LENGTH,
+    "TOO_FEW_IMAGE_RUNS": TOO_FEW_IMAGE_RUNS,
+    "TOO_FEW_VIDEO_RUNS": TOO_FEW_VIDEO_RUNS,
+    "POSITION_OVERFLOW": POSITION_OVERFLOW,
+}
+assert sorted(CODES.values()) == sorted(PLAN_ERRORS)
 
 #: every position stays below this (far inside int64: a sum of two never overflows)
 POSITION_LIMIT = 1 << 62

@@ -12,8 +12,9 @@ all three axes and advances ``p`` by ``n``; a vision run of grid ``(t, h, w)`` (
 ``max(positions) + 1 - (number of attended tokens)``: a generated token at cache position
 ``c`` sits at ``c + delta`` on all three axes (:func:`mrope_next_positions`).
 
-The per-token fill is a compiled kernel (:mod:`fastpe._backends.numba.mrope`, twin of the
-pure-Python :mod:`fastpe._backends._mrope_python`); only the cutting into runs is NumPy.
+The layout of the runs and the per-token fill are the backends' ``mrope_plan`` and
+``mrope_fill`` operations (:mod:`fastpe._backends.registry`); only the validation and the time
+offsets are NumPy here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import numbers
 import os
 
 import numpy as np
+
+from .. import _backends
 
 __all__ = [
     "mrope_positions",
@@ -49,8 +52,6 @@ DEFAULTS = {
 #: config ``model_type`` values and the model whose rule they follow
 _MODEL_TYPES = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl"}
 
-#: inputs below this many tokens run the serial kernel (thread start-up costs more)
-_SERIAL_BELOW = 1 << 15
 _INT64_LIMIT = 1 << 62
 
 
@@ -257,50 +258,6 @@ def _video_times(frames: np.ndarray, seconds, kind: str, tps: int) -> np.ndarray
 
 
 _NO_COLUMNS = np.zeros(0, dtype=np.int64)
-_KERNELS: dict = {}
-
-
-def _kernels(backend):
-    """``(plan, fill)`` of ``backend``: ``"numba"``, ``"python"`` (the references) or ``None``:
-    ``$FASTPE_BACKEND`` when it says ``python``, else numba when it loads, else the
-    references (the operations have no cython kernel yet)."""
-    if backend is None and os.environ.get("FASTPE_BACKEND", "").strip().lower() == "python":
-        backend = "python"
-    got = _KERNELS.get(backend)
-    if got is not None:
-        return got
-    if backend not in (None, "numba", "python"):
-        raise ValueError(f"backend must be 'numba', 'python' or None, got {backend!r}")
-    got = None
-    if backend in (None, "numba"):
-        try:
-            from .._backends.numba import backend as nb
-            from .._backends.numba import mrope as km
-        except ImportError:
-            if backend == "numba":
-                raise ValueError("backend 'numba' is not available") from None
-        else:
-            # the numba backend's operations as the registry will hold them (keyword calls,
-            # the kernels called positionally inside)
-            plan_kernel, serial, parallel = km.mrope_plan_serial, km.mrope_fill_serial, km.mrope_fill_parallel
-
-            def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
-                           video_times, segments, temporal, deltas, info):
-                plan_kernel(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
-                            video_times, segments, temporal, deltas, info)
-
-            def mrope_fill(segments, temporal, columns, out):
-                if out.shape[1] < _SERIAL_BELOW:
-                    serial(segments, temporal, columns, out)
-                else:
-                    nb._run(parallel, serial, out.shape[1], segments, temporal, columns, out)
-
-            got = (mrope_plan, mrope_fill)
-    if got is None:
-        from .._backends import _mrope_python as ref
-        got = (ref.mrope_plan, ref.mrope_fill)
-    _KERNELS[backend] = got
-    return got
 
 
 def _plan_error(info, images, videos, merge, model):
@@ -369,9 +326,8 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
 
     transformers 4.x found each vision run from its ``vision_start_token_id`` and the token
     after it; 5.x cuts runs by token type, as here: for prompts built by the processors
-    (``<vision_start>`` run ``<vision_end>``) the two agree.  ``backend``: ``"numba"``,
-    ``"python"`` (the pure-Python references) or ``None`` (numba when it loads, or
-    ``$FASTPE_BACKEND=python``); all give the same values.
+    (``<vision_start>`` run ``<vision_end>``) the two agree.  ``backend``: a fastpe backend
+    name or ``None`` (``$FASTPE_BACKEND``, else the fastest that loads); all give the same values.
     """
     model, cfg = _settings(model, config)
     ids = _int_array("input_ids", input_ids, 2)
@@ -426,18 +382,19 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
         video_times = np.arange(int(frames.sum()), dtype=np.int64) - np.repeat(np.cumsum(frames) - frames, frames)
     n_frames = image_frames + video_frames  # Qwen3-VL's split keeps the number of frames
 
-    plan, fill = _kernels(backend)
+    _, kernels = _backends.resolve(backend)
     segments = np.empty((2 * (images.shape[0] + videos.shape[0]) + batch, 6), dtype=np.int64)
     temporal = np.empty(n_frames, dtype=np.int64)
     deltas = np.empty(batch, dtype=np.int64)
     info = np.empty(4, dtype=np.int64)
-    plan(ids=flat, columns=columns, n_rows=n_rows, image_token_id=cfg["image_token_id"],
-         video_token_id=cfg["video_token_id"], images=images, videos=videos, merge=merge,
-         video_times=video_times, segments=segments, temporal=temporal, deltas=deltas, info=info)
+    kernels.mrope_plan(ids=flat, columns=columns, n_rows=n_rows, image_token_id=cfg["image_token_id"],
+                       video_token_id=cfg["video_token_id"], images=images, videos=videos, merge=merge,
+                       video_times=video_times, segments=segments, temporal=temporal, deltas=deltas, info=info)
     if info[1]:
         _plan_error(info, images, videos, merge, model)
     out = np.zeros((3, batch, seq), dtype=np.int64) if mask is not None else np.empty((3, batch, seq), dtype=np.int64)
-    fill(segments=segments[:int(info[0])], temporal=temporal, columns=columns, out=out.reshape(3, batch * seq))
+    kernels.mrope_fill(segments=segments[:int(info[0])], temporal=temporal, columns=columns,
+                       out=out.reshape(3, batch * seq))
     deltas = deltas.reshape(batch, 1)
     return out, deltas
 

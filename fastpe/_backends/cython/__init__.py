@@ -1,7 +1,7 @@
 """The ``cython`` backend: the C kernels of ``csrc/`` through the compiled ``fastpe._backends.cython._ext``.
 
 Importing this module raises :class:`ImportError` when the optional extensions (``_ext`` and
-``_ext_bias``, the attention biases) were not built;
+``_ext_bias``, the attention biases and the M-RoPE positions) were not built;
 fastpe then falls back to its other backends.  The C kernels are the twin of the numba ones:
 the same exact path and the same anchored products (see :mod:`fastpe._plans.words`), so the same
 bits (``tests/backends/test_cython.py`` checks it).
@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _ext, _ext_bias
 from ..._plans import frequencies as _freq
+from ..._plans import mrope as _mrope
 from ..._plans import words as _words
 from ..._plans.alibi import FORM_CODES
 from ..._plans.layouts import LAYOUT_CODES
@@ -45,6 +46,9 @@ _COMPILED = {
     "TINY bits": (getattr(_ext, "TINY_BITS", None), int(np.float32(_words.TINY).view(np.uint32))),
     "layout codes": (getattr(_ext, "LAYOUT_CODES", None), LAYOUT_CODES),
     "form codes": (getattr(_ext_bias, "FORM_CODES", None), FORM_CODES),
+    "M-RoPE codes": (getattr(_ext_bias, "MROPE_CODES", None), _mrope.CODES),
+    "M-RoPE limit": (getattr(_ext_bias, "MROPE_POSITION_LIMIT", None), _mrope.POSITION_LIMIT),
+    "M-RoPE fields": (getattr(_ext_bias, "MROPE_FIELDS", None), len(_mrope.SEGMENT_FIELDS)),
 }
 _STALE = [name for name, (built, home) in _COMPILED.items() if built != home]
 if _STALE:
@@ -291,3 +295,24 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
 def narrow16(bits32, bf16, out, ties) -> None:
     flags = ties.view(np.uint8)
     _call(_ext.narrow16, (bits32, bool(bf16), out, flags), bits32.size, bits32.size)
+
+
+# ------------------------------------------------------------------------ M-RoPE positions
+# through _ext_bias (csrc/fastpe_mrope.h, the twin of fastpe._backends.numba.mrope): the plan
+# on the calling thread (the grids are consumed in order across the rows), the fill split
+# over ranges of segments on the pool
+
+
+#: a token of the fill costs about this many table values (three int64 stores)
+MROPE_TOKEN_COST = 3
+
+
+def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+               video_times, segments, temporal, deltas, info) -> None:
+    _ext_bias.mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+                         video_times, segments, temporal, deltas, info)
+
+
+def mrope_fill(segments, temporal, columns, out) -> None:
+    n_tokens = columns.shape[0] or out.shape[1]
+    _call(_ext_bias.mrope_fill, (segments, temporal, columns, out), segments.shape[0], n_tokens * MROPE_TOKEN_COST)

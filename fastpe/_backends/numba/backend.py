@@ -27,6 +27,7 @@ from .._walk import apply_chunks  # noqa: E402
 from ..registry import OPERATIONS  # noqa: E402
 from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
+from . import mrope as _km  # noqa: E402
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
 __all__ = [*OPERATIONS, "threading_layer", "num_threads"]
@@ -171,3 +172,18 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
 
 def narrow16(bits32, bf16, out, ties) -> None:
     _run(_k.narrow16_parallel, _k.narrow16_serial, bits32.size, bits32, bool(bf16), out, ties)
+
+
+# ------------------------------------------------------------------------ M-RoPE positions
+# the kernels are in fastpe._backends.numba.mrope: the plan is serial (the grids are consumed
+# in order across the rows), the fill one work item per segment
+
+
+def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+               video_times, segments, temporal, deltas, info) -> None:
+    _km.mrope_plan_serial(ids, columns, n_rows, image_token_id, video_token_id, images, videos, merge,
+                          video_times, segments, temporal, deltas, info)
+
+
+def mrope_fill(segments, temporal, columns, out) -> None:
+    _run(_km.mrope_fill_parallel, _km.mrope_fill_serial, out.shape[1], segments, temporal, columns, out)

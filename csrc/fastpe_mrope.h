@@ -1,0 +1,202 @@
+/*
+ * fastpe_mrope.h -- M-RoPE position ids (Qwen-VL multimodal RoPE) of the cython backend.
+ *
+ * The C twin of fastpe/_backends/numba/mrope.py, step for step, integers only, so it writes
+ * the reference's values (fastpe/_backends/_mrope_python.py documents every argument,
+ * fastpe/_plans/mrope.py the segment fields and the error codes, which the extension
+ * exports and a test ties to that home).  The kernels assume validated input (csrc/_bias.pyx
+ * checks what memory safety needs) and never fail: the plan reports a run that does not
+ * match its grid through info[1].
+ *
+ * The plan is serial (the image and video grids are consumed in order across the rows).  The
+ * fill writes a range of segments: segments write disjoint columns, so the worker pool
+ * (fastpe_pool.h) can give each thread its own range.
+ */
+#ifndef FASTPE_MROPE_H
+#define FASTPE_MROPE_H
+
+#include <stdint.h>
+
+/* info[1] codes (fastpe._plans.mrope.PLAN_ERRORS) */
+enum {
+    FASTPE_MROPE_TOO_MANY_IMAGE_RUNS = 1,
+    FASTPE_MROPE_TOO_MANY_VIDEO_RUNS = 2,
+    FASTPE_MROPE_IMAGE_RUN_LENGTH = 3,
+    FASTPE_MROPE_VIDEO_RUN_LENGTH = 4,
+    FASTPE_MROPE_TOO_FEW_IMAGE_RUNS = 5,
+    FASTPE_MROPE_TOO_FEW_VIDEO_RUNS = 6,
+    FASTPE_MROPE_POSITION_OVERFLOW = 7
+};
+/* every position stays below this (fastpe._plans.mrope.POSITION_LIMIT) */
+#define FASTPE_MROPE_LIMIT ((int64_t)1 << 62)
+/* the int64 fields of a segment row (fastpe._plans.mrope.SEGMENT_FIELDS) */
+#define FASTPE_MROPE_FIELDS 6
+
+/* 0 text, 1 image, 2 video */
+static inline int fastpe_mrope_kind_(int64_t token, int64_t image, int64_t video)
+{
+    return token == image ? 1 : token == video ? 2 : 0;
+}
+
+static inline int64_t fastpe_mrope_max_(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static inline void fastpe_mrope_fail_(int64_t *info, int64_t n_seg, int64_t code, int64_t index,
+                                      int64_t row)
+{
+    info[0] = n_seg;
+    info[1] = code;
+    info[2] = index;
+    info[3] = row;
+}
+
+/* ids: (n_ids,); columns: (n_columns,), 0 meaning every token is attended; n_rows: (batch,);
+ * images, videos: (n, 3) row-major; segments: (cap, 6) row-major */
+static void fastpe_mrope_plan(const int64_t *ids, const int64_t *columns, int64_t n_columns,
+                              const int64_t *n_rows, int64_t batch, int64_t image, int64_t video,
+                              const int64_t *images, int64_t n_images, const int64_t *videos,
+                              int64_t n_videos, int64_t merge, const int64_t *video_times,
+                              int64_t *segments, int64_t *temporal, int64_t *deltas, int64_t *info)
+{
+    int64_t used_images = 0, used_videos = 0, n_times = 0, n_seg = 0, n_frames = 0, k = 0;
+    info[0] = info[1] = info[2] = info[3] = 0;
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t end = k + n_rows[b], pos = 0, top = -1, shift = 0;
+        /* a row whose attended tokens are one block (left or right padding) is read directly */
+        int gather = n_columns != 0;
+        if (gather && columns[end - 1] - columns[k] == end - 1 - k) {
+            shift = columns[k] - k;
+            gather = 0;
+        }
+#define FASTPE_MROPE_TOKEN_(j) ids[gather ? columns[j] : (j) + shift]
+        while (k < end) {
+            int kind = fastpe_mrope_kind_(FASTPE_MROPE_TOKEN_(k), image, video);
+            int64_t j = k + 1;
+            while (j < end && fastpe_mrope_kind_(FASTPE_MROPE_TOKEN_(j), image, video) == kind)
+                j++;
+            int64_t length = j - k, *seg = segments + FASTPE_MROPE_FIELDS * n_seg;
+            if (kind == 0) {
+                seg[0] = k; seg[1] = length; seg[2] = pos; seg[3] = 0; seg[4] = 0; seg[5] = 0;
+                top = fastpe_mrope_max_(top, pos + length - 1);
+                pos += length;
+            } else {
+                const int64_t *grid;
+                int64_t index;
+                if (kind == 1) {
+                    if (used_images == n_images) {
+                        fastpe_mrope_fail_(info, n_seg, FASTPE_MROPE_TOO_MANY_IMAGE_RUNS, used_images, b);
+                        return;
+                    }
+                    index = used_images++;
+                    grid = images + 3 * index;
+                } else {
+                    if (used_videos == n_videos) {
+                        fastpe_mrope_fail_(info, n_seg, FASTPE_MROPE_TOO_MANY_VIDEO_RUNS, used_videos, b);
+                        return;
+                    }
+                    index = used_videos++;
+                    grid = videos + 3 * index;
+                }
+                int64_t t = grid[0], h = grid[1] / merge, w = grid[2] / merge;
+                if (t * h * w != length) {
+                    fastpe_mrope_fail_(info, n_seg, kind == 1 ? FASTPE_MROPE_IMAGE_RUN_LENGTH
+                                                              : FASTPE_MROPE_VIDEO_RUN_LENGTH, index, b);
+                    return;
+                }
+                if (kind == 1) {
+                    for (int64_t f = 0; f < t; f++)
+                        temporal[n_frames + f] = f;
+                } else {
+                    for (int64_t f = 0; f < t; f++)
+                        temporal[n_frames + f] = video_times[n_times + f];
+                    n_times += t;
+                }
+                seg[0] = k; seg[1] = length; seg[2] = pos; seg[3] = h; seg[4] = w; seg[5] = n_frames;
+                n_frames += t;
+                top = fastpe_mrope_max_(top, pos + fastpe_mrope_max_(temporal[n_frames - 1],
+                                                                     fastpe_mrope_max_(h - 1, w - 1)));
+                pos += fastpe_mrope_max_(h, w);
+            }
+            n_seg++;
+            k = j;
+        }
+#undef FASTPE_MROPE_TOKEN_
+        if (top >= FASTPE_MROPE_LIMIT) {
+            fastpe_mrope_fail_(info, n_seg, FASTPE_MROPE_POSITION_OVERFLOW, 0, b);
+            return;
+        }
+        deltas[b] = top + 1 - n_rows[b];
+    }
+    if (used_images != n_images) {
+        fastpe_mrope_fail_(info, n_seg, FASTPE_MROPE_TOO_FEW_IMAGE_RUNS, used_images, batch - 1);
+        return;
+    }
+    if (used_videos != n_videos) {
+        fastpe_mrope_fail_(info, n_seg, FASTPE_MROPE_TOO_FEW_VIDEO_RUNS, used_videos, batch - 1);
+        return;
+    }
+    info[0] = n_seg;
+}
+
+/* segments [s_begin, s_end) of the plan's (n, 6) rows into out: (3, n_out) row-major, at the
+ * attended columns only */
+static void fastpe_mrope_fill(const int64_t *segments, int64_t s_begin, int64_t s_end,
+                              const int64_t *temporal, const int64_t *columns, int64_t n_columns,
+                              int64_t *out, int64_t n_out)
+{
+    int64_t *t_row = out, *h_row = out + n_out, *w_row = out + 2 * n_out;
+    for (int64_t s = s_begin; s < s_end; s++) {
+        const int64_t *seg = segments + FASTPE_MROPE_FIELDS * s;
+        int64_t first = seg[0], length = seg[1], pos = seg[2], grid_h = seg[3], grid_w = seg[4];
+        int64_t t_offset = seg[5];
+        /* a segment whose tokens are adjacent columns (always, unless the mask has holes
+         * inside it) is written through a shifted index, not gathered column by column */
+        int64_t shift = 0;
+        int gather = n_columns != 0;
+        if (gather && columns[first + length - 1] - columns[first] == length - 1) {
+            shift = columns[first] - first;
+            gather = 0;
+        }
+        if (grid_h == 0) {
+            if (gather) {
+                for (int64_t i = 0; i < length; i++) {
+                    int64_t c = columns[first + i];
+                    t_row[c] = h_row[c] = w_row[c] = pos + i;
+                }
+            } else {
+                int64_t c0 = first + shift;
+                for (int64_t i = 0; i < length; i++)
+                    t_row[c0 + i] = pos + i;
+                for (int64_t i = 0; i < length; i++)
+                    h_row[c0 + i] = pos + i;
+                for (int64_t i = 0; i < length; i++)
+                    w_row[c0 + i] = pos + i;
+            }
+            continue;
+        }
+        int64_t frames = length / (grid_h * grid_w), k = first;
+        for (int64_t ti = 0; ti < frames; ti++) {
+            int64_t tv = pos + temporal[t_offset + ti];
+            for (int64_t hi = 0; hi < grid_h; hi++, k += grid_w) {
+                int64_t hv = pos + hi;
+                if (gather) {
+                    for (int64_t wi = 0; wi < grid_w; wi++) {
+                        int64_t c = columns[k + wi];
+                        t_row[c] = tv;
+                        h_row[c] = hv;
+                        w_row[c] = pos + wi;
+                    }
+                } else {
+                    int64_t c0 = k + shift;
+                    for (int64_t wi = 0; wi < grid_w; wi++)
+                        t_row[c0 + wi] = tv;
+                    for (int64_t wi = 0; wi < grid_w; wi++)
+                        h_row[c0 + wi] = hv;
+                    for (int64_t wi = 0; wi < grid_w; wi++)
+                        w_row[c0 + wi] = pos + wi;
+                }
+            }
+        }
+    }
+}
+
+#endif
