@@ -205,7 +205,7 @@ def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
 
 
 #: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope")
 
 #: the backend operations each kind of workload runs (a float16/bfloat16 output adds narrow16);
 #: rope_apply's kernels read rope_table's doubles, so the apply workloads time both
@@ -222,6 +222,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "alibi": ("alibi_bias",),
     "t5": ("t5_bucket_matrix",),
     "t5_positions": ("t5_bucket",),
+    "mrope": ("mrope_plan", "mrope_fill"),
 }
 #: query rows the python reference computes of an ALiBi bias (all heads, all keys)
 ALIBI_REFERENCE_QUERIES = 1
@@ -229,6 +230,24 @@ ALIBI_REFERENCE_QUERIES = 1
 T5_REFERENCE_ROWS = 64
 #: the T5 bucket matrix's dtype: HF's ``torch.long``; the report's bytes assume it
 T5_DTYPE = "int64"
+#: the M-RoPE workload's prompt: its length and the patch grid (t, h, w) of each of its images
+MROPE_SEQ = 4096
+MROPE_GRID = (1, 36, 52)
+#: Qwen-VL's token ids: image, vision start, vision end
+MROPE_IMAGE, MROPE_START, MROPE_END = 151655, 151652, 151653
+
+
+def mrope_prompt(w: "Workload") -> tuple[np.ndarray, np.ndarray]:
+    """The M-RoPE workload's ``(input_ids (1, seq), image_grid_thw (2, 3))``: text (fixed seed),
+    then ``<vision_start>`` image ``<vision_end>`` twice, as the processor lays a prompt out."""
+    n_image = MROPE_GRID[0] * (MROPE_GRID[1] // 2) * (MROPE_GRID[2] // 2)
+    text = w.d_model - 2 * (n_image + 2)
+    rng = np.random.default_rng(SEED)
+    a, b = text // 4, text // 2
+    words = rng.integers(0, 150000, text).tolist()
+    image = [MROPE_START] + [MROPE_IMAGE] * n_image + [MROPE_END]
+    row = words[:a] + image + words[a:a + b] + image + words[a + b:]
+    return np.array([row], dtype=np.int64), np.array([MROPE_GRID] * 2, dtype=np.int64)
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -308,6 +327,12 @@ WORKLOADS: dict[str, Workload] = {
             "t5-bucket-1M", "t5_positions", 1_000_000, 1,
             "T5 buckets of 1,000,000 random relative positions in (-2^20, 2^20) (int64)",
             dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS * 64,
+        ),
+        Workload(
+            "mrope-4096-2images", "mrope", 3, MROPE_SEQ,
+            f"M-RoPE position ids (Qwen2-VL): a {MROPE_SEQ}-token prompt with two images of grid "
+            f"{MROPE_GRID} (merge 2), batch 1, (3, 1, {MROPE_SEQ}) int64",
+            shape=(1, MROPE_SEQ), dtype="int64", ref_rows=3, variant="qwen2_vl",
         ),
     )
 }
@@ -450,6 +475,11 @@ def fastpe_family(w: Workload, backend: str | None, rows: int):
         relative = _family_module(w, backend)
         rel = w.relative_positions[:rows]
         return lambda: relative.t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128, backend=backend)
+    if w.kind == "mrope":  # the positions and the deltas are computed; the positions compared
+        from fastpe.rope._mrope import mrope_positions
+
+        ids, grids = mrope_prompt(w)
+        return lambda: mrope_positions(ids, image_grid_thw=grids, model=w.variant, backend=backend)[0]
     if w.kind == "t5":
         relative = _family_module(w, backend)
         k_len = w.shape[1]
@@ -798,6 +828,31 @@ def _make_hf_t5(w: Workload):
     return run
 
 
+def _make_hf_mrope(w: Workload):
+    """HF's ``Qwen2VLModel.get_rope_index`` on a bare object holding the config (it reads only
+    ``self.config`` and its vision-position helpers), from the processor's tensors: the ids,
+    the grids and ``mm_token_type_ids``, all made before timing."""
+    import types
+
+    cls = _hf("qwen2_vl.modeling_qwen2_vl", "Qwen2VLModel")
+    import torch
+    import transformers
+
+    obj = types.SimpleNamespace(config=transformers.Qwen2VLConfig(vision_config={"spatial_merge_size": 2}),
+                                rope_deltas=None)
+    for name in ("get_vision_position_ids", "get_rope_index", "compute_3d_position_ids"):
+        if hasattr(cls, name):
+            setattr(obj, name, types.MethodType(getattr(cls, name), obj))
+    ids, grids = (torch.from_numpy(a) for a in mrope_prompt(w))
+    token_types = (ids == MROPE_IMAGE).to(torch.int32)
+
+    def run():
+        with torch.no_grad():
+            return obj.get_rope_index(ids, token_types, image_grid_thw=grids)[0]
+
+    return run
+
+
 # -- the yardstick: writing the same bytes, and nothing else
 
 
@@ -1083,6 +1138,12 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         Implementation(
             "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"] + FAMILY["t5_positions"],
             note="memory - context positions (int64), then the bucket rule, as compute_bias does",
+        ),
+        Implementation(
+            "hf-mrope", "HF transformers Qwen2VLModel.get_rope_index (torch)", "peer", _make_hf_mrope,
+            FAMILY["mrope"],
+            note="transformers' own get_rope_index on an object holding only the config; ids, grids "
+            "and mm_token_type_ids as torch tensors made before timing; positions and deltas computed",
         ),
         Implementation(
             "yardstick-fill", "yardstick: np.empty + fill(0)", "yardstick", _make_fill,
