@@ -63,11 +63,31 @@ def test_the_c_kernels_were_built_from_the_plans_constants():
     assert ext_bias.FORM_CODES == _alibi.FORM_CODES
 
 
+def test_the_c_mrope_kernels_were_built_from_the_plans_constants():
+    from fastpe._plans import mrope as _mrope
+
+    _, ext_bias = _ext_modules()
+    assert ext_bias.MROPE_CODES == _mrope.CODES
+    assert sorted(ext_bias.MROPE_CODES.values()) == sorted(_mrope.PLAN_ERRORS)
+    assert ext_bias.MROPE_POSITION_LIMIT == _mrope.POSITION_LIMIT
+    assert ext_bias.MROPE_FIELDS == len(_mrope.SEGMENT_FIELDS)
+
+
+def test_the_numba_mrope_kernels_read_the_plans_constants():
+    pytest.importorskip("numba")
+    from fastpe._backends.numba import mrope as km
+    from fastpe._plans import mrope as _mrope
+
+    assert km._LIMIT == _mrope.POSITION_LIMIT
+    assert {name: getattr(km, f"_{name}") for name in _mrope.CODES} == _mrope.CODES
+
+
 def test_the_cython_backend_checks_what_was_compiled_in():
     _ext_modules()
     from fastpe._backends import cython as backend
 
-    assert set(backend._COMPILED) >= {"polynomials", "STEPS", "TINY", "TINY64", "layout codes", "form codes"}
+    assert set(backend._COMPILED) >= {"polynomials", "STEPS", "TINY", "TINY64", "layout codes", "form codes",
+                                      "M-RoPE codes", "M-RoPE limit", "M-RoPE fields"}
     assert backend._STALE == []
 
 

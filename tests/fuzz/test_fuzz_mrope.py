@@ -3,8 +3,8 @@
 * **bad input**: one argument of a valid call replaced by a drawn bad value (wrong shapes,
   dtypes, signs, grids that do not fit the token runs, unknown models, bad configs): a
   ``TypeError`` or ``ValueError`` naming the argument, every argument as it was;
-* **good input**: long drawn prompts (many runs, large grids, holes in the mask): the numba
-  kernels and their pure-Python twins give the same bits, and the positions keep the
+* **good input**: long drawn prompts (many runs, large grids, holes in the mask): the C and
+  numba kernels and their pure-Python twins give the same bits, and the positions keep the
   invariants of the layout (text runs step by one; a vision run's height and width axes span
   its merged grid; the delta is ``max + 1 - attended``).
 
@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastpe.rope._mrope import MODELS, mrope_next_positions, mrope_positions, positions_from_cu_seqlens
+from conftest import AVAILABLE
 from support.strategies import ANY, REJECT, bits, fuzz, judge
 
 IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
@@ -174,9 +175,11 @@ def test_backends_agree_and_layout_holds(model, data):
     ids, mask, images, videos, seconds, config = data.draw(long_prompts(model))
     got = {b: mrope_positions(ids, image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=seconds,
                               attention_mask=mask, model=model, config=config, backend=b)
-           for b in ("python", "numba")}
-    (pos, delta), (pos_ref, delta_ref) = got["numba"], got["python"]
-    assert bits(pos) == bits(pos_ref) and bits(delta) == bits(delta_ref)
+           for b in AVAILABLE}
+    pos_ref, delta_ref = got["python"]
+    for b, (pos, delta) in got.items():
+        assert bits(pos) == bits(pos_ref) and bits(delta) == bits(delta_ref), b
+    pos, delta = got[AVAILABLE[0]]
     keep = mask.astype(bool)
     assert (pos[:, ~keep] == 0).all()
     n_att = keep.sum(1)

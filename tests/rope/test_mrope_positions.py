@@ -3,8 +3,9 @@
 ``get_rope_index`` is a method of each Qwen-VL model that reads only ``self.config`` and
 ``self.get_vision_position_ids``: it is called here on a bare object holding the two (no
 weights, no model built), over hypothesis-drawn prompts -- random text, 0-3 images, 0-2
-videos of random grids, random left padding, batch 1-3 -- for every model, and both backends
-(the numba kernels and their pure-Python twins) must equal it and each other.
+videos of random grids, random left padding, batch 1-3 -- for every model, and every
+available backend (the C and numba kernels and their pure-Python twins) must equal it and
+each other.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fastpe.rope._mrope import (
     positions_from_attention_mask,
     positions_from_cu_seqlens,
 )
+from conftest import AVAILABLE, FAST
 from support.strategies import fuzz
 
 torch = pytest.importorskip("torch")
@@ -33,7 +35,7 @@ qwen2 = pytest.importorskip("transformers.models.qwen2_vl.modeling_qwen2_vl")
 qwen25 = pytest.importorskip("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl")
 qwen3 = pytest.importorskip("transformers.models.qwen3_vl.modeling_qwen3_vl")
 
-BACKENDS = ("python", "numba")
+BACKENDS = tuple(AVAILABLE)
 MODEL_CLASSES = {
     "qwen2_vl": (qwen2.Qwen2VLModel, transformers.Qwen2VLConfig),
     "qwen2_5_vl": (qwen25.Qwen2_5_VLModel, transformers.Qwen2_5_VLConfig),
@@ -89,7 +91,7 @@ def assert_equal_all(model, config, ids, **kw):
         assert pos.shape == (3,) + np.shape(ids) and delta.shape == (np.shape(ids)[0], 1), b
         np.testing.assert_array_equal(pos, want_pos, err_msg=f"{model} positions [{b}]")
         np.testing.assert_array_equal(delta, want_delta, err_msg=f"{model} deltas [{b}]")
-    return got["numba"]
+    return got[BACKENDS[0]]
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -348,10 +350,23 @@ def test_positions_from_cu_seqlens(lengths):
 @fuzz(30)
 @given(data=st.data())
 def test_plan_and_fill_kernels_agree(model, data):
-    """The numba plan and fill write what their pure-Python twins write, error codes included
-    (a run's grid shuffled or dropped)."""
+    """The compiled plans and fills write what their pure-Python twins write, error codes
+    included (a run's grid shuffled or dropped); the C fill cut into any number of parts too."""
+    import functools
+
     from fastpe._backends import _mrope_python as ref
-    from fastpe._backends.numba import mrope as km
+
+    kernels = [(ref.mrope_plan, ref.mrope_fill)]
+    if "numba" in AVAILABLE:
+        from fastpe._backends.numba import mrope as km
+
+        kernels += [(km.mrope_plan_serial, km.mrope_fill_serial), (km.mrope_plan_serial, km.mrope_fill_parallel)]
+    if "cython" in AVAILABLE:
+        from fastpe._backends.cython import _ext_bias
+
+        parts = data.draw(st.integers(2, 9))
+        kernels += [(_ext_bias.mrope_plan, _ext_bias.mrope_fill),
+                    (_ext_bias.mrope_plan, functools.partial(_ext_bias.mrope_fill, parts=parts))]
 
     config, ids, mask, images, videos, _ = data.draw(prompts(model))
     images = np.zeros((0, 3), np.int64) if images is None else images
@@ -372,8 +387,7 @@ def test_plan_and_fill_kernels_agree(model, data):
     n_rows = np.full(batch, seq, np.int64) if mask is None else mask.sum(1).astype(np.int64)
     video_times = np.concatenate([np.arange(t, dtype=np.int64) * 3 for t in videos[:, 0]]) if len(videos) else np.zeros(0, np.int64)
     results = []
-    for plan, fill in ((ref.mrope_plan, ref.mrope_fill), (km.mrope_plan_serial, km.mrope_fill_serial),
-                       (km.mrope_plan_serial, km.mrope_fill_parallel)):
+    for plan, fill in kernels:
         segments = np.full((2 * (len(images) + len(videos)) + batch, 6), -1, np.int64)
         temporal = np.full(int(images[:, 0].sum() + videos[:, 0].sum()), -1, np.int64)
         deltas = np.full(batch, -1, np.int64)
@@ -386,7 +400,7 @@ def test_plan_and_fill_kernels_agree(model, data):
             results.append((segments[:info[0]].tobytes(), temporal.tobytes(), deltas.tobytes(), info.tobytes(), out.tobytes()))
         else:
             results.append((info.tobytes(),))
-    assert results[0] == results[1] == results[2]
+    assert all(r == results[0] for r in results[1:])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -478,12 +492,13 @@ def test_large_input_parallel_path_equals_reference():
     mask = np.ones_like(ids)
     mask[1, :50] = 0
     kw = dict(images=np.array([[1, 36, 52]] * 16), videos=np.array([[4, 36, 52]] * 2), seconds=[0.5, 1 / 3], mask=mask)
-    fast = ours("qwen2_5_vl", config, ids, backend="numba", **kw)
     ref = ours("qwen2_5_vl", config, ids, backend="python", **kw)
     want = hf_rope_index("qwen2_5_vl", config, ids, **{**kw, "seconds": torch.tensor(kw["seconds"])})
-    for a, b, c in zip(fast, ref, want):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(a, c)
+    for backend in FAST:
+        fast = ours("qwen2_5_vl", config, ids, backend=backend, **kw)
+        for a, b, c in zip(fast, ref, want):
+            np.testing.assert_array_equal(a, b, err_msg=backend)
+            np.testing.assert_array_equal(a, c, err_msg=backend)
 
 
 def test_concurrent_calls_agree():
