@@ -634,17 +634,19 @@ def _numba_rotation(module):
     kernel's own wrapper (which falls back where its disk cache cannot be written).  The
     prepared calls pass one signature only (aligned C arrays, ints, a bool): once it is
     compiled, the dispatcher runs it without compiling again."""
-    return module._k.rope_apply_serial._dispatcher
+    kernels = getattr(module, "_k", None)
+    return getattr(getattr(kernels, "rope_apply_serial", None), "_dispatcher", None)
 
 
 def _cython_rotation(module):
-    """The C backend's rotation kernel, every work item in the calling thread."""
-    return module._ext.rope_apply
+    """The C backend's rotation kernel, every work item in the calling thread (None where
+    the backend no longer has it where it was: the backend's rope_apply runs instead)."""
+    return getattr(getattr(module, "_ext", None), "rope_apply", None)
 
 
 #: the rotation kernel of each compiled backend (taking the arguments
-#: fastpe._backends._walk.apply_chunks documents, and neox); other backends rotate through
-#: their rope_apply
+#: fastpe._backends._walk.apply_chunks documents, and neox); other backends, and these where
+#: the kernel is not found, rotate through their rope_apply
 _KERNELS = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
 
 

@@ -440,3 +440,18 @@ def test_a_decoding_loop_reads_the_rows_computed_ahead(name):
                     assert cos.shape == (1, 1, rotary.rotary_dim) and cos.dtype == wc.dtype
                     assert same_bits(cos[0], wc) and same_bits(sin[0], ws), (backend, p, dtype)
     assert len(rotary._tables) <= max(_rotary._MAX_TABLES, _rotary._AHEAD)
+
+
+@pytest.mark.any_backend
+def test_without_a_direct_kernel_the_backends_walk_runs(monkeypatch):
+    """Where a compiled backend's rotation kernel is not found, its rope_apply rotates: the
+    same bits."""
+    rotary = Rotary(HEAD_DIM)
+    q0, k0 = _pair()
+    want = {b: rotary.apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=b) for b in FAST}
+    monkeypatch.setattr(_rotary, "_KERNELS", {name: (lambda module: None) for name in _rotary._KERNELS})
+    monkeypatch.setattr(_rotary, "_RESOLVED", {})
+    for backend in FAST:
+        got = Rotary(HEAD_DIM).apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=backend)
+        assert same_bits(got[0], want[backend][0]) and same_bits(got[1], want[backend][1])
+        assert _rotary._module(backend)[1] is None
