@@ -568,7 +568,7 @@ class Rotary:
         return True
 
 
-#: float32 positions of no k (the rotation kernels' empty buffer)
+#: the rotation kernels' empty float32 buffer for no k
 _NO_K = np.empty(0, dtype=np.float32)
 #: resolved backends, per (backend argument, $FASTPE_BACKEND): checked against the registry
 _RESOLVED: dict = {}

@@ -285,7 +285,8 @@ def test_refusals_keep_their_messages_and_touch_nothing(backend):
     # offsets and lengths
     for kwargs, error, match in (({"offset": 2**32 - 1}, ValueError, "offset \\+ seq must be <= 2\\*\\*32"),
                                  ({"offset": -1}, ValueError, "offset"), ({"offset": 1.5}, TypeError, "offset"),
-                                 ({"seq_len": -1}, ValueError, "seq_len"), ({"seq_len": 2**32 + 1}, ValueError, "seq_len"),
+                                 ({"seq_len": -1}, ValueError, "seq_len"),
+                                 ({"seq_len": 2**32 + 1}, ValueError, "seq_len"),
                                  ({"offset": 3, "positions": np.array([0, 1])}, ValueError, "not both")):
         with pytest.raises(error, match=match):
             rotary.apply_qk_(q, k, **kwargs, backend=backend)
