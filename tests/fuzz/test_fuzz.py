@@ -1020,7 +1020,7 @@ def test_rope_refuses_bad_arguments(cfg, data):
     }
     if fn_name != "inv_freq":
         pools["positions"] = BAD_POSITIONS + (() if fn_name == "cos_sin" else ([0, 1], [0, 1, 2, 3]))
-        pools["layout"] = BAD_CHOICES + ("interleaved", "NEOX")
+        pools["layout"] = BAD_CHOICES + ("interleaved", "ne ox")
         pools["backend"] = BAD_BACKENDS
     if fn_name == "cos_sin":
         pools["dtype"] = BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES)
@@ -1288,7 +1288,7 @@ def test_permute_qk_weight(data):
              "n_heads": BAD_INTS + (0, -1, n_heads * head_dim + 1),
              "head_dim": BAD_INTS + (0, head_dim + 1),
              "rotary_dim": BAD_INTS + (0, 1, head_dim + 1, head_dim + 2),
-             "to": BAD_CHOICES + ("GPTJ", "interleaved")}
+             "to": BAD_CHOICES + ("gp tj", "interleaved")}
     value = data.draw(st.sampled_from(pools[name]))
     if name == "head_dim" and value == head_dim + 1 and (n_heads * head_dim) % (head_dim + 1) == 0 and n_heads == 1:
         return

@@ -624,7 +624,7 @@ BAD_COS_SIN = [
     ("out dtypes differ", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=np.zeros((3, 4))), TypeError, "out_sin must have dtype float32"),
     ("out read-only", dict(out_cos=np.zeros((3, 4), np.float32), out_sin=_ro(np.zeros((3, 4), np.float32))), ValueError, "out_sin is read-only"),
     ("out the same", dict(out_cos="same", out_sin="same"), ValueError, "out_cos must not share memory with out_sin"),
-    ("layout", dict(layout="NEOX"), ValueError, "layout must be one of"),
+    ("layout", dict(layout="ne ox"), ValueError, "layout must be one of"),
     ("attention_factor", dict(attention_factor=math.inf), ValueError, "attention_factor must be finite"),
     ("attention_factor beyond 2**64", dict(attention_factor=1e300), ValueError, r"attention_factor must be at most 2\*\*64"),
     ("inv_freq", dict(inv_freq=[1.0, -1.0]), ValueError, "inv_freq must be >= 0"),
