@@ -11,7 +11,7 @@ on the calling thread and the worker pool of ``fastpe._backends.cython._ext`` (s
 """
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint16_t
 
 ctypedef void (*task_fn)(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
 ctypedef int (*pool_run_fn)(task_fn fn, void *ctx, Py_ssize_t lo, Py_ssize_t hi, int parts,
@@ -304,6 +304,10 @@ cdef extern from "fastpe_mrope.h" nogil:
     void fastpe_mrope_fill(const int64_t *segments, int64_t s_begin, int64_t s_end,
                            const int64_t *temporal, const int64_t *columns, int64_t n_columns,
                            int64_t *out, int64_t n_out)
+    int fastpe_mrope_plan_columns_ok(const int64_t *columns, const int64_t *n_rows, int64_t batch,
+                                     int64_t n_ids)
+    int fastpe_mrope_fill_columns_ok(const int64_t *segments, int64_t s_begin, int64_t s_end,
+                                     const int64_t *columns, int64_t n_out)
 
 #: the plan's ``info[1]`` codes by name (fastpe._plans.mrope, checked), and its position limit
 MROPE_CODES = {
@@ -338,15 +342,6 @@ cdef int64_t _frames(const int64_t[:, ::1] grids, str name) except -1:
                 raise ValueError(f"{name}: grid {i} has a size outside [1, 2**20]")
         total += grids[i, 0]
     return total
-
-
-cdef bint _columns_below(const int64_t *columns, int64_t n, int64_t limit) noexcept nogil:
-    """Every one of the ``n`` columns in ``[0, limit)`` (one branch-free pass)."""
-    cdef int64_t i
-    cdef uint64_t bad = 0
-    for i in range(n):
-        bad |= <uint64_t>columns[i] >= <uint64_t>limit
-    return bad == 0
 
 
 def mrope_plan(const int64_t[::1] ids, const int64_t[::1] columns, const int64_t[::1] n_rows,
@@ -388,7 +383,7 @@ def mrope_plan(const int64_t[::1] ids, const int64_t[::1] columns, const int64_t
     cdef int64_t *p_info = &info[0]
     cdef bint ok
     with nogil:
-        ok = _columns_below(p_cols, n_columns, n_ids)
+        ok = n_columns == 0 or fastpe_mrope_plan_columns_ok(p_cols, p_rows, batch, n_ids)
         if ok:
             fastpe_mrope_plan(p_ids, p_cols, n_columns, p_rows, batch, image_token_id, video_token_id,
                               img, n_images, vid, n_videos, merge, p_times, seg, tmp, dl, p_info)
@@ -434,13 +429,14 @@ def mrope_fill(const int64_t[:, ::1] segments, const int64_t[::1] temporal, cons
     if s_begin == s_end:
         return
     cdef const int64_t *p_cols = _ptr(columns)
+    cdef const int64_t *p_seg = &segments[0, 0]
     cdef int64_t n_columns = columns.shape[0]
     cdef bint ok
     with nogil:
-        ok = _columns_below(p_cols, n_columns, n_out)
+        ok = n_columns == 0 or fastpe_mrope_fill_columns_ok(p_seg, s_begin, s_end, p_cols, n_out)
     if not ok:
         raise ValueError(f"columns must be columns of out, in [0, {n_out})")
     cdef _MropeCtx c
-    c.segments, c.temporal, c.columns, c.n_columns = &segments[0, 0], _ptr(temporal), p_cols, n_columns
+    c.segments, c.temporal, c.columns, c.n_columns = p_seg, _ptr(temporal), p_cols, n_columns
     c.out, c.n_out = &out[0, 0], n_out
     _run(_mrope_part, &c, s_begin, s_end, parts)

@@ -49,6 +49,51 @@ static inline void fastpe_mrope_fail_(int64_t *info, int64_t n_seg, int64_t code
     info[3] = row;
 }
 
+/* 1 when every one of columns[lo .. hi) is in [0, limit) (one branch-free pass) */
+static inline int fastpe_mrope_columns_below_(const int64_t *columns, int64_t lo, int64_t hi,
+                                              int64_t limit)
+{
+    uint64_t bad = 0;
+    for (int64_t i = lo; i < hi; i++)
+        bad |= (uint64_t)columns[i] >= (uint64_t)limit;
+    return bad == 0;
+}
+
+/* 1 when the columns [lo, hi) (hi > lo) that the kernels read are in [0, limit): a block of
+ * adjacent columns is read through its ends only (its tokens are the columns between them),
+ * any other block column by column */
+static inline int fastpe_mrope_block_ok_(const int64_t *columns, int64_t lo, int64_t hi, int64_t limit)
+{
+    int64_t a = columns[lo], z = columns[hi - 1];
+    if ((uint64_t)a < (uint64_t)limit && (uint64_t)z < (uint64_t)limit && z - a == hi - 1 - lo)
+        return 1;
+    return fastpe_mrope_columns_below_(columns, lo, hi, limit);
+}
+
+/* the checks memory safety needs of the plan's columns: every row's block of attended
+ * tokens (n_rows each >= 1, sum <= n_columns) inside ids' n_ids */
+static int fastpe_mrope_plan_columns_ok(const int64_t *columns, const int64_t *n_rows, int64_t batch,
+                                        int64_t n_ids)
+{
+    int64_t k = 0;
+    for (int64_t b = 0; b < batch; k += n_rows[b], b++)
+        if (!fastpe_mrope_block_ok_(columns, k, k + n_rows[b], n_ids))
+            return 0;
+    return 1;
+}
+
+/* the same of the fill's: every segment's tokens (length >= 1, inside the columns) in out */
+static int fastpe_mrope_fill_columns_ok(const int64_t *segments, int64_t s_begin, int64_t s_end,
+                                        const int64_t *columns, int64_t n_out)
+{
+    for (int64_t s = s_begin; s < s_end; s++) {
+        const int64_t *seg = segments + FASTPE_MROPE_FIELDS * s;
+        if (!fastpe_mrope_block_ok_(columns, seg[0], seg[0] + seg[1], n_out))
+            return 0;
+    }
+    return 1;
+}
+
 /* ids: (n_ids,); columns: (n_columns,), 0 meaning every token is attended; n_rows: (batch,);
  * images, videos: (n, 3) row-major; segments: (cap, 6) row-major */
 static void fastpe_mrope_plan(const int64_t *ids, const int64_t *columns, int64_t n_columns,

@@ -53,6 +53,9 @@ def _spoil_plan(name: str, a: dict) -> dict:
     elif name == "negative-column":
         a["columns"] = a["columns"].copy()
         a["columns"][0] = -1
+    elif name == "inner-column-out-of-range":  # inside a row with holes: read column by column
+        a["columns"] = a["columns"].copy()
+        a["columns"][2] = 1 << 40
     elif name == "empty-row":
         a["n_rows"] = a["n_rows"].copy()
         a["n_rows"][0] = 0
@@ -87,7 +90,7 @@ def _spoil_plan(name: str, a: dict) -> dict:
     return a
 
 
-PLAN_SPOILS = ["columns-out-of-range", "negative-column", "empty-row", "rows-beyond-tokens", "merge-0", "grid-0",
+PLAN_SPOILS = ["columns-out-of-range", "negative-column", "inner-column-out-of-range", "empty-row", "rows-beyond-tokens", "merge-0", "grid-0",
                "grid-negative", "grid-huge", "short-temporal", "short-video-times", "few-segments",
                "segment-width", "short-info", "deltas", "grid-width"]
 
@@ -128,6 +131,9 @@ def _spoil_fill(name: str, a: dict) -> dict:
     elif name == "columns-out-of-range":
         a["columns"] = a["columns"].copy()
         a["columns"][-1] = a["out"].shape[1]
+    elif name == "inner-column-out-of-range":  # inside the image run with a hole: gathered
+        a["columns"] = a["columns"].copy()
+        a["columns"][int(seg[vision, 0]) + 1] = -5
     elif name == "out-rows":
         a["out"] = np.full((2, a["out"].shape[1]), -1, np.int64)
     elif name == "segment-width":
@@ -137,7 +143,7 @@ def _spoil_fill(name: str, a: dict) -> dict:
 
 FILL_SPOILS = ["first-negative", "past-the-tokens", "empty", "position-negative", "position-limit", "grid-width-0",
                "grid-larger-than-run", "grid-product-overflow", "time-offsets-past-the-end", "time-offset-negative",
-               "columns-out-of-range", "out-rows", "segment-width"]
+               "columns-out-of-range", "inner-column-out-of-range", "out-rows", "segment-width"]
 
 
 @pytest.mark.parametrize("spoil", FILL_SPOILS)
