@@ -6,8 +6,8 @@ along a new first axis).
 The tokens are the integer meshgrid of ``--grid`` in row-major order (the first axis
 slowest), as those models lay out their image or video ids; ``--centered`` centres the
 height and width axes as Qwen-Image's ``scale_rope`` does, ``--cls-token`` puts a token of
-zero rotation first.  The numbers come from :func:`fastpe.rope._axial.axial_cos_sin` of
-:func:`~fastpe.rope._axial.index_grid`'s coordinates; this module parses, names the file and
+zero rotation first.  The numbers come from :func:`fastpe.rope.axial_cos_sin` of
+:func:`~fastpe.rope.index_grid`'s coordinates; this module parses, names the file and
 writes it (through :mod:`fastpe.cli._write` and the format's writer).
 
 The spec records the coordinates as ``{"index_grid": {"sizes": [...], "centered": [...]}}``
@@ -29,7 +29,7 @@ __all__ = ["rope_axial", "parse_ints", "centered_axes", "ENTRIES", "LAYOUTS", "F
 
 #: the arrays a file holds, in order; a .npy holds them stacked (cos, sin on axis 0)
 ENTRIES = ("cos", "sin")
-#: the column orders of :data:`fastpe.rope._axial.AXIAL_LAYOUTS` (kept here: ``--help`` must
+#: the column orders of :data:`fastpe.rope.AXIAL_LAYOUTS` (kept here: ``--help`` must
 #: not import the library)
 LAYOUTS = ("gptj", "neox", "neox_head")
 #: the library function the spec names

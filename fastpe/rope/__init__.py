@@ -35,6 +35,15 @@ longrope: ``short_factor``).  :func:`cos_sin`, :func:`apply_` and :func:`apply_q
 stretch dynamic NTK's base.  HF's module keeps the largest length seen so far for dynamic
 NTK (its cache only grows until it resets below ``max_position_embeddings``); fastpe is
 stateless -- pass ``seq_len`` to reproduce that.
+
+Multimodal and vision RoPE.  :func:`mrope_positions` gives the 3-D (time, height, width)
+position ids of a Qwen2-VL / Qwen2.5-VL / Qwen3-VL prompt, equal to HF's ``get_rope_index``
+(:func:`mrope_next_positions` the decoding continuation; :func:`positions_from_attention_mask`
+and :func:`positions_from_cu_seqlens` the 1-D positions of padded and packed batches).
+:func:`axial_cos_sin` gives exact N-axis caches for real-valued coordinates (FLUX, Wan,
+HunyuanVideo, CogVideoX, EVA/timm, Pixtral, Qwen2-VL's vision tower), and the grid builders
+(:func:`index_grid`, :func:`linspace_grid`, :func:`crop_grid`, :func:`timm_grid`,
+:func:`merge_window_grid`, :func:`prepend_cls`) the coordinates of each convention.
 """
 
 from __future__ import annotations
@@ -42,6 +51,23 @@ from __future__ import annotations
 import numpy as np
 
 from . import _scaling
+from ._axial import (
+    AXIAL_LAYOUTS,
+    axial_cos_sin,
+    axial_frequencies,
+    crop_grid,
+    index_grid,
+    linspace_grid,
+    merge_window_grid,
+    prepend_cls,
+    timm_grid,
+)
+from ._mrope import (
+    mrope_next_positions,
+    mrope_positions,
+    positions_from_attention_mask,
+    positions_from_cu_seqlens,
+)
 from ._rotary import Rotary
 from ._scaling import ROPE_TYPES, RopeConfigWarning, RopeSpec
 
@@ -56,6 +82,21 @@ __all__ = [
     "ROPE_TYPES",
     "RopeSpec",
     "RopeConfigWarning",
+    # M-RoPE position ids (Qwen-VL)
+    "mrope_positions",
+    "mrope_next_positions",
+    "positions_from_attention_mask",
+    "positions_from_cu_seqlens",
+    # axial RoPE (vision encoders, diffusion transformers)
+    "axial_cos_sin",
+    "axial_frequencies",
+    "AXIAL_LAYOUTS",
+    "index_grid",
+    "linspace_grid",
+    "crop_grid",
+    "timm_grid",
+    "merge_window_grid",
+    "prepend_cls",
 ]
 
 

@@ -127,17 +127,15 @@ def _arange(value):
 
 def _coords(value):
     """Coordinates a spec records as the grid builders that made them (``fastpe rope-axial``)."""
-    from fastpe.rope import _axial
-
-    coords = _axial.index_grid(**value["index_grid"])
-    return _axial.prepend_cls(coords, value["prepend_cls"]) if "prepend_cls" in value else coords
+    coords = fastpe.rope.index_grid(**value["index_grid"])
+    return fastpe.rope.prepend_cls(coords, value["prepend_cls"]) if "prepend_cls" in value else coords
 
 
 def rerun(spec: dict):
     """``fastpe.<function>(**params)`` of a spec, positions given as ``{"arange": N}`` made an array."""
     function = fastpe
     for part in spec["function"].split("."):
-        function = getattr(function, part, None) or getattr(fastpe.rope._axial, part)
+        function = getattr(function, part)
     params = {name: _coords(value) if name == "coords" else _arange(value) for name, value in spec["params"].items()}
     return function(**params, backend=DEFAULT)
 
@@ -162,9 +160,7 @@ def _rope(dtype):
 
 
 def _rope_axial(dtype):
-    from fastpe.rope import _axial
-
-    cos, sin = _axial.axial_cos_sin(_axial.index_grid((2, 3)), (4, 6), dtype=dtype, backend=DEFAULT)
+    cos, sin = fastpe.rope.axial_cos_sin(fastpe.rope.index_grid((2, 3)), (4, 6), dtype=dtype, backend=DEFAULT)
     return {"cos": cos, "sin": sin}
 
 
