@@ -71,6 +71,10 @@ def load(name: str, origin: str = "backend") -> Backend:
 
 def resolve(backend: str | None) -> tuple[str, Backend]:
     """Return ``(name, module)`` for an explicit name, the environment, or the auto choice."""
+    if type(backend) is str:  # a loaded backend by its own name: no lock (a dict read is atomic)
+        module = _modules.get(backend)
+        if module is not None:
+            return backend, module
     if backend is not None:
         key = _check_name(backend, "backend")
         return key, load(key)
@@ -79,7 +83,7 @@ def resolve(backend: str | None) -> tuple[str, Backend]:
         key = _check_name(env, ENV_VAR)
         return key, load(key, ENV_VAR)
     for name in BACKENDS:
-        module = _try_load(name)
+        module = _modules.get(name) or _try_load(name)
         if module is not None:
             return name, module
     raise ValueError("no fastpe backend is available")  # unreachable: python always loads

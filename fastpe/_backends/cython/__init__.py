@@ -103,8 +103,10 @@ def _parts(n_items: int, work: int, n_threads: int | None = None) -> int:
     """Blocks to cut ``n_items`` (``work`` in all) into: 1 when ``work < PARALLEL_FROM`` or
     on one thread, else up to :data:`PARTS_PER_THREAD` per thread, each with at least
     ``MIN_BLOCK`` work and one item."""
+    if work < PARALLEL_FROM:  # before threads(): reading the CPU affinity costs ~1 us a call
+        return 1
     n = threads() if n_threads is None else n_threads
-    if work < PARALLEL_FROM or n < 2:
+    if n < 2:
         return 1
     return max(1, min(n * PARTS_PER_THREAD, work // MIN_BLOCK, n_items))
 
