@@ -40,6 +40,63 @@ static inline int fastpe_mrope_kind_(int64_t token, int64_t image, int64_t video
 
 static inline int64_t fastpe_mrope_max_(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* the end of the run of `kind` that starts before j in row[.. end) (adjacent tokens): the
+ * first index >= j whose token is of another kind, or end.  With GCC or clang, blocks of 16
+ * tokens are tested with one branch each, two tokens at a time in operations SSE2 has (it
+ * has no 64-bit compare: a token equals an id when both 32-bit halves do), the last tokens
+ * one by one; the index found is the same either way */
+#if defined(__GNUC__) || defined(__clang__)
+typedef uint64_t fastpe_mrope_u2_ __attribute__((vector_size(16)));
+typedef int32_t fastpe_mrope_i4_ __attribute__((vector_size(16)));
+
+static inline fastpe_mrope_u2_ fastpe_mrope_load_(const int64_t *p)
+{
+    fastpe_mrope_u2_ v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* nonzero in a lane whose token equals the id's */
+static inline fastpe_mrope_u2_ fastpe_mrope_equal_(fastpe_mrope_u2_ t, fastpe_mrope_u2_ id)
+{
+    fastpe_mrope_u2_ halves = (fastpe_mrope_u2_)((fastpe_mrope_i4_)t == (fastpe_mrope_i4_)id);
+    return halves & (halves >> 32);
+}
+#endif
+
+static inline int64_t fastpe_mrope_run_end_(const int64_t *row, int64_t j, int64_t end, int kind,
+                                            int64_t image, int64_t video)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    const fastpe_mrope_u2_ vi = {(uint64_t)image, (uint64_t)image}, vv = {(uint64_t)video, (uint64_t)video};
+    if (kind == 0) {
+        while (j + 16 <= end) {
+            fastpe_mrope_u2_ vision = {0, 0};  /* nonzero in a lane that met an image or video token */
+            for (int q = 0; q < 16; q += 2) {
+                fastpe_mrope_u2_ t = fastpe_mrope_load_(row + j + q);
+                vision |= fastpe_mrope_equal_(t, vi) | fastpe_mrope_equal_(t, vv);
+            }
+            if (vision[0] | vision[1])
+                break;
+            j += 16;
+        }
+    } else {
+        const fastpe_mrope_u2_ vt = kind == 1 ? vi : vv;
+        while (j + 16 <= end) {
+            fastpe_mrope_u2_ other = {0, 0};  /* nonzero in a lane that met another token */
+            for (int q = 0; q < 16; q += 2)
+                other |= fastpe_mrope_load_(row + j + q) ^ vt;
+            if (other[0] | other[1])
+                break;
+            j += 16;
+        }
+    }
+#endif
+    while (j < end && fastpe_mrope_kind_(row[j], image, video) == kind)
+        j++;
+    return j;
+}
+
 static inline void fastpe_mrope_fail_(int64_t *info, int64_t n_seg, int64_t code, int64_t index,
                                       int64_t row)
 {
@@ -116,8 +173,12 @@ static void fastpe_mrope_plan(const int64_t *ids, const int64_t *columns, int64_
         while (k < end) {
             int kind = fastpe_mrope_kind_(FASTPE_MROPE_TOKEN_(k), image, video);
             int64_t j = k + 1;
-            while (j < end && fastpe_mrope_kind_(FASTPE_MROPE_TOKEN_(j), image, video) == kind)
-                j++;
+            if (gather) {
+                while (j < end && fastpe_mrope_kind_(FASTPE_MROPE_TOKEN_(j), image, video) == kind)
+                    j++;
+            } else {
+                j = fastpe_mrope_run_end_(ids + shift, j, end, kind, image, video);
+            }
             int64_t length = j - k, *seg = segments + FASTPE_MROPE_FIELDS * n_seg;
             if (kind == 0) {
                 seg[0] = k; seg[1] = length; seg[2] = pos; seg[3] = 0; seg[4] = 0; seg[5] = 0;

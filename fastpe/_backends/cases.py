@@ -273,12 +273,17 @@ def t5_bucket_matrix() -> list[Case]:
 # (the public API raises then), so they have no values to compare.
 
 _IMAGE, _VIDEO = 151655, 151656
+#: text tokens next to the ids: the other 32-bit half differing, the sign flipped, negated
+_NEAR = [_IMAGE + (1 << 32), _VIDEO - (1 << 32), _IMAGE | (-1 << 63), _VIDEO | (-1 << 63), -_IMAGE,
+         _IMAGE + 2, _VIDEO - 2, (1 << 63) - 1, -(1 << 63), 0, _IMAGE ^ (1 << 31), _VIDEO ^ (1 << 40),
+         1 << 32, _IMAGE << 32, _VIDEO << 32, _IMAGE + 1 + (1 << 32), 3, 151654, 151657]
 
 
 def _mrope_prompt(seed: int, rows, merge: int = 2, pad=(), holes=()) -> dict:
     """The plan's inputs of a batch: each row a list of items, ``n`` (that many text tokens),
     ``("i", (t, h, w))`` (an image run) or ``("v", (t, h, w), times)`` (a video run, its
-    frames' time offsets) or ``("x", n, token)`` (``n`` more vision tokens); ``pad[b]`` masked tokens before row ``b`` (image-token ids: a
+    frames' time offsets), ``("x", n, token)`` (``n`` more vision tokens) or ``("t", tokens)``
+    (these text tokens); ``pad[b]`` masked tokens before row ``b`` (image-token ids: a
     masked token is never read), ``holes`` masked ``(row, index)`` within the rows."""
     r = np.random.default_rng(seed)
     images, videos, times, lines = [], [], [], []
@@ -290,6 +295,9 @@ def _mrope_prompt(seed: int, rows, merge: int = 2, pad=(), holes=()) -> dict:
                 continue
             if item[0] == "x":  # vision tokens of no grid (a hole drops one of them)
                 line += [item[2]] * item[1]
+                continue
+            if item[0] == "t":  # these text tokens
+                line += list(item[1])
                 continue
             t, h, w = item[1]
             n = t * (h // merge) * (w // merge)
@@ -336,6 +344,11 @@ def _mrope_prompts() -> list[tuple[str, dict]]:
                                                    ("v", (2, 2, 6), [0, 25]), 4]])),
         ("qwen3-frames", _mrope_prompt(6, [frames + [3]])),
         ("merge1", _mrope_prompt(7, [[1, ("i", (1, 3, 5)), 2]], merge=1)),
+        # text tokens that share a 32-bit half (or all bits but the sign) with an id, at every
+        # place of a block of 16, and runs of every length around 16 and 32
+        ("near-ids", _mrope_prompt(12, [[("t", _NEAR * 3), ("i", (1, 8, 8)), ("t", _NEAR[5:] + _NEAR[:5]), 17,
+                                          ("v", (1, 2, 30), [0]), ("t", _NEAR[::-1]), ("i", (1, 2, 32)),
+                                          ("v", (1, 2, 34), [0]), 15, ("i", (1, 2, 2)), 1]])),
         ("batch3", _mrope_prompt(8, [[3, ("i", (1, 4, 4)), 2], [6], [("v", (2, 4, 2), [0, 1]), 1]])),
         ("left-padding", _mrope_prompt(9, [[3, ("i", (1, 4, 4)), 2], [("i", (1, 2, 4)), 4], [7]],
                                        pad=(0, 5, 9))),
