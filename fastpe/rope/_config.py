@@ -479,9 +479,30 @@ def _build(cfg: _Config, rope: dict, label: str, layer: str | None) -> tuple[Rop
         if original is not None:
             _check_length(cfg.name("original_max_position_embeddings"), original)
             rope["original_max_position_embeddings"] = original
+    _mrope_defaults(cfg, rope)
     spec = _scaling.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=rope, max_position_embeddings=mpe,
                             label=label)
     return spec, _layout(cfg)
+
+
+#: the Qwen-VL text models and their M-RoPE as HF's rotary modules hold it: the section a
+#: dict without one takes, and whether the pairs interleave (Qwen3-VL's module always
+#: interleaves, Qwen2-VL's and Qwen2.5-VL's never, whatever the dict's mrope_interleaved)
+_MROPE_MODELS = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"), ((16, 24, 24), False)),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text"), ((24, 20, 20), True)),
+}
+
+
+def _mrope_defaults(cfg: _Config, rope: dict) -> None:
+    """A Qwen-VL text model's M-RoPE: its section where the dict has none, its order."""
+    found = _MROPE_MODELS.get(cfg.model_type)
+    if found is None:
+        return
+    section, interleaved = found
+    if rope.get("mrope_section") is None:
+        rope["mrope_section"] = list(section)
+    rope["mrope_interleaved"] = interleaved
 
 
 def _phi3_rope(rope: dict, label: str, rope_type: str) -> str:

@@ -111,7 +111,7 @@ class Rotary:
     """
 
     __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq",
-                 "_head_dim")
+                 "_head_dim", "_axes")
 
     def __init__(self, head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None,
                  layout: str = "neox"):
@@ -130,6 +130,12 @@ class Rotary:
         put(self, "_neox", layout == "neox")
         put(self, "_n_freq", spec.rotary_dim // 2)
         put(self, "_head_dim", spec.head_dim)
+        # M-RoPE: the pairs of each axis (time, height, width), as index arrays
+        axes = None
+        if spec.mrope_section is not None:
+            which = _scaling.mrope_axes(spec.mrope_section, spec.mrope_interleaved)
+            axes = tuple(np.flatnonzero(which == a) for a in range(3))
+        put(self, "_axes", axes)
         # the values every call of a rule that ignores the length uses: computed now
         put(self, "_values", None if _scaling.uses_seq_len(spec) else self._at_key(None))
 
@@ -266,6 +272,10 @@ class Rotary:
             else:
                 value = repr(value)
             parts.append(f"{name}={value}")
+        if spec.mrope_section is not None:
+            parts.append(f"mrope_section={list(spec.mrope_section)}")
+            if spec.mrope_interleaved:
+                parts.append("mrope_interleaved=True")
         parts.append(f"layout={self._layout}")
         return f"Rotary({', '.join(parts)})"
 
@@ -281,7 +291,15 @@ class Rotary:
         rounded; ``out`` a pair ``(cos, sin)`` of the output's shape to fill.  ``seq_len``
         (dynamic, longrope): ``None`` means the largest position plus one, as HF's forward
         pass does.
+
+        M-RoPE (a Rotary with ``mrope_section``): positions ``(3, seq)`` or ``(3, batch,
+        seq)`` -- time, height, width, as :func:`fastpe.rope.mrope_positions` gives them --
+        and the caches HF's rotary module returns after its section selection: pair ``j``
+        takes the value of its axis's position, bit for bit the column of that axis's own
+        1-D caches.  ``seq_len=None``: the largest position of any axis plus one.
         """
+        if self._axes is not None:
+            return self._mrope_cos_sin(positions, dtype, out, seq_len, backend)
         if out is None:
             caches = self._cos_sin_kept(positions, dtype, seq_len, backend)
             if caches is not None:
@@ -400,6 +418,8 @@ class Rotary:
             _dtypes.resolve(dtype)  # a bad dtype is named before the positions
         width = self._spec.rotary_dim
         arr = _grid(positions) if grid else None
+        if grid:
+            _refuse_3d(positions)
         if arr is not None:  # (batch, seq): one flat run, the caches shaped (batch, seq, width)
             pos = check_position_grid(positions, (arr.shape,)).reshape(-1)
             shape = (*arr.shape, width)
@@ -415,25 +435,43 @@ class Rotary:
         core.fill_caches(module, pos, freqs, af, self._layout, out_cos.reshape(-1, width), out_sin.reshape(-1, width))
         return (out_cos, out_sin) if out is None else out
 
-    def apply_(self, x, positions=None, *, offset=0, seq_len=None, backend=None):
+    def apply_(self, x, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False):
         """Rotate ``x`` in place and return it, as :func:`fastpe.rope.apply_` does:
         float32 ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``, C-contiguous
         and writable, its last axis ``head_dim``; positions ``(tokens,)``, ``(seq,)`` or
         ``(batch, seq)``, or ``None`` for ``offset, offset + 1, ...`` (a non-zero ``offset``
         beside ``positions`` is a ValueError).  ``seq_len=None``: the largest position plus
-        one.  Everything is checked before ``x`` is touched."""
-        if self._rotate_direct(x, None, positions, offset, seq_len, backend, False):
-            return x
-        return self._rotate(x, None, positions, offset, seq_len, backend, direct=False)
+        one.  Everything is checked before ``x`` is touched.
 
-    def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None):
+        M-RoPE: positions ``(3, tokens)``, ``(3, seq)`` or ``(3, batch, seq)`` (or ``None``:
+        the offset's run on all three axes, text only).  ``inverse=True`` rotates by the
+        negated angles -- ``x1 * C + x2 * S``, ``x2 * C - x1 * S`` with the same ``C``,
+        ``S`` (the attention factor included): the transpose of the rotation, its backward
+        pass, flash-attention's ``conjugate`` -- which undoes it where the attention factor
+        is 1 (else it leaves ``attention_factor**2`` times the input).  The inverse and
+        M-RoPE rotate on the doubles of the backend's ``rope_table`` (the sine negated for
+        the inverse: exact), in the compiled rotation kernel's arithmetic: within 1 ULP of
+        the exact rotation, as every rotation is."""
+        if inverse is False and self._axes is None \
+                and self._rotate_direct(x, None, positions, offset, seq_len, backend, False):
+            return x
+        return self._rotate(x, None, positions, offset, seq_len, backend, direct=False, inverse=inverse)
+
+    def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False):
         """Rotate queries and keys in place in one pass and return ``(q, k)``, as
-        :func:`fastpe.rope.apply_qk_` does (their head counts may differ)."""
-        if not self._rotate_direct(q, k, positions, offset, seq_len, backend, True):
-            self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False)
+        :func:`fastpe.rope.apply_qk_` does (their head counts may differ); M-RoPE positions
+        and ``inverse`` as :meth:`apply_`."""
+        if inverse is not False or self._axes is not None \
+                or not self._rotate_direct(q, k, positions, offset, seq_len, backend, True):
+            self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False, inverse=inverse)
         return q, k
 
-    def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False, direct: bool = True):
+    def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False, direct: bool = True,
+                inverse=False):
+        if not isinstance(inverse, (bool, np.bool_)):
+            raise TypeError(f"inverse must be True or False, got {type(inverse).__name__} {inverse!r}")
+        if inverse or self._axes is not None:
+            return self._rotate_table(q, k if qk else None, positions, offset, seq_len, backend, qk, bool(inverse))
         if direct and self._rotate_direct(q, k if qk else None, positions, offset, seq_len, backend, qk):
             return q
         core = _load_core()
@@ -452,6 +490,7 @@ class Rotary:
                 raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
             offset = None
         seq_len = _scaling.check_seq_len(seq_len)
+        _refuse_3d(positions)
         pos = core.rotation_positions(q, positions, offset)
         if seq_len is None and self._values is None:
             seq_len = int(pos.max()) + 1 if pos.size else 0
@@ -461,6 +500,153 @@ class Rotary:
         core.rotate(module, q, k, pos, freqs, af, self._layout)
         return q
 
+    # ------------------------------------------------- M-RoPE, inverse, re-rotation
+
+    def _mrope_cos_sin(self, positions, dtype, out, seq_len, backend):
+        from .. import _dtypes
+
+        if dtype is not None:
+            _dtypes.resolve(dtype)
+        width = self._spec.rotary_dim
+        pos3, grid = _mrope_positions(positions, None)
+        out_cos, out_sin = cos_sin_out(out, (*grid, width), dtype, positions, pos3)
+        seq_len = _scaling.check_seq_len(seq_len)
+        if seq_len is None and self._values is None:
+            seq_len = int(pos3.max()) + 1 if pos3.size else 0
+        flat_cos, flat_sin = out_cos.reshape(-1, width), out_sin.reshape(-1, width)
+        for axis, cols in enumerate(self._columns()):
+            if cols.size:  # that axis's own 1-D caches, its columns taken
+                c, s = self._cos_sin(pos3[axis], flat_cos.dtype, None, seq_len, backend, grid=False)
+                flat_cos[:, cols] = c[:, cols]
+                flat_sin[:, cols] = s[:, cols]
+        return (out_cos, out_sin) if out is None else out
+
+    def _columns(self):
+        """The cache columns of each M-RoPE axis (both of each of its pairs)."""
+        n = self._n_freq
+        if self._neox:
+            return tuple(np.concatenate((j, j + n)) for j in self._axes)
+        return tuple(np.concatenate((2 * j, 2 * j + 1)) for j in self._axes)
+
+    def _rotate_table(self, q, k, positions, offset, seq_len, backend, qk: bool, inverse: bool):
+        """M-RoPE and inverse rotations: every argument checked, then the table of doubles
+        of the positions (each pair from its axis's row; the sine negated for the inverse)
+        rotates ``q`` (and ``k``)."""
+        core = _load_core()
+        name = "q" if qk else "x"
+        check_inplace(q, name)
+        if qk:
+            check_inplace(k, "k")
+            core.check_qk(q, k)
+        head_dim = self._spec.head_dim
+        if q.shape[-1] != head_dim:
+            raise ValueError(f"{name} must have head_dim = {head_dim} values in its last axis, got shape {q.shape}")
+        if positions is None:
+            check_int("offset", offset, low=0)
+        else:
+            if check_int("offset", offset, low=0):
+                raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
+            offset = None
+        seq_len = _scaling.check_seq_len(seq_len)
+        if self._axes is not None:
+            if positions is None:
+                run = core.rotation_positions(q, None, offset)
+                pos = np.broadcast_to(run, (3, run.shape[0]))
+                stride = 0
+            else:
+                pos, stride = self._mrope_rotation_positions(q, positions)
+        else:
+            _refuse_3d(positions)
+            pos = core.rotation_positions(q, positions, offset)
+            stride = pos.shape[1] if pos.ndim == 2 else 0
+            pos = pos.reshape(1, -1)
+        if seq_len is None and self._values is None:
+            seq_len = int(pos.max()) + 1 if pos.size else 0
+        freqs, af = self._at(seq_len)
+        core._check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, None)
+        _, module = _backends.resolve(backend)
+        if not pos.size:
+            return q
+        table = self._signed_table(module, pos, None, freqs, af, inverse)
+        _rotate_on_table(module, backend, q, k, table, stride, self._neox)
+        return q
+
+    def _mrope_rotation_positions(self, q, positions):
+        """Checked M-RoPE positions of a rotation of ``q``: ``(3, rows)`` uint32 and the
+        table's batch stride (``seq`` for ``(3, batch, seq)`` positions, else 0)."""
+        n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
+        shapes = ((3, n_seq),) if q.ndim == 3 else ((3, n_seq), (3, q.shape[0], n_seq))
+        pos, grid = _mrope_positions(positions, shapes)
+        return pos, (n_seq if len(grid) == 2 else 0)
+
+    def _signed_table(self, module, mag, neg, freqs, af, inverse: bool) -> np.ndarray:
+        """``(rows, 2, n_freq)`` doubles: ``af * cos``, ``af * sin`` of ``mag`` (uint32,
+        ``(1, rows)`` for one axis or ``(3, rows)``, each pair from its axis's row), the sine
+        negated where ``neg`` (bool, as ``mag``) and everywhere for ``inverse``.  Negation
+        is exact: the table of ``-p`` is that of ``p`` with ``-S``."""
+        n = self._n_freq
+        rows = mag.shape[1]
+        axes = self._axes if mag.shape[0] == 3 else (None,)
+        table = np.empty((rows, 2, n), dtype=np.float64)
+        part = table if axes[0] is None else np.empty_like(table)
+        for axis, cols in enumerate(axes):
+            if cols is not None and not cols.size:
+                continue
+            module.rope_table(positions=np.ascontiguousarray(mag[axis], dtype=_U32), inv_freq=freqs,
+                              attention_factor=af, out=part)
+            if neg is not None:
+                sin = part[:, 1]
+                sin[neg[axis]] = -sin[neg[axis]]
+            if cols is not None:
+                table[:, :, cols] = part[:, :, cols]
+        if inverse:
+            np.negative(table[:, 1], out=table[:, 1])
+        return table
+
+    def rerotate_(self, k, delta, *, seq_len=None, backend=None):
+        """Rotate cached keys in place by a position delta and return ``k``: keys rotated
+        at ``p`` become the keys of ``p + delta`` (``R(p + d) = R(d) R(p)``), for context
+        shifting and attention sinks, without recomputing them.
+
+        ``k``: float32 ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``,
+        C-contiguous, writable.  ``delta``: an integer in ``(-2**32, 2**32)``, or an integer
+        array -- ``(tokens,)`` for ``(tokens, ...)`` keys; ``(batch,)`` or ``(batch, seq)``
+        for ``(batch, ...)`` keys; M-RoPE: a scalar (every axis), a 3-vector ``(3,)`` or
+        ``(3, tokens)``, ``(3, batch)``, ``(3, batch, seq)``.  A negative delta is the
+        inverse rotation by ``|delta|`` (exact: the cos/sin of ``|delta|``, the sine
+        negated).  The attention factor is *not* applied again: the cached keys already
+        carry it, so ``R(d)`` is the bare rotation.  Rules whose frequencies depend on the
+        length are refused: dynamic NTK always, LongRoPE at a ``seq_len`` past its original
+        length (``seq_len=None``: its short factors, HF's values at initialisation)."""
+        core = _load_core()
+        check_inplace(k, "k")
+        head_dim = self._spec.head_dim
+        if k.shape[-1] != head_dim:
+            raise ValueError(f"k must have head_dim = {head_dim} values in its last axis, got shape {k.shape}")
+        spec = self._spec
+        if spec.rope_type == "dynamic":
+            raise ValueError("rerotate_ needs frequencies that do not depend on the length: rope_type 'dynamic' "
+                             "changes them with every length past max_position_embeddings; rotate the keys again "
+                             "from their unrotated values")
+        seq_len = _scaling.check_seq_len(seq_len)
+        if self._values is None:
+            key = _scaling.length_key(spec, seq_len)
+            if key != _scaling.length_key(spec, None):
+                raise ValueError(f"rerotate_ needs frequencies that do not depend on the length: rope_type "
+                                 f"{spec.rope_type!r} at seq_len={seq_len} takes other frequencies than the "
+                                 "keys were rotated with (past its original length); rotate them again from their "
+                                 "unrotated values")
+            freqs = self._at_key(key)[0]
+        else:
+            freqs = self._values[0]
+        mag, neg, stride = _deltas(k, delta, self._axes is not None)
+        core._check_apart(((k, "k"),), delta, mag, None)
+        _, module = _backends.resolve(backend)
+        if not k.size or not mag.size:
+            return k
+        table = self._signed_table(module, mag, neg, freqs, 1.0, False)
+        _rotate_on_table(module, backend, k, None, table, stride, self._neox)
+        return k
 
     def _rotate_direct(self, q, k, positions, offset, seq_len, backend, qk: bool) -> bool:
         """Rotate a call whose arguments are plainly valid, straight through the kernels,
@@ -605,6 +791,137 @@ def _module(backend):
     if getter is None or kernel is not None:  # kept once its kernel is compiled
         _RESOLVED[key] = (name, module, (module, kernel))
     return module, kernel
+
+
+def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool) -> None:
+    """Rotate checked ``q`` (and ``k``) in place by a ``(rows, 2, n_freq)`` table of doubles:
+    row ``b * stride + s`` for sequence index ``s`` of batch ``b`` (``(tokens, ...)`` arrays:
+    row ``s``).  The compiled backend's rotation kernel where it has one, else the same
+    double arithmetic in NumPy (``float32(x1 * C - x2 * S)``, ``float32(x2 * C + x1 * S)``)."""
+    found = _module(backend)
+    kernel = found[1] if found is not None and found[0] is module else None
+    table = np.ascontiguousarray(table)
+    if kernel is not None:
+        d = q.shape[-1]
+        ks = (_NO_K, 0, 0, 0, 0) if k is None else None
+        if q.ndim == 4:
+            n_batch, hq, n_seq, _ = q.shape
+            sd = n_seq * d
+            if k is not None:
+                hk = k.shape[1]
+                ks = (k.reshape(-1), hk, hk * sd, sd, d)
+            kernel(q.reshape(-1), hq, hq * sd, sd, d, *ks, n_batch, 0, n_seq, table, stride, neox)
+        else:
+            n_seq, hq, _ = q.shape
+            if k is not None:
+                hk = k.shape[1]
+                ks = (k.reshape(-1), hk, 0, d, hk * d)
+            kernel(q.reshape(-1), hq, 0, d, hq * d, *ks, 1, 0, n_seq, table, 0, neox)
+        return
+    n = table.shape[2]
+    for x in (q, k):
+        if x is None or not x.size:
+            continue
+        if x.ndim == 4:
+            rows = table.reshape(-1 if stride else 1, x.shape[2], 2, n)[:, None]  # (b|1, 1, seq, 2, n)
+        else:
+            rows = table[:, None]  # (tokens, 1, 2, n)
+        c, s = rows[..., 0, :], rows[..., 1, :]
+        if neox:
+            a, b = x[..., :n], x[..., n:2 * n]
+        else:
+            a, b = x[..., 0:2 * n:2], x[..., 1:2 * n:2]
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        a[...] = (a64 * c - b64 * s).astype(np.float32)
+        b[...] = (b64 * c + a64 * s).astype(np.float32)
+
+
+def _refuse_3d(positions) -> None:
+    """A one-axis Rotary's positions are ``(seq,)`` or ``(batch, seq)``: a 3-D array is
+    M-RoPE's ``(3, batch, seq)``, named as such."""
+    ndim = getattr(positions, "ndim", None)
+    if ndim is None and isinstance(positions, (list, tuple)):
+        try:
+            ndim = np.asarray(positions).ndim
+        except (ValueError, TypeError):
+            return
+    if ndim is not None and ndim >= 3:
+        raise ValueError(f"positions must be 1-D (seq,) or 2-D (batch, seq), got {ndim} dimensions: M-RoPE's "
+                         "(3, batch, seq) positions need a Rotary with mrope_section")
+
+
+def _mrope_positions(positions, shapes):
+    """Checked M-RoPE positions: ``(3, rows)`` uint32 and the grid they came as (``(seq,)``
+    or ``(batch, seq)``); ``shapes``: the shapes allowed (``None``: any ``(3, seq)`` or
+    ``(3, batch, seq)``)."""
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"positions must be an array of integers, got {type(positions).__name__}")
+    try:
+        arr = np.asarray(positions)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"positions must be an array of integers: {exc}") from None
+    if arr.ndim not in (2, 3) or arr.shape[0] != 3:
+        raise ValueError("M-RoPE positions must have a leading axis of 3 (time, height, width): shape (3, seq) or "
+                         f"(3, batch, seq), got shape {arr.shape}")
+    if shapes is None:
+        shapes = (arr.shape,)
+    pos = check_position_grid(positions, shapes)
+    return pos.reshape(3, -1), pos.shape[1:]
+
+
+_DELTA_LIMIT = 1 << 32
+
+
+def _deltas(k, delta, mrope: bool):
+    """``(|delta|, delta < 0, stride)`` of a checked delta: uint32 and bool arrays of shape
+    ``(1 or 3, rows)`` -- one row per table row of ``k``'s rotation -- and the table's batch
+    stride."""
+    n_seq = k.shape[0] if k.ndim == 3 else k.shape[2]
+    n_batch = 1 if k.ndim == 3 else k.shape[0]
+    if isinstance(delta, (str, bytes)):
+        raise TypeError(f"delta must be an integer or an array of integers, got {type(delta).__name__}")
+    if isinstance(delta, (bool, np.bool_)):
+        raise TypeError(f"delta must be an integer, got {type(delta).__name__} {delta!r}")
+    if isinstance(delta, int) or isinstance(delta, np.integer):
+        value = int(delta)
+        if not -_DELTA_LIMIT < value < _DELTA_LIMIT:
+            raise ValueError(f"delta must be in (-2**32, 2**32), got {value}")
+        arr = np.full((3 if mrope else 1, 1), value, dtype=np.int64)
+        stride = 0
+        rows = n_seq
+    else:
+        try:
+            arr = np.asarray(delta)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"delta must be an integer or an array of integers: {exc}") from None
+        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "O" and arr.size == 0):
+            got = "booleans" if arr.dtype.kind == "b" else f"dtype {arr.dtype}"
+            raise TypeError(f"delta must hold integers, got {got}")
+        if arr.dtype.kind == "O" or (arr.size and (int(arr.min()) <= -_DELTA_LIMIT or int(arr.max()) >= _DELTA_LIMIT)):
+            bad = [v for v in arr.reshape(-1).tolist() if not -_DELTA_LIMIT < v < _DELTA_LIMIT] if arr.size else []
+            raise ValueError(f"delta must be in (-2**32, 2**32), got {bad[0] if bad else arr!r}")
+        lead = (3,) if mrope else ()
+        if k.ndim == 3:
+            allowed = {lead: "one", (*lead, n_seq): "token"}
+        else:
+            allowed = {lead: "one", (*lead, n_batch): "batch", (*lead, n_batch, n_seq): "token"}
+        kind = allowed.get(arr.shape)
+        if kind is None:
+            want = " or ".join(str(s) for s in allowed)
+            raise ValueError(f"delta must be an integer or have shape {want} for k of shape {k.shape}, "
+                             f"got {arr.shape}")
+        m = 3 if mrope else 1
+        arr = arr.astype(np.int64).reshape(m, -1)
+        if kind == "one":
+            stride, rows = 0, n_seq
+        elif kind == "batch":  # each batch's delta, along its sequence
+            arr = np.repeat(arr, n_seq, axis=1)
+            stride, rows = n_seq, None
+        else:
+            stride, rows = (n_seq if k.ndim == 4 else 0), None
+    if rows is not None:  # one delta for every row
+        arr = np.broadcast_to(arr[:, :1], (arr.shape[0], rows))
+    return np.abs(arr).astype(_U32), arr < 0, stride
 
 
 def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):

@@ -137,7 +137,10 @@ __all__ = [
 #: key of HF 5.24's ``ROPE_INIT_FUNCTIONS`` and the ``default`` rule of the model classes
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional")
 #: legacy names: early Phi-3 configs say ``"type": "su"`` for what is now ``longrope``
-_ALIASES = {"su": "longrope"}
+_ALIASES = {"su": "longrope", "mrope": "default"}
+#: the rope types that name M-RoPE itself: HF's Qwen2-VL config reads ``"type": "mrope"`` as
+#: the default rule with ``mrope_section`` (transformers 5 rewrites it to ``"default"``)
+_MROPE_NAMES = frozenset({"mrope"})
 #: the rules that read ``original_max_position_embeddings``: a model config's top-level value
 #: (Phi-3) takes precedence over the rope dict's, as HF reads it (legacy names included)
 ORIGINAL_LENGTH_TYPES = frozenset({"yarn", "llama3", "longrope", "su"})
@@ -169,7 +172,7 @@ TYPE_KEYS = {
                  "short_mscale", "long_mscale"),
     "proportional": ("factor",),
 }
-_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved")
 
 #: keys of a whole model config that no rope dict has: a ``scaling`` holding one of them is
 #: a config.json passed whole, whose rope_theta, head_dim and lengths sit beside its dict
@@ -225,6 +228,15 @@ class RopeSpec:
     short_mscale: float | None = None  # longrope (Phi-3.5-MoE): the attention factor, both or neither
     long_mscale: float | None = None
     partial_rotary_factor: float | None = None  # proportional: the share of head_dim // 2 pairs rotated
+    #: M-RoPE (Qwen-VL): pairs per axis (time, height, width), summing to ``rotary_dim / 2``;
+    #: ``None`` for one-axis RoPE.  ``mrope_interleaved``: Qwen3-VL's T H W T H W ... order
+    #: (else consecutive sections, Qwen2-VL / Qwen2.5-VL); ``None`` without sections.
+    mrope_section: tuple[int, int, int] | None = None
+    mrope_interleaved: bool | None = None
+
+    @property
+    def is_mrope(self) -> bool:
+        return self.mrope_section is not None
 
     @property
     def n_freq(self) -> int:
@@ -412,9 +424,75 @@ def resolve(
     _warn_unread_keys(scaling, rope_type, label)
     spec = dict(rope_type=rope_type, head_dim=head_dim, rotary_dim=rotary_dim, base=base,
                 max_position_embeddings=max_position_embeddings, partial_rotary_factor=prf)
+    spec.update(_mrope_params(scaling, rotary_dim, label))
     spec = RopeSpec(**spec, **_type_params(rope_type, scaling, rotary_dim, max_position_embeddings, label))
     _check_results(spec, label)
     return spec
+
+
+def _mrope_params(scaling: Mapping, rotary_dim: int, label: str) -> dict:
+    """``mrope_section`` (three non-negative ints summing to ``rotary_dim / 2``) and
+    ``mrope_interleaved`` (a bool) of the dict, or nothing for one-axis RoPE.  ``"type":
+    "mrope"`` needs a section; so does ``mrope_interleaved``."""
+    key = "rope_type" if "rope_type" in scaling else "type"
+    named = isinstance(scaling.get(key), str) and scaling[key].strip().lower() in _MROPE_NAMES
+    section = scaling.get("mrope_section")
+    interleaved = scaling.get("mrope_interleaved")
+    name = f"{label}['mrope_section']"
+    if interleaved is not None and not isinstance(interleaved, (bool, np.bool_)):
+        raise TypeError(f"{label}['mrope_interleaved'] must be true or false, got {type(interleaved).__name__} "
+                        f"{interleaved!r}")
+    if section is None:
+        if named:
+            raise ValueError(f"{name} is required for {label}[{key!r}] 'mrope' (the pairs of the time, height "
+                             "and width axes)")
+        if interleaved:
+            raise ValueError(f"{label}['mrope_interleaved'] needs {name} (the pairs of each axis)")
+        return {}
+    section = check_mrope_section(section, rotary_dim // 2, bool(interleaved), name)
+    return {"mrope_section": section, "mrope_interleaved": bool(interleaved)}
+
+
+def check_mrope_section(section, n_freq: int, interleaved: bool, name: str = "mrope_section") -> tuple[int, ...]:
+    """Three non-negative integers summing to ``n_freq`` (``rotary_dim / 2``); interleaved,
+    each axis's pairs must fit the T H W order (HF's strided columns), else a ValueError."""
+    if isinstance(section, (str, bytes, Mapping)) or not isinstance(section, (Sequence, np.ndarray)):
+        raise TypeError(f"{name} must be a list of 3 integers, got {type(section).__name__}")
+    if isinstance(section, np.ndarray) and section.ndim != 1:
+        raise ValueError(f"{name} must be a list of 3 integers, got an array of shape {section.shape}")
+    if len(section) != 3:
+        raise ValueError(f"{name} must have 3 entries (time, height, width), got {len(section)}")
+    out = []
+    for i, v in enumerate(section):
+        if not _is_int(v):
+            raise TypeError(f"{name}[{i}] must be an integer, got {type(v).__name__} {v!r}")
+        v = operator.index(v)
+        if v < 0:
+            raise ValueError(f"{name}[{i}] must be >= 0, got {v}")
+        out.append(v)
+    if sum(out) != n_freq:
+        raise ValueError(f"{name} must sum to rotary_dim/2 = {n_freq}, got {out} (sum {sum(out)})")
+    if interleaved:
+        counts = np.bincount(mrope_axes(tuple(out), True), minlength=3).tolist()
+        if counts != out:
+            raise ValueError(f"{name} {out} does not fit the interleaved order T H W T H W ... of {n_freq} pairs "
+                             f"(it gives {counts})")
+    return tuple(out)
+
+
+def mrope_axes(section: tuple[int, ...], interleaved: bool) -> np.ndarray:
+    """The axis (0 time, 1 height, 2 width) of each pair, ``int64 (sum(section),)``, as HF
+    picks them: consecutive sections (Qwen2-VL's split), or pair ``j`` from axis ``j % 3``
+    while that axis has pairs left, the time axis for the rest (Qwen3-VL's
+    ``recomposition_frequencies``: height ``1, 4, ... < 3 * section[1]``, width ``2, 5, ... <
+    3 * section[2]``)."""
+    n = sum(section)
+    if not interleaved:
+        return np.repeat(np.arange(3), section)
+    axes = np.zeros(n, dtype=np.int64)
+    for axis in (1, 2):
+        axes[axis:min(3 * section[axis], n):3] = axis
+    return axes
 
 
 def _rotary_dim(head_dim: int, rotary_dim, scaling: Mapping, label: str) -> int:

@@ -304,8 +304,8 @@ def test_unknown_rope_keys_are_reported_by_name():
                                                r"'beta_fast'\?\) is not a key of rope_type 'yarn'.*ignored"):
         rotary = Rotary.from_config(cfg)
     assert rotary.beta_fast == 32.0  # the default: the misspelt key was not read
-    with pytest.warns(RopeConfigWarning, match=r"scaling\['mrope_section'\], scaling\['finetuned'\] are not keys"):
-        rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "mrope_section": [1], "finetuned": True})
+    with pytest.warns(RopeConfigWarning, match=r"scaling\['temporal'\], scaling\['finetuned'\] are not keys"):
+        rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "temporal": [1], "finetuned": True})
 
 
 def test_notes_are_ignored():
