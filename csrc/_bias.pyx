@@ -301,7 +301,7 @@ cdef extern from "fastpe_mrope.h" nogil:
                            const int64_t *images, int64_t n_images, const int64_t *videos,
                            int64_t n_videos, int64_t merge, const int64_t *video_times,
                            int64_t *segments, int64_t *temporal, int64_t *deltas, int64_t *info)
-    void fastpe_mrope_fill(const int64_t *segments, int64_t s_begin, int64_t s_end,
+    void fastpe_mrope_fill(const int64_t *segments, int64_t n_seg, int64_t t_begin, int64_t t_end,
                            const int64_t *temporal, const int64_t *columns, int64_t n_columns,
                            int64_t *out, int64_t n_out)
     int fastpe_mrope_plan_columns_ok(const int64_t *columns, const int64_t *n_rows, int64_t batch,
@@ -393,6 +393,7 @@ def mrope_plan(const int64_t[::1] ids, const int64_t[::1] columns, const int64_t
 
 ctypedef struct _MropeCtx:
     const int64_t *segments
+    int64_t n_seg
     const int64_t *temporal
     const int64_t *columns
     int64_t n_columns
@@ -402,41 +403,45 @@ ctypedef struct _MropeCtx:
 
 cdef void _mrope_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _MropeCtx *c = <_MropeCtx *>ctx
-    fastpe_mrope_fill(c.segments, lo, hi, c.temporal, c.columns, c.n_columns, c.out, c.n_out)
+    fastpe_mrope_fill(c.segments, c.n_seg, lo, hi, c.temporal, c.columns, c.n_columns, c.out, c.n_out)
 
 
 def mrope_fill(const int64_t[:, ::1] segments, const int64_t[::1] temporal, const int64_t[::1] columns,
-               int64_t[:, ::1] out, Py_ssize_t s_begin=0, Py_ssize_t s_end=-1, int parts=1):
-    """Segments ``[s_begin, s_end)`` (all by default) of a plan written into ``out``
-    (``(3, batch * seq)``) at their columns (``columns[i]`` of attended token ``i``, or ``i``
-    itself when ``columns`` is empty)."""
+               int64_t[:, ::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+    """The plan's attended tokens ``[begin, end)`` (all of its segments' by default) written
+    into ``out`` (``(3, batch * seq)``) at their columns (``columns[i]`` of attended token ``i``,
+    or ``i`` itself when ``columns`` is empty); ``parts > 1`` cuts the tokens into that many
+    ranges on the pool.  The segments must be in token order, not overlapping, as the plan
+    writes them."""
     cdef Py_ssize_t n_seg = segments.shape[0], s
-    if s_end < 0:
-        s_end = n_seg
     if out.shape[0] != 3:
         raise ValueError(f"out must have 3 rows, got {out.shape[0]}")
     if n_seg and segments.shape[1] != FASTPE_MROPE_FIELDS:
         raise ValueError(f"segments must have 6 fields, got {segments.shape[1]}")
-    _check_range(n_seg, s_begin, s_end, "segments")
     cdef int64_t n_out = out.shape[1], n_tokens = columns.shape[0] if columns.shape[0] else n_out
-    cdef int64_t first, length, pos, grid_h, grid_w
-    for s in range(s_begin, s_end):
+    cdef int64_t first, length, pos, grid_h, grid_w, after = 0
+    for s in range(n_seg):
         first, length, pos, grid_h, grid_w = segments[s, 0], segments[s, 1], segments[s, 2], segments[s, 3], segments[s, 4]
-        if not (0 <= first < n_tokens and 1 <= length <= n_tokens - first and 0 <= pos < FASTPE_MROPE_LIMIT
+        if not (after <= first < n_tokens and 1 <= length <= n_tokens - first and 0 <= pos < FASTPE_MROPE_LIMIT
                 and 0 <= grid_h <= length and (grid_h == 0 or 1 <= grid_w <= length // grid_h)
                 and (grid_h == 0 or 0 <= segments[s, 5] <= temporal.shape[0] - length // (grid_h * grid_w))):
-            raise ValueError(f"segment {s} does not fit its {n_tokens} tokens and {temporal.shape[0]} time offsets")
-    if s_begin == s_end:
+            raise ValueError(f"segment {s} does not follow the one before it inside its {n_tokens} tokens "
+                             f"and {temporal.shape[0]} time offsets")
+        after = first + length
+    if end < 0:
+        end = after
+    _check_range(n_tokens, begin, end, "tokens")
+    if begin == end or n_seg == 0:
         return
     cdef const int64_t *p_cols = _ptr(columns)
     cdef const int64_t *p_seg = &segments[0, 0]
     cdef int64_t n_columns = columns.shape[0]
     cdef bint ok
     with nogil:
-        ok = n_columns == 0 or fastpe_mrope_fill_columns_ok(p_seg, s_begin, s_end, p_cols, n_out)
+        ok = n_columns == 0 or fastpe_mrope_fill_columns_ok(p_seg, 0, n_seg, p_cols, n_out)
     if not ok:
         raise ValueError(f"columns must be columns of out, in [0, {n_out})")
     cdef _MropeCtx c
-    c.segments, c.temporal, c.columns, c.n_columns = p_seg, _ptr(temporal), p_cols, n_columns
+    c.segments, c.n_seg, c.temporal, c.columns, c.n_columns = p_seg, n_seg, _ptr(temporal), p_cols, n_columns
     c.out, c.n_out = &out[0, 0], n_out
-    _run(_mrope_part, &c, s_begin, s_end, parts)
+    _run(_mrope_part, &c, begin, end, parts)

@@ -9,8 +9,8 @@
  * match its grid through info[1].
  *
  * The plan is serial (the image and video grids are consumed in order across the rows).  The
- * fill writes a range of segments: segments write disjoint columns, so the worker pool
- * (fastpe_pool.h) can give each thread its own range.
+ * fill writes a range of tokens: the tokens write disjoint columns, so the worker pool
+ * (fastpe_pool.h) can give each thread its own range, whatever the sizes of the runs.
  */
 #ifndef FASTPE_MROPE_H
 #define FASTPE_MROPE_H
@@ -243,65 +243,100 @@ static void fastpe_mrope_plan(const int64_t *ids, const int64_t *columns, int64_
     info[0] = n_seg;
 }
 
-/* segments [s_begin, s_end) of the plan's (n, 6) rows into out: (3, n_out) row-major, at the
- * attended columns only */
-static void fastpe_mrope_fill(const int64_t *segments, int64_t s_begin, int64_t s_end,
+/* tokens [a, z) of one segment (0 <= a < z <= its length) into out's three rows */
+static inline void fastpe_mrope_fill_part_(const int64_t *seg, int64_t a, int64_t z, const int64_t *temporal,
+                                           const int64_t *columns, int64_t n_columns, int64_t *t_row,
+                                           int64_t *h_row, int64_t *w_row)
+{
+    int64_t first = seg[0], length = seg[1], pos = seg[2], grid_h = seg[3], grid_w = seg[4];
+    /* a segment whose tokens are adjacent columns (always, unless the mask has holes inside
+     * it) is written through a shifted index, not gathered column by column */
+    int64_t shift = 0;
+    int gather = n_columns != 0;
+    if (gather && columns[first + length - 1] - columns[first] == length - 1) {
+        shift = columns[first] - first;
+        gather = 0;
+    }
+    if (grid_h == 0) {
+        if (gather) {
+            for (int64_t i = a; i < z; i++) {
+                int64_t c = columns[first + i];
+                t_row[c] = h_row[c] = w_row[c] = pos + i;
+            }
+        } else {
+            int64_t c0 = first + shift;
+            for (int64_t i = a; i < z; i++)
+                t_row[c0 + i] = pos + i;
+            for (int64_t i = a; i < z; i++)
+                h_row[c0 + i] = pos + i;
+            for (int64_t i = a; i < z; i++)
+                w_row[c0 + i] = pos + i;
+        }
+        return;
+    }
+    /* whole frames only (a valid plan's run is exactly its frames) */
+    int64_t plane = grid_h * grid_w, whole = length / plane * plane;
+    if (z > whole)
+        z = whole;
+    if (a >= z)
+        return;
+    /* the first token's frame, row and column, then row by row */
+    int64_t ti = a / plane, hi = a % plane / grid_w, wi = a % grid_w, k = a;
+    const int64_t *tp = temporal + seg[5];
+    while (k < z) {
+        int64_t n = grid_w - wi < z - k ? grid_w - wi : z - k;
+        int64_t tv = pos + tp[ti], hv = pos + hi, base = first + k - wi;  /* token index of column 0 */
+        if (gather) {
+            for (int64_t x = wi; x < wi + n; x++) {
+                int64_t c = columns[base + x];
+                t_row[c] = tv;
+                h_row[c] = hv;
+                w_row[c] = pos + x;
+            }
+        } else {
+            int64_t c0 = base + shift;
+            for (int64_t x = wi; x < wi + n; x++)
+                t_row[c0 + x] = tv;
+            for (int64_t x = wi; x < wi + n; x++)
+                h_row[c0 + x] = hv;
+            for (int64_t x = wi; x < wi + n; x++)
+                w_row[c0 + x] = pos + x;
+        }
+        k += n;
+        wi = 0;
+        if (++hi == grid_h) {
+            hi = 0;
+            ti++;
+        }
+    }
+}
+
+/* the plan's tokens [t_begin, t_end) (counted as the segments' `first` counts them) written
+ * into out: (3, n_out) row-major, at the attended columns only.  `segments` (n_seg rows of 6)
+ * are in token order and do not overlap (as the plan writes them), so a range of tokens can
+ * go to each thread of the pool whatever the segments' sizes: a part starts in the segment
+ * holding t_begin (binary search) and may start or end inside a segment */
+static void fastpe_mrope_fill(const int64_t *segments, int64_t n_seg, int64_t t_begin, int64_t t_end,
                               const int64_t *temporal, const int64_t *columns, int64_t n_columns,
                               int64_t *out, int64_t n_out)
 {
     int64_t *t_row = out, *h_row = out + n_out, *w_row = out + 2 * n_out;
-    for (int64_t s = s_begin; s < s_end; s++) {
+    int64_t lo = 0, hi = n_seg;  /* the last segment starting at or before t_begin */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (segments[FASTPE_MROPE_FIELDS * mid] <= t_begin)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (int64_t s = lo; s < n_seg; s++) {
         const int64_t *seg = segments + FASTPE_MROPE_FIELDS * s;
-        int64_t first = seg[0], length = seg[1], pos = seg[2], grid_h = seg[3], grid_w = seg[4];
-        int64_t t_offset = seg[5];
-        /* a segment whose tokens are adjacent columns (always, unless the mask has holes
-         * inside it) is written through a shifted index, not gathered column by column */
-        int64_t shift = 0;
-        int gather = n_columns != 0;
-        if (gather && columns[first + length - 1] - columns[first] == length - 1) {
-            shift = columns[first] - first;
-            gather = 0;
-        }
-        if (grid_h == 0) {
-            if (gather) {
-                for (int64_t i = 0; i < length; i++) {
-                    int64_t c = columns[first + i];
-                    t_row[c] = h_row[c] = w_row[c] = pos + i;
-                }
-            } else {
-                int64_t c0 = first + shift;
-                for (int64_t i = 0; i < length; i++)
-                    t_row[c0 + i] = pos + i;
-                for (int64_t i = 0; i < length; i++)
-                    h_row[c0 + i] = pos + i;
-                for (int64_t i = 0; i < length; i++)
-                    w_row[c0 + i] = pos + i;
-            }
-            continue;
-        }
-        int64_t frames = length / (grid_h * grid_w), k = first;
-        for (int64_t ti = 0; ti < frames; ti++) {
-            int64_t tv = pos + temporal[t_offset + ti];
-            for (int64_t hi = 0; hi < grid_h; hi++, k += grid_w) {
-                int64_t hv = pos + hi;
-                if (gather) {
-                    for (int64_t wi = 0; wi < grid_w; wi++) {
-                        int64_t c = columns[k + wi];
-                        t_row[c] = tv;
-                        h_row[c] = hv;
-                        w_row[c] = pos + wi;
-                    }
-                } else {
-                    int64_t c0 = k + shift;
-                    for (int64_t wi = 0; wi < grid_w; wi++)
-                        t_row[c0 + wi] = tv;
-                    for (int64_t wi = 0; wi < grid_w; wi++)
-                        h_row[c0 + wi] = hv;
-                    for (int64_t wi = 0; wi < grid_w; wi++)
-                        w_row[c0 + wi] = pos + wi;
-                }
-            }
-        }
+        int64_t first = seg[0], last = seg[0] + seg[1];
+        if (first >= t_end)
+            break;
+        int64_t a = (t_begin > first ? t_begin : first) - first, z = (t_end < last ? t_end : last) - first;
+        if (a < z)
+            fastpe_mrope_fill_part_(seg, a, z, temporal, columns, n_columns, t_row, h_row, w_row);
     }
 }
 

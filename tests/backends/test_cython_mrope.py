@@ -112,6 +112,10 @@ def _spoil_fill(name: str, a: dict) -> dict:
         seg[0, 0] = -1
     elif name == "past-the-tokens":
         seg[-1, 1] += 1
+    elif name == "overlapping":
+        seg[1, 0] -= 1
+    elif name == "out-of-order":
+        a["segments"] = np.ascontiguousarray(seg[::-1])
     elif name == "empty":
         seg[0, 1] = 0
     elif name == "position-negative":
@@ -141,7 +145,7 @@ def _spoil_fill(name: str, a: dict) -> dict:
     return a
 
 
-FILL_SPOILS = ["first-negative", "past-the-tokens", "empty", "position-negative", "position-limit", "grid-width-0",
+FILL_SPOILS = ["first-negative", "past-the-tokens", "overlapping", "out-of-order", "empty", "position-negative", "position-limit", "grid-width-0",
                "grid-larger-than-run", "grid-product-overflow", "time-offsets-past-the-end", "time-offset-negative",
                "columns-out-of-range", "inner-column-out-of-range", "out-rows", "segment-width"]
 
@@ -163,22 +167,31 @@ def test_direct_fill_refuses_segments_past_out():
         _ext_bias.mrope_fill(**a)
 
 
+def _token_columns(a: dict) -> np.ndarray:
+    return a["columns"] if a["columns"].shape[0] else np.arange(a["out"].shape[1])
+
+
 @pytest.mark.parametrize("label", [c.label for c in CASES["mrope_fill"]()])
-@pytest.mark.parametrize("parts", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 64, 1000])
 def test_every_cut_gives_the_same_values(label, parts):
+    """Any number of token ranges -- ends inside text runs, inside an image's rows, more
+    ranges than segments -- writes each token once, with the reference's values."""
     a = _fill_case(label)
     want = a["out"].copy()
     ref.mrope_fill(a["segments"], a["temporal"], a["columns"], want)
     _ext_bias.mrope_fill(**a, parts=parts)
     assert np.array_equal(a["out"], want)
-    # a sub-range of segments writes their columns only
-    if a["segments"].shape[0] > 2:
+    # a range of tokens starting and ending inside segments writes those tokens' columns only
+    n_tokens = int(a["segments"][-1, 0] + a["segments"][-1, 1])
+    for lo, hi in ((1, n_tokens - 1), (n_tokens // 3, n_tokens // 3 + 7), (5, 6)):
+        if not 0 <= lo < hi <= n_tokens:
+            continue
         part = np.full_like(want, -1)
-        _ext_bias.mrope_fill(a["segments"], a["temporal"], a["columns"], part, 1, a["segments"].shape[0] - 1,
-                             parts=parts)
-        sub = np.full_like(want, -1)
-        ref.mrope_fill(a["segments"][1:-1], a["temporal"], a["columns"], sub)
-        assert np.array_equal(part, sub)
+        _ext_bias.mrope_fill(a["segments"], a["temporal"], a["columns"], part, lo, hi, parts=parts)
+        cols = _token_columns(a)[lo:hi]
+        expect = np.full_like(want, -1)
+        expect[:, cols] = want[:, cols]
+        assert np.array_equal(part, expect), (lo, hi)
 
 
 def test_the_large_case_takes_the_parallel_path():
@@ -187,7 +200,7 @@ def test_the_large_case_takes_the_parallel_path():
     work = n_tokens * _cython.MROPE_TOKEN_COST
     assert work >= _cython.PARALLEL_FROM
     if _cython.threads() > 1:
-        assert _cython._parts(a["segments"].shape[0], work) > 1
+        assert _cython._parts(n_tokens, work) > 1
 
 
 def test_sixteen_threads_at_once(monkeypatch):

@@ -302,10 +302,13 @@ def narrow16(bits32, bf16, out, ties) -> None:
 # ------------------------------------------------------------------------ M-RoPE positions
 # through _ext_bias (csrc/fastpe_mrope.h, the twin of fastpe._backends.numba.mrope): the plan
 # on the calling thread (the grids are consumed in order across the rows), the fill split
-# over ranges of segments on the pool
+# over ranges of tokens on the pool
 
 
-#: a token of the fill costs about this many table values (three int64 stores)
+#: a token of the fill counts as this much work (three int64 stores), so it is split from
+#: PARALLEL_FROM / 3 ~ 87k tokens: on a 2-CPU machine with the other CPU busy, two ranges
+#: were no faster than one up to ~30k tokens and at best ~1.3-1.8x faster from ~60k (the
+#: fill is a memory-bound write), sometimes slower; a whole 120k-token call measured the same
 MROPE_TOKEN_COST = 3
 
 
@@ -316,5 +319,6 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
 
 
 def mrope_fill(segments, temporal, columns, out) -> None:
-    n_tokens = columns.shape[0] or out.shape[1]
-    _call(_ext_bias.mrope_fill, (segments, temporal, columns, out), segments.shape[0], n_tokens * MROPE_TOKEN_COST)
+    """Cut into ranges of tokens (whatever the sizes of the runs) on the pool."""
+    n_tokens = int(segments[-1, 0] + segments[-1, 1]) if segments.shape[0] else 0
+    _call(_ext_bias.mrope_fill, (segments, temporal, columns, out), n_tokens, n_tokens * MROPE_TOKEN_COST)
