@@ -320,5 +320,5 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
 
 def mrope_fill(segments, temporal, columns, out) -> None:
     """Cut into ranges of tokens (whatever the sizes of the runs) on the pool."""
-    n_tokens = int(segments[-1, 0] + segments[-1, 1]) if segments.shape[0] else 0
+    n_tokens = columns.shape[0] or out.shape[1]  # a plan's segments hold every attended token
     _call(_ext_bias.mrope_fill, (segments, temporal, columns, out), n_tokens, n_tokens * MROPE_TOKEN_COST)
