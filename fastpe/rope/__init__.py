@@ -77,6 +77,7 @@ __all__ = [
     "cos_sin",
     "apply_",
     "apply_qk_",
+    "rerotate_",
     "permute_qk_weight",
     "resolve",
     "ROPE_TYPES",
@@ -244,6 +245,7 @@ def apply_(
     seq_len=None,
     max_position_embeddings=None,
     backend: str | None = None,
+    inverse=False,
 ):
     """Rotate ``x`` in place by RoPE and return it.
 
@@ -256,11 +258,13 @@ def apply_(
     multiplies by ``attention_factor``, as HF's cos/sin do.  ``seq_len=None`` means the
     largest position plus one (see the module notes).  Everything is validated before ``x``
     is touched.  The same bits as ``Rotary(...).apply_(x, positions, ...)``, which checks
-    the configuration once instead of on every call.
+    the configuration once instead of on every call.  M-RoPE (``scaling`` with
+    ``mrope_section``): positions ``(3, ...)``; ``inverse=True``: the transpose rotation
+    (see :meth:`Rotary.apply_`).
     """
     return _rotate(x, None, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
-                   max_position_embeddings=max_position_embeddings, backend=backend)
+                   max_position_embeddings=max_position_embeddings, backend=backend, inverse=inverse)
 
 
 def apply_qk_(
@@ -277,6 +281,7 @@ def apply_qk_(
     seq_len=None,
     max_position_embeddings=None,
     backend: str | None = None,
+    inverse=False,
 ):
     """Rotate queries and keys in place in one pass; return ``(q, k)``.
 
@@ -286,11 +291,41 @@ def apply_qk_(
     """
     return _rotate(q, k, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
-                   max_position_embeddings=max_position_embeddings, backend=backend, qk_call=True)
+                   max_position_embeddings=max_position_embeddings, backend=backend, qk_call=True,
+                   inverse=inverse)
+
+
+def rerotate_(
+    k,
+    delta,
+    *,
+    head_dim=None,
+    layout: str = "neox",
+    rotary_dim=None,
+    base=None,
+    scaling=None,
+    seq_len=None,
+    max_position_embeddings=None,
+    backend: str | None = None,
+):
+    """Rotate cached keys in place by a position ``delta`` and return ``k`` (context
+    shifting, attention sinks): keys rotated at ``p`` become those of ``p + delta``.  The
+    arguments of :func:`apply_` and what :meth:`Rotary.rerotate_` takes and refuses; the
+    attention factor is not applied again (the cached keys carry it)."""
+    from .._validate import check_inplace, check_int
+
+    check_inplace(k, "k")
+    if head_dim is None:
+        head_dim = k.shape[-1]
+    elif check_int("head_dim", head_dim) != k.shape[-1]:
+        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of k ({k.shape[-1]})")
+    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                    max_position_embeddings=max_position_embeddings, layout=layout)
+    return rotary.rerotate_(k, delta, seq_len=seq_len, backend=backend)
 
 
 def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
-            max_position_embeddings, backend, qk_call=False):
+            max_position_embeddings, backend, qk_call=False, inverse=False):
     from .._validate import check_inplace, check_int
 
     # the arrays first: head_dim is read from their shapes
@@ -305,7 +340,7 @@ def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, off
         raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({q.shape[-1]})")
     rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                     max_position_embeddings=max_position_embeddings, layout=layout)
-    rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk)
+    rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk, inverse=inverse)
     return (q, k) if qk else q
 
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from fastpe.rope import Rotary, mrope_positions
-from fastpe.rope import _scaling
 
 torch = pytest.importorskip("torch")
 

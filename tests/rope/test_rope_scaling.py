@@ -181,8 +181,8 @@ def test_yarn_explicit_factor_wins_over_the_implicit_ratio():
 def test_legacy_type_key_su_alias_and_ignored_keys():
     a = rope.inv_freq(64, scaling={"type": "linear", "factor": 2.0})
     # keys the type does not read are ignored, as HF ignores them, and named in a warning, as HF names them
-    with pytest.warns(rope.RopeConfigWarning, match=r"scaling\['finetuned'\], scaling\['mrope_section'\] are not keys"):
-        b = rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "finetuned": True, "mrope_section": [1]})
+    with pytest.warns(rope.RopeConfigWarning, match=r"scaling\['finetuned'\], scaling\['temporal'\] are not keys"):
+        b = rope.inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0, "finetuned": True, "temporal": [1]})
     c = rope.inv_freq(64, scaling={"rope_type": "linear", "type": "yarn", "factor": 2.0})  # rope_type wins
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[0], c[0])
