@@ -163,8 +163,11 @@ def _settings_of(model, config) -> tuple[str, dict]:
         if not _is_int(out[key]):
             raise TypeError(f"config: {key} must be an integer, got {out[key]!r}")
         out[key] = int(out[key])
-    if out["spatial_merge_size"] < 1:
-        raise ValueError(f"config: spatial_merge_size must be >= 1, got {out['spatial_merge_size']}")
+    for key in ("image_token_id", "video_token_id"):  # compared with int64 token ids by the kernels
+        if not -(1 << 63) <= out[key] < 1 << 63:
+            raise ValueError(f"config: {key} must fit in int64, got {out[key]}")
+    if not 1 <= out["spatial_merge_size"] <= 1 << 20:
+        raise ValueError(f"config: spatial_merge_size must be in [1, 2**20], got {out['spatial_merge_size']}")
     if out["image_token_id"] == out["video_token_id"]:
         raise ValueError("config: image_token_id and video_token_id must differ")
     if "tokens_per_second" in out:  # an int, as transformers' config class requires
