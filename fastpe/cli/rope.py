@@ -9,10 +9,17 @@ layers of a config with per-layer rope parameters); options given on the command
 override what it found.  The numbers come from :mod:`fastpe.rope`; this module only
 gathers arguments and writes the file.  The library's warnings (``RopeConfigWarning``:
 what HF's validators warn of) are printed as ``Warning:`` lines on stderr.
+
+M-RoPE (a Qwen-VL config, or a rope dict with ``mrope_section``) takes its 3-D positions
+from ``--positions``, a ``.npy`` of ``(3, seq)`` integers (time, height, width, as
+:func:`fastpe.rope.mrope_positions` gives them), instead of ``--max-len``'s ``0 .. N-1``;
+the spec records them as their nested list, or past :data:`SPEC_POSITIONS` values as
+``{"shape": [3, seq], "sha256": HEX}``, the SHA-256 of their little-endian int64 bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -27,6 +34,8 @@ __all__ = ["rope", "read_scaling", "ENTRIES", "STACKED"]
 #: the arrays a file holds, in order; a .npy holds one array, STACKED (cos, sin on axis 0)
 ENTRIES = ("cos", "sin", "inv_freq", "attention_factor")
 STACKED = ("cos", "sin")
+#: positions a spec lists at most; more are recorded by their shape and digest
+SPEC_POSITIONS = 1 << 16
 
 
 #: what a JSON value that is not an object is, in JSON's own words
@@ -88,6 +97,32 @@ def _scaling_handler(ctx, param, value):
     return None if value is None else read_scaling(value)
 
 
+def _positions_handler(ctx, param, value):
+    """``--positions``: a ``.npy`` of ``(3, seq)`` integers, memory-mapped (values checked
+    once the config is known)."""
+    if value is None:
+        return None
+    try:
+        arr = options.open_npy(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if arr.ndim != 2 or arr.shape[0] != 3 or arr.dtype.kind not in "iu":
+        raise click.BadParameter(f"{value!r} holds {arr.dtype} of shape {arr.shape}; give a (3, seq) integer "
+                                 "array (M-RoPE's time, height and width positions)")
+    if arr.shape[1] == 0:
+        raise click.BadParameter(f"{value!r} holds no positions")
+    return arr
+
+
+def positions_spec(pos) -> object:
+    """M-RoPE positions as a spec records them (see the module's docstring)."""
+    import numpy as np
+
+    if pos.size <= SPEC_POSITIONS:
+        return np.asarray(pos, dtype=np.int64).tolist()
+    return {"shape": list(pos.shape), "sha256": hashlib.sha256(np.asarray(pos, dtype="<i8").tobytes()).hexdigest()}
+
+
 def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter(f"must be >= 1, got {value}")
@@ -117,7 +152,11 @@ def _positive(ctx, param, value):
               help="The model's max_position_embeddings (dynamic, yarn, llama3, longrope). "
               "Default: from the config.")
 @click.option("--seq-len", type=int, default=None, callback=_positive, metavar="N",
-              help="Sequence length for dynamic/longrope. Default: MAX_LEN, as HF's forward pass.")
+              help="Sequence length for dynamic/longrope. Default: MAX_LEN (with --positions, the largest "
+              "position plus one), as HF's forward pass.")
+@click.option("--positions", "positions", default=None, callback=_positions_handler, metavar="NPY",
+              help="M-RoPE only (a Qwen-VL config or a dict with mrope_section): a .npy of (3, seq) integer "
+              "positions (time, height, width); the caches are (seq, ROTARY_DIM), in place of --max-len.")
 @dtype_opt
 @options.backend_opt
 @output_opt("fastpe rope", "rope_<MAX_LEN>x<ROTARY_DIM>.npz",
@@ -125,7 +164,7 @@ def _positive(ctx, param, value):
             "array, cos and sin stacked: shape (2, MAX_LEN, ROTARY_DIM), axis 0 = (cos, sin).")
 @click.pass_context
 def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, layer_type,
-         max_position_embeddings, seq_len, dtype, backend, output) -> None:
+         max_position_embeddings, seq_len, positions, dtype, backend, output) -> None:
     """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz, .safetensors or .npy file.
 
     A .npz or .safetensors file holds cos and sin (MAX_LEN x ROTARY_DIM, --dtype, already
@@ -145,6 +184,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
       fastpe rope --scaling path/to/config.json --max-len 8192 -o llama3.npz
       fastpe rope --scaling gemma-3/config.json --layer-type sliding_attention --max-len 4096
       fastpe rope --head-dim 64 --max-len 4096 --scaling '{"rope_type": "linear", "factor": 2}'
+      fastpe rope --scaling qwen2-vl/config.json --positions position_ids.npy
     """
     import numpy as np
 
@@ -154,12 +194,15 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
 
     kind, data = scaling if scaling is not None else ("scaling", {})
     dtype = dtype.lower()
+    if positions is not None and max_len is not None:
+        raise options.InputError("give --max-len or --positions, not both (--positions sets the rows)")
+    rows = None
     found = []  # the library's warnings, printed once each
     with _warnings_to(found):
         if kind == "config":
             rotary, config_mpe = _from_config(data, layer_type, head_dim, base, rotary_dim,
                                               max_position_embeddings, layout)
-            if max_len is None and config_mpe is not None:
+            if max_len is None and config_mpe is not None and positions is None:
                 try:
                     max_len = options.max_len_handler(ctx, None, config_mpe)
                 except click.BadParameter as exc:  # say where the value came from: no option was given
@@ -181,7 +224,22 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
                 rotary = fr.Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
                                    max_position_embeddings=max_position_embeddings,
                                    layout=(layout or "neox").lower())
-        if max_len is None:
+        mrope = rotary.spec.mrope_section is not None
+        if mrope and positions is None:
+            raise options.InputError(
+                f"this RoPE is M-RoPE (mrope_section {list(rotary.spec.mrope_section)}): give its (3, seq) "
+                "positions with --positions (a .npy; fastpe.rope.mrope_positions computes them)")
+        if positions is not None:
+            if not mrope:
+                raise options.InputError("--positions is for M-RoPE (a Qwen-VL config, or mrope_section in the "
+                                         "rope dict); this RoPE takes positions 0 .. MAX_LEN-1 from --max-len")
+            from .._validate import check_position_grid
+
+            with options.library_errors():
+                rows = check_position_grid(np.asarray(positions), (positions.shape,), name="--positions")
+            if seq_len is None:
+                seq_len = int(rows.max()) + 1  # HF's forward pass: the largest position plus one
+        elif max_len is None:
             raise click.UsageError("Missing option '--max-len' (and no max_position_embeddings in a --scaling config)")
         if seq_len is None:
             seq_len = max_len  # what HF's forward pass sees for positions 0 .. max_len-1
@@ -190,22 +248,25 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
             name, _ = _backends.resolve(backend)
     _echo_warnings(found)
     spec = rotary.spec
-    path = output or default_path(f"rope_{max_len}x{spec.rotary_dim}.npz", "fastpe rope")
+    n_rows = max_len if rows is None else rows.shape[1]
+    stem = f"rope_{max_len}" if rows is None else f"rope_mrope_{n_rows}"
+    path = output or default_path(f"{stem}x{spec.rotary_dim}.npz", "fastpe rope")
+    recorded_positions = {"arange": max_len} if rows is None else positions_spec(rows)
 
     # the spec records the parameters: rope.cos_sin of them gives these bits -- the options
     # and the rope dict as given, or what the model config resolved to
     if kind == "config":
-        params = dict(positions={"arange": max_len}, head_dim=spec.head_dim, base=spec.base,
+        params = dict(positions=recorded_positions, head_dim=spec.head_dim, base=spec.base,
                       rotary_dim=None if spec.rope_type == "proportional" else spec.rotary_dim,
                       scaling=rule_dict(spec), seq_len=seq_len, max_position_embeddings=spec.max_position_embeddings,
                       layout=rotary.layout, dtype=dtype)
     else:
-        params = dict(positions={"arange": max_len}, head_dim=head_dim, base=base, rotary_dim=rotary_dim,
+        params = dict(positions=recorded_positions, head_dim=head_dim, base=base, rotary_dim=rotary_dim,
                       scaling=data, seq_len=seq_len, max_position_embeddings=max_position_embeddings,
                       layout=rotary.layout, dtype=dtype)
     recorded = make_spec("rope.cos_sin", params)
     names = STACKED if writer_for(path).one_array else ENTRIES
-    shape = (max_len, spec.rotary_dim)
+    shape = (n_rows, spec.rotary_dim)
     entries = [entry("cos", shape, dtype), entry("sin", shape, dtype),
                entry("inv_freq", inv.shape, inv.dtype), entry("attention_factor", (), "float64")]
     entries = [e for e in entries if e.name in names]
@@ -217,8 +278,8 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
     def compute():
         with warnings.catch_warnings():  # said once above
             warnings.simplefilter("ignore", fr.RopeConfigWarning)
-            cos, sin = rotary.cos_sin(np.arange(max_len, dtype=np.uint32), dtype=dtype, seq_len=seq_len,
-                                      backend=name)
+            pos = np.arange(max_len, dtype=np.uint32) if rows is None else rows
+            cos, sin = rotary.cos_sin(pos, dtype=dtype, seq_len=seq_len, backend=name)
         return {"cos": cos, "sin": sin, "inv_freq": np.array(inv), "attention_factor": np.float64(attention)}
 
     arrays, compute_s, write_s = write_arrays(path, entries, compute, recorded)
@@ -268,7 +329,8 @@ def rule_dict(spec) -> dict:
     out = {"rope_type": spec.rope_type}
     for key in ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
                 "mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor", "short_factor",
-                "long_factor", "short_mscale", "long_mscale", "partial_rotary_factor"):
+                "long_factor", "short_mscale", "long_mscale", "partial_rotary_factor", "mrope_section",
+                "mrope_interleaved"):
         value = getattr(spec, key, None)
         if value is not None:
             out[key] = list(value) if isinstance(value, tuple) else value

@@ -219,7 +219,8 @@ def cos_sin(
     ``inv_freq`` of :func:`inv_freq`; ``"float64"`` gives the doubles the kernels round from
     (absolute error below ``2**-45 * attention_factor``); ``"float16"`` and ``"bfloat16"``
     the correctly rounded values.  ``positions``: 1-D integers in ``[0, 2**32)``
-    (:meth:`Rotary.cos_sin` also takes ``(batch, seq)``).
+    (:meth:`Rotary.cos_sin` also takes ``(batch, seq)``); M-RoPE (``scaling`` with
+    ``mrope_section``): ``(3, seq)`` or ``(3, batch, seq)``, as :meth:`Rotary.cos_sin`.
     ``out``: ``None`` or a pair ``(cos, sin)`` of writable C-contiguous arrays of the output
     shape and one dtype (``dtype=None`` means theirs), apart in memory from each other and
     from ``positions``; they are filled and ``out`` is returned.
@@ -229,6 +230,8 @@ def cos_sin(
     """
     rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                     max_position_embeddings=max_position_embeddings, layout=layout)
+    if rotary._axes is not None:
+        return rotary._mrope_cos_sin(positions, dtype, out, seq_len, backend)
     return rotary._cos_sin(positions, dtype, out, seq_len, backend, grid=False)
 
 

@@ -475,3 +475,76 @@ def test_scaling_nested_too_deeply_is_exit_2(tmp_path, text):
     for value in (str(path), text):
         result = run("rope", "--head-dim", 8, "--max-len", 4, "--scaling", value)
         assert result.exit_code == 2 and "nested too deeply" in result.stderr, result.output
+
+
+# ---------------------------------------------------------------------------- M-RoPE
+
+QWEN2_VL_CONFIG = {"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2, "rope_theta": 1e6,
+                   "max_position_embeddings": 32768,
+                   "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+MROPE_IDS = np.array([[0, 1, 2, 3, 3, 3, 4], [0, 1, 2, 3, 3, 4, 5], [0, 1, 2, 3, 4, 3, 6]])
+
+
+@pytest.fixture
+def qwen2_vl(in_tmp):
+    (in_tmp / "qwen.json").write_text(json.dumps(QWEN2_VL_CONFIG))
+    np.save(in_tmp / "ids.npy", MROPE_IDS)
+    return in_tmp
+
+
+@pytest.mark.parametrize("out", ["m.npz", "m.npy"])
+def test_mrope_positions_write_the_mrope_caches(qwen2_vl, out):
+    result = run("rope", "--scaling", "qwen.json", "--positions", "ids.npy", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    match = SUMMARY.match(result.stdout)
+    assert match and (match["rows"], match["cols"]) == ("7", "128")
+    rotary = Rotary.from_config(QWEN2_VL_CONFIG)
+    cos, sin = rotary.cos_sin(MROPE_IDS, backend=DEFAULT)
+    if out.endswith(".npy"):
+        assert same_bits(np.load(out), np.stack((cos, sin)))
+        spec = json.loads((qwen2_vl / (out + ".json")).read_text())
+    else:
+        got = load(out)
+        assert same_bits(got["cos"], cos) and same_bits(got["sin"], sin)
+        spec = json.loads(str(got["spec"]))
+    params = spec["params"]
+    assert params["positions"] == MROPE_IDS.tolist()
+    assert params["scaling"]["mrope_section"] == [16, 24, 24]
+    again = rope.cos_sin(np.array(params["positions"]), **{k: v for k, v in params.items() if k != "positions"},
+                         backend=DEFAULT)
+    assert same_bits(again[0], cos)
+
+
+def test_mrope_dict_and_large_positions_recorded_by_digest(in_tmp, monkeypatch):
+    import hashlib
+
+    from fastpe.cli import rope as cli_rope
+
+    monkeypatch.setattr(cli_rope, "SPEC_POSITIONS", 6)
+    np.save("ids.npy", MROPE_IDS.astype(np.int32))
+    result = run("rope", "--head-dim", 16, "--scaling", '{"type": "mrope", "mrope_section": [2, 3, 3]}',
+                 "--positions", "ids.npy", "-o", "d.npz")
+    assert result.exit_code == 0, result.stderr
+    spec = json.loads(str(load("d.npz")["spec"]))
+    assert spec["params"]["positions"] == {
+        "shape": [3, 7], "sha256": hashlib.sha256(MROPE_IDS.astype("<i8").tobytes()).hexdigest()}
+    cos, _ = Rotary(16, scaling={"type": "mrope", "mrope_section": [2, 3, 3]}).cos_sin(MROPE_IDS, backend=DEFAULT)
+    assert same_bits(load("d.npz")["cos"], cos)
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--scaling", "qwen.json"], "--positions"),  # an M-RoPE config needs its positions
+    (["--head-dim", 64, "--positions", "ids.npy"], "M-RoPE"),  # not an M-RoPE rope
+    (["--scaling", "qwen.json", "--positions", "ids.npy", "--max-len", 7], "not both"),
+    (["--scaling", "qwen.json", "--positions", "bad.npy"], "(3, seq)"),
+    (["--scaling", "qwen.json", "--positions", "neg.npy"], "--positions"),
+    (["--scaling", "qwen.json", "--positions", "floats.npy"], "(3, seq)"),
+])
+def test_mrope_positions_refused_with_one_error_nothing_written(qwen2_vl, args, word):
+    np.save("bad.npy", np.zeros((2, 4), int))
+    np.save("neg.npy", -MROPE_IDS)
+    np.save("floats.npy", MROPE_IDS.astype(float))
+    before = sorted(os.listdir("."))
+    line = assert_one_line_error(run("rope", *args, "-o", "z.npz"))
+    assert word in line
+    assert sorted(os.listdir(".")) == before
