@@ -567,7 +567,18 @@ class Rotary:
         _, module = _backends.resolve(backend)
         if not pos.size:
             return q
-        table = self._signed_table(module, pos, None, freqs, af, inverse)
+        rows = pos.shape[1]
+        if rows <= _TABLE_ROWS:  # a decoding step's: kept, as the one-axis tables are
+            tables = self._tables
+            tkey = ("table", module, self._length_key(seq_len, 0), inverse, pos.shape[0], pos.tobytes())
+            table = tables.get(tkey)
+            if table is None:
+                table = self._signed_table(module, pos, None, freqs, af, inverse)
+                if len(tables) >= _MAX_TABLES:
+                    tables.clear()
+                tables[tkey] = table
+        else:
+            table = self._signed_table(module, pos, None, freqs, af, inverse)
         _rotate_on_table(module, backend, q, k, table, stride, self._neox)
         return q
 
@@ -588,17 +599,24 @@ class Rotary:
         rows = mag.shape[1]
         axes = self._axes if mag.shape[0] == 3 else (None,)
         table = np.empty((rows, 2, n), dtype=np.float64)
-        part = table if axes[0] is None else np.empty_like(table)
         for axis, cols in enumerate(axes):
-            if cols is not None and not cols.size:
+            if cols is None:  # one axis: every pair
+                part, f = table, freqs
+            elif not cols.size:
                 continue
-            module.rope_table(positions=np.ascontiguousarray(mag[axis], dtype=_U32), inv_freq=freqs,
+            else:  # each frequency's doubles are its own (the plan is per frequency): the axis's alone
+                part, f = np.empty((rows, 2, cols.size), dtype=np.float64), tuple(freqs[j] for j in cols)
+            module.rope_table(positions=np.ascontiguousarray(mag[axis], dtype=_U32), inv_freq=f,
                               attention_factor=af, out=part)
             if neg is not None:
                 sin = part[:, 1]
                 sin[neg[axis]] = -sin[neg[axis]]
             if cols is not None:
-                table[:, :, cols] = part[:, :, cols]
+                lo, hi = int(cols[0]), int(cols[-1]) + 1
+                if hi - lo == cols.size:  # a section: one block
+                    table[:, :, lo:hi] = part
+                else:
+                    table[:, :, cols] = part
         if inverse:
             np.negative(table[:, 1], out=table[:, 1])
         return table
@@ -639,13 +657,17 @@ class Rotary:
             freqs = self._at_key(key)[0]
         else:
             freqs = self._values[0]
-        mag, neg, stride = _deltas(k, delta, self._axes is not None)
+        mag, neg, kind = _deltas(k, delta, self._axes is not None)
         core._check_apart(((k, "k"),), delta, mag, None)
         _, module = _backends.resolve(backend)
         if not k.size or not mag.size:
             return k
         table = self._signed_table(module, mag, neg, freqs, 1.0, False)
-        _rotate_on_table(module, backend, k, None, table, stride, self._neox)
+        if kind == "token":
+            view, stride = k, (k.shape[2] if k.ndim == 4 else 0)
+        else:  # one row of the table per batch (or for all): every head and position of it, as one "position"
+            view, stride = k.reshape(k.shape[0] if kind == "batch" else 1, -1, 1, head_dim), int(kind == "batch")
+        _rotate_on_table(module, backend, view, None, table, stride, self._neox)
         return k
 
     def _rotate_direct(self, q, k, positions, offset, seq_len, backend, qk: bool) -> bool:
@@ -873,9 +895,9 @@ _DELTA_LIMIT = 1 << 32
 
 
 def _deltas(k, delta, mrope: bool):
-    """``(|delta|, delta < 0, stride)`` of a checked delta: uint32 and bool arrays of shape
-    ``(1 or 3, rows)`` -- one row per table row of ``k``'s rotation -- and the table's batch
-    stride."""
+    """``(|delta|, delta < 0, kind)`` of a checked delta: uint32 and bool arrays of shape
+    ``(1 or 3, rows)`` -- one row for all (``kind`` ``"one"``), per batch (``"batch"``) or
+    per token (``"token"``: ``k``'s rows in order)."""
     n_seq = k.shape[0] if k.ndim == 3 else k.shape[2]
     n_batch = 1 if k.ndim == 3 else k.shape[0]
     if isinstance(delta, (str, bytes)):
@@ -887,8 +909,7 @@ def _deltas(k, delta, mrope: bool):
         if not -_DELTA_LIMIT < value < _DELTA_LIMIT:
             raise ValueError(f"delta must be in (-2**32, 2**32), got {value}")
         arr = np.full((3 if mrope else 1, 1), value, dtype=np.int64)
-        stride = 0
-        rows = n_seq
+        kind = "one"
     else:
         try:
             arr = np.asarray(delta)
@@ -910,18 +931,8 @@ def _deltas(k, delta, mrope: bool):
             want = " or ".join(str(s) for s in allowed)
             raise ValueError(f"delta must be an integer or have shape {want} for k of shape {k.shape}, "
                              f"got {arr.shape}")
-        m = 3 if mrope else 1
-        arr = arr.astype(np.int64).reshape(m, -1)
-        if kind == "one":
-            stride, rows = 0, n_seq
-        elif kind == "batch":  # each batch's delta, along its sequence
-            arr = np.repeat(arr, n_seq, axis=1)
-            stride, rows = n_seq, None
-        else:
-            stride, rows = (n_seq if k.ndim == 4 else 0), None
-    if rows is not None:  # one delta for every row
-        arr = np.broadcast_to(arr[:, :1], (arr.shape[0], rows))
-    return np.abs(arr).astype(_U32), arr < 0, stride
+        arr = arr.astype(np.int64).reshape(3 if mrope else 1, -1)
+    return np.abs(arr).astype(_U32), arr < 0, kind
 
 
 def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
