@@ -39,7 +39,10 @@ stateless -- pass ``seq_len`` to reproduce that.
 Multimodal and vision RoPE.  :func:`mrope_positions` gives the 3-D (time, height, width)
 position ids of a Qwen2-VL / Qwen2.5-VL / Qwen3-VL prompt, equal to HF's ``get_rope_index``
 (:func:`mrope_next_positions` the decoding continuation; :func:`positions_from_attention_mask`
-and :func:`positions_from_cu_seqlens` the 1-D positions of padded and packed batches).
+and :func:`positions_from_cu_seqlens` the 1-D positions of padded and packed batches);
+a rope dict with ``mrope_section`` makes :class:`Rotary`, :func:`cos_sin`, :func:`apply_`
+and :func:`apply_qk_` take those ``(3, ...)`` positions.  ``inverse=True`` rotates back (the
+transpose); :func:`rerotate_` moves cached keys by a position delta.
 :func:`axial_cos_sin` gives exact N-axis caches for real-valued coordinates (FLUX, Wan,
 HunyuanVideo, CogVideoX, EVA/timm, Pixtral, Qwen2-VL's vision tower), and the grid builders
 (:func:`index_grid`, :func:`linspace_grid`, :func:`crop_grid`, :func:`timm_grid`,

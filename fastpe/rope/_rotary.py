@@ -106,8 +106,18 @@ class Rotary:
     :meth:`attention_factor_at` give them at any length (``length_dependent`` says which).
 
     Calls: :meth:`cos_sin`, :meth:`apply_`, :meth:`apply_qk_`, with positions ``(seq,)``
-    or ``(batch, seq)``; each checks only its positions and arrays.  Equal Rotaries (same
-    spec and layout) compare and hash equal; a Rotary cannot be modified.
+    or ``(batch, seq)``; each checks only its positions and arrays.  ``apply_`` and
+    ``apply_qk_`` take ``inverse=True`` (the transpose rotation); :meth:`rerotate_` moves
+    cached keys by a position delta.  Equal Rotaries (same spec and layout) compare and hash
+    equal; a Rotary cannot be modified.
+
+    M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): a rope dict with ``mrope_section`` (three pair
+    counts, time, height and width, summing to ``rotary_dim / 2``; ``"type": "mrope"`` is the
+    default rule with them) and, for Qwen3-VL's T H W T H W ... order, ``mrope_interleaved:
+    true`` -- else consecutive sections.  Its calls take positions with a leading axis of 3,
+    ``(3, seq)`` or ``(3, batch, seq)`` (:func:`fastpe.rope.mrope_positions`), and refuse
+    others; a one-axis Rotary refuses 3-D positions.  Any rule composes with it (YaRN's
+    attention factor multiplies every pair, as in HF and vLLM).
     """
 
     __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq",

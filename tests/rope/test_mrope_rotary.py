@@ -214,3 +214,22 @@ def test_positions_axis_refused_nothing_modified():
     with pytest.raises(ValueError, match="positions"):
         rotary.apply_(x, np.full((3, 4), -1))
     assert (x == 1).all()
+
+
+def test_yarn_mrope_matches_hf():
+    """YaRN's frequencies and attention factor under M-RoPE's section selection, as HF's
+    Qwen2-VL module (and vLLM's MRotaryEmbedding) compose them."""
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    sc = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+          "mrope_section": [16, 24, 24], "rope_theta": 1e6}
+    emb = Qwen2VLRotaryEmbedding(Qwen2VLTextConfig(hidden_size=256, num_attention_heads=2, rope_scaling=dict(sc),
+                                                   max_position_embeddings=32768))
+    rotary = Rotary(128, scaling=sc, max_position_embeddings=32768)
+    assert rotary.attention_factor == pytest.approx(emb.attention_scaling, rel=1e-15)
+    pos = _prompt_positions()
+    c, s = emb(torch.zeros(1), torch.as_tensor(pos))
+    cos, sin = rotary.cos_sin(pos)
+    np.testing.assert_allclose(cos, c.numpy(), atol=4e-6, rtol=0)
+    np.testing.assert_allclose(sin, s.numpy(), atol=4e-6, rtol=0)
