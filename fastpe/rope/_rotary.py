@@ -465,16 +465,81 @@ class Rotary:
         if inverse is False and self._axes is None \
                 and self._rotate_direct(x, None, positions, offset, seq_len, backend, False):
             return x
+        if self._axes is not None and self._mrope_direct(x, None, positions, offset, seq_len, backend, inverse):
+            return x
         return self._rotate(x, None, positions, offset, seq_len, backend, direct=False, inverse=inverse)
 
     def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False):
         """Rotate queries and keys in place in one pass and return ``(q, k)``, as
         :func:`fastpe.rope.apply_qk_` does (their head counts may differ); M-RoPE positions
         and ``inverse`` as :meth:`apply_`."""
-        if inverse is not False or self._axes is not None \
-                or not self._rotate_direct(q, k, positions, offset, seq_len, backend, True):
+        if self._axes is not None:
+            if not self._mrope_direct(q, k, positions, offset, seq_len, backend, inverse):
+                self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False, inverse=inverse)
+        elif inverse is not False or not self._rotate_direct(q, k, positions, offset, seq_len, backend, True):
             self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False, inverse=inverse)
         return q, k
+
+    def _mrope_direct(self, q, k, positions, offset, seq_len, backend, inverse) -> bool:
+        """An M-RoPE rotation of a few plainly valid positions (an integer ndarray ``(3,
+        seq)`` or ``(3, batch, seq)``, at most ``_TABLE_ROWS`` rows), straight to the kernel
+        on its kept table; False, having touched nothing, for anything else (the full path
+        checks it).  The checks of :meth:`_rotate_direct`, for three axes."""
+        if type(inverse) is not bool or type(q) is not np.ndarray or q.dtype is not _F32 \
+                or type(positions) is not np.ndarray or type(offset) is not int or offset:
+            return False
+        shape = q.shape
+        nd = len(shape)
+        if nd == 4:
+            n_batch, n_seq, d = shape[0], shape[2], shape[3]
+        elif nd == 3:
+            n_batch, n_seq, d = 1, shape[0], shape[2]
+        else:
+            return False
+        flags = q.flags
+        if d != self._head_dim or not (flags.c_contiguous and flags.writeable and flags.aligned) or not n_seq:
+            return False
+        if k is not None:
+            if type(k) is not np.ndarray or k.dtype is not _F32:
+                return False
+            ks = k.shape
+            if len(ks) != nd or ks[-1] != d or ks[0] != shape[0] or (nd == 4 and ks[2] != n_seq):
+                return False
+            flags = k.flags
+            if not (flags.c_contiguous and flags.writeable and flags.aligned) or np.may_share_memory(q, k):
+                return False
+        pshape = positions.shape
+        if pshape == (3, n_seq):
+            stride = 0
+        elif nd == 4 and pshape == (3, n_batch, n_seq):
+            stride = n_seq
+        else:
+            return False
+        if positions.size > 3 * _TABLE_ROWS or positions.dtype.kind not in "iu":
+            return False
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0 or hi >= _LIMIT or np.may_share_memory(q, positions) \
+                or (k is not None and np.may_share_memory(k, positions)):
+            return False
+        if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
+            return False
+        found = _module(backend)
+        if found is None or found[1] is None:
+            return False
+        module, kernel = found
+        pos = positions.astype(_U32, order="C").reshape(3, -1)
+        key = self._length_key(seq_len, hi)
+        tables = self._tables
+        tkey = ("table", module, key, inverse, 3, pos.tobytes())
+        table = tables.get(tkey)
+        if table is None:
+            freqs, af = self._values if key is None else self._at_key(key)
+            table = self._signed_table(module, pos, None, freqs, af, inverse)
+            if len(tables) >= _MAX_TABLES:
+                tables.clear()
+            tables[tkey] = table
+        _rotate_on_table(module, backend, q, k, table, stride, self._neox, kernel)
+        return True
 
     def _rotate(self, q, k, positions, offset, seq_len, backend, *, qk: bool = False, direct: bool = True,
                 inverse=False):
@@ -825,13 +890,14 @@ def _module(backend):
     return module, kernel
 
 
-def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool) -> None:
+def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kernel=None) -> None:
     """Rotate checked ``q`` (and ``k``) in place by a ``(rows, 2, n_freq)`` table of doubles:
     row ``b * stride + s`` for sequence index ``s`` of batch ``b`` (``(tokens, ...)`` arrays:
     row ``s``).  The compiled backend's rotation kernel where it has one, else the same
     double arithmetic in NumPy (``float32(x1 * C - x2 * S)``, ``float32(x2 * C + x1 * S)``)."""
-    found = _module(backend)
-    kernel = found[1] if found is not None and found[0] is module else None
+    if kernel is None:
+        found = _module(backend)
+        kernel = found[1] if found is not None and found[0] is module else None
     table = np.ascontiguousarray(table)
     if kernel is not None:
         d = q.shape[-1]

@@ -233,3 +233,24 @@ def test_yarn_mrope_matches_hf():
     cos, sin = rotary.cos_sin(pos)
     np.testing.assert_allclose(cos, c.numpy(), atol=4e-6, rtol=0)
     np.testing.assert_allclose(sin, s.numpy(), atol=4e-6, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("inverse", [False, True])
+def test_small_calls_same_bits_as_the_full_checks(backend, inverse):
+    """A few plainly valid positions go straight to the kernel on their kept table: the bits
+    of the full path (positions as a list take it), first call and kept table alike."""
+    rotary = Rotary(16, scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+    rng = np.random.default_rng(4)
+    for shape, pos_shape in (((2, 3, 1, 16), (3, 2, 1)), ((2, 3, 4, 16), (3, 4)), ((4, 3, 16), (3, 4))):
+        pos = rng.integers(0, 2**32, size=pos_shape).astype(np.uint32)
+        q, k = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        want_q, want_k = q.copy(), k.copy()
+        rotary.apply_qk_(want_q, want_k, pos.tolist(), backend=backend, inverse=inverse)
+        for _ in range(2):
+            a, b = q.copy(), k.copy()
+            rotary.apply_qk_(a, b, pos, backend=backend, inverse=inverse)
+            assert np.array_equal(a, want_q) and np.array_equal(b, want_k)
+            x = q.copy()
+            rotary.apply_(x, pos, backend=backend, inverse=inverse)
+            assert np.array_equal(x, want_q)
