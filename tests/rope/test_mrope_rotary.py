@@ -254,3 +254,38 @@ def test_small_calls_same_bits_as_the_full_checks(backend, inverse):
             x = q.copy()
             rotary.apply_(x, pos, backend=backend, inverse=inverse)
             assert np.array_equal(x, want_q)
+
+
+@pytest.mark.parametrize("backend", ["numba", "cython"])
+def test_one_rotary_from_threads(backend):
+    """One M-RoPE Rotary shared by threads (kept tables filled and cleared concurrently):
+    each thread's results are the serial ones."""
+    import threading
+
+    rotary = Rotary(16, scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+    rng = np.random.default_rng(5)
+    jobs = []
+    for i in range(8):
+        pos = rng.integers(0, 2**32, size=(3, 1 + i % 3)).astype(np.int64)
+        x = rng.standard_normal((1 + i % 3, 2, 16)).astype(np.float32)
+        want = x.copy()
+        Rotary(16, scaling={"type": "mrope", "mrope_section": [2, 3, 3]}).apply_(want, pos, backend=backend,
+                                                                               inverse=bool(i % 2))
+        jobs.append((pos, x, want, bool(i % 2)))
+    errors = []
+
+    def work(job):
+        pos, x, want, inverse = job
+        for _ in range(200):
+            y = x.copy()
+            rotary.apply_(y, pos, backend=backend, inverse=inverse)
+            if not np.array_equal(y, want):
+                errors.append(job)
+                return
+
+    threads = [threading.Thread(target=work, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
