@@ -77,6 +77,9 @@ _TABLE_ROWS = 32
 #: directly on a kept table; larger ones take the backend's own walk (the numba backend
 #: itself runs below this many values serially, the C backend in the calling thread)
 _DIRECT_PAIRS = 1 << 14
+#: rows of the largest table of doubles an M-RoPE, inverse or per-token re-rotation holds
+#: at once (4 MiB at head_dim 128): longer calls rotate a run of positions at a time
+_CHUNK_ROWS = 1 << 12
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _U32 = np.dtype(np.uint32)
@@ -652,10 +655,28 @@ class Rotary:
                 if len(tables) >= _MAX_TABLES:
                     tables.clear()
                 tables[tkey] = table
+            _rotate_on_table(module, backend, q, k, table, stride, self._neox)
         else:
-            table = self._signed_table(module, pos, None, freqs, af, inverse)
-        _rotate_on_table(module, backend, q, k, table, stride, self._neox)
+            self._rotate_chunks(module, backend, q, k, pos, None, freqs, af, inverse, stride)
         return q
+
+    def _rotate_chunks(self, module, backend, q, k, mag, neg, freqs, af, inverse: bool, stride: int) -> None:
+        """Rotate by the tables of ``mag`` (``(1 or 3, rows)``: ``rows`` the sequence, or
+        ``batch * seq`` where ``stride``) a run of sequence indices at a time, each table
+        at most :data:`_CHUNK_ROWS` rows: memory stays bounded whatever the length."""
+        n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
+        n_batch = mag.shape[1] // n_seq if stride else 1
+        step = max(1, _CHUNK_ROWS // n_batch)
+        m = mag.shape[0]
+        for s0 in range(0, n_seq, step):
+            s1 = min(n_seq, s0 + step)
+            if stride:  # each batch's rows of the run, batch after batch
+                sub = mag.reshape(m, n_batch, n_seq)[:, :, s0:s1].reshape(m, -1)
+                sub_neg = None if neg is None else neg.reshape(m, n_batch, n_seq)[:, :, s0:s1].reshape(m, -1)
+            else:
+                sub, sub_neg = mag[:, s0:s1], None if neg is None else neg[:, s0:s1]
+            table = self._signed_table(module, sub, sub_neg, freqs, af, inverse)
+            _rotate_on_table(module, backend, q, k, table, s1 - s0 if stride else 0, self._neox, s0=s0, s1=s1)
 
     def _mrope_rotation_positions(self, q, positions):
         """Checked M-RoPE positions of a rotation of ``q``: ``(3, rows)`` uint32 and the
@@ -737,12 +758,12 @@ class Rotary:
         _, module = _backends.resolve(backend)
         if not k.size or not mag.size:
             return k
-        table = self._signed_table(module, mag, neg, freqs, 1.0, False)
         if kind == "token":
-            view, stride = k, (k.shape[2] if k.ndim == 4 else 0)
+            self._rotate_chunks(module, backend, k, None, mag, neg, freqs, 1.0, False, int(k.ndim == 4))
         else:  # one row of the table per batch (or for all): every head and position of it, as one "position"
+            table = self._signed_table(module, mag, neg, freqs, 1.0, False)
             view, stride = k.reshape(k.shape[0] if kind == "batch" else 1, -1, 1, head_dim), int(kind == "batch")
-        _rotate_on_table(module, backend, view, None, table, stride, self._neox)
+            _rotate_on_table(module, backend, view, None, table, stride, self._neox)
         return k
 
     def _rotate_direct(self, q, k, positions, offset, seq_len, backend, qk: bool) -> bool:
@@ -890,36 +911,44 @@ def _module(backend):
     return module, kernel
 
 
-def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kernel=None) -> None:
-    """Rotate checked ``q`` (and ``k``) in place by a ``(rows, 2, n_freq)`` table of doubles:
-    row ``b * stride + s`` for sequence index ``s`` of batch ``b`` (``(tokens, ...)`` arrays:
-    row ``s``).  The compiled backend's rotation kernel where it has one, else the same
+def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kernel=None, *, s0: int = 0,
+                     s1: int | None = None) -> None:
+    """Rotate checked ``q`` (and ``k``) in place by a ``(rows, 2, n_freq)`` table of doubles,
+    sequence indices ``[s0, s1)`` (default: all): row ``b * stride + s - s0`` for sequence
+    index ``s`` of batch ``b`` (``(tokens, ...)`` arrays: row ``s - s0``).  The compiled
+    backend's rotation kernel where it has one -- a large call on the backend's threads, as
+    its own rope_apply runs it, where the backend has them where they were -- else the same
     double arithmetic in NumPy (``float32(x1 * C - x2 * S)``, ``float32(x2 * C + x1 * S)``)."""
     if kernel is None:
         found = _module(backend)
         kernel = found[1] if found is not None and found[0] is module else None
     table = np.ascontiguousarray(table)
+    n = table.shape[2]
+    if s1 is None:
+        s1 = q.shape[0] if q.ndim == 3 else q.shape[2]
     if kernel is not None:
         d = q.shape[-1]
         ks = (_NO_K, 0, 0, 0, 0) if k is None else None
+        hk = 0 if k is None else k.shape[1]
         if q.ndim == 4:
             n_batch, hq, n_seq, _ = q.shape
             sd = n_seq * d
             if k is not None:
-                hk = k.shape[1]
                 ks = (k.reshape(-1), hk, hk * sd, sd, d)
-            kernel(q.reshape(-1), hq, hq * sd, sd, d, *ks, n_batch, 0, n_seq, table, stride, neox)
+            args = (q.reshape(-1), hq, hq * sd, sd, d, *ks, n_batch, s0, s1, table, stride)
         else:
-            n_seq, hq, _ = q.shape
+            n_batch, hq = 1, q.shape[1]
             if k is not None:
-                hk = k.shape[1]
                 ks = (k.reshape(-1), hk, 0, d, hk * d)
-            kernel(q.reshape(-1), hq, 0, d, hq * d, *ks, 1, 0, n_seq, table, 0, neox)
+            args = (q.reshape(-1), hq, 0, d, hq * d, *ks, 1, s0, s1, table, 0)
+        work = n_batch * (s1 - s0) * (hq + hk) * 2 * n
+        if work < 2 * _DIRECT_PAIRS or not _threaded(module, kernel, args, neox, n_batch, s1 - s0, work):
+            kernel(*args, neox)
         return
-    n = table.shape[2]
     for x in (q, k):
         if x is None or not x.size:
             continue
+        x = x[s0:s1] if x.ndim == 3 else x[:, :, s0:s1]
         if x.ndim == 4:
             rows = table.reshape(-1 if stride else 1, x.shape[2], 2, n)[:, None]  # (b|1, 1, seq, 2, n)
         else:
@@ -932,6 +961,29 @@ def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kern
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         a[...] = (a64 * c - b64 * s).astype(np.float32)
         b[...] = (b64 * c + a64 * s).astype(np.float32)
+
+
+def _threaded(module, kernel, args, neox: bool, n_batch: int, n_seq: int, work: int) -> bool:
+    """Run a large rotation on the backend's threads as its rope_apply does (the C
+    backend's blocks, numba's parallel kernel behind its threading gate) and return True;
+    False where the backend no longer has what that needs (then it runs serially)."""
+    name = module.__name__
+    if name == "fastpe._backends.cython":
+        call, ext = getattr(module, "_call", None), getattr(module, "_ext", None)
+        seq = getattr(ext, "ROPE_SEQ", None)
+        if call is None or seq is None or kernel is not getattr(ext, "rope_apply", None):
+            return False
+        call(kernel, (*args, neox), n_batch * -(-n_seq // seq), work)
+        return True
+    if name == "fastpe._backends.numba.backend":
+        run, kernels = getattr(module, "_run", None), getattr(module, "_k", None)
+        parallel = getattr(kernels, "rope_apply_parallel", None)
+        serial = getattr(kernels, "rope_apply_serial", None)
+        if run is None or parallel is None or serial is None:
+            return False
+        run(parallel, serial, work, *args, neox)
+        return True
+    return False
 
 
 def _refuse_3d(positions) -> None:

@@ -289,3 +289,38 @@ def test_one_rotary_from_threads(backend):
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 12])
+def test_long_calls_in_runs_same_bits(monkeypatch, chunk):
+    """Long M-RoPE, inverse and per-token re-rotations rotate a run of positions at a time
+    (bounded tables), large ones on the backend's threads: every run length, every backend,
+    the same bits."""
+    from fastpe.rope import _rotary
+
+    monkeypatch.setattr(_rotary, "_CHUNK_ROWS", chunk)
+    rotary = Rotary(64, scaling={"type": "mrope", "mrope_section": [8, 12, 12]})
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 8, 70, 64)).astype(np.float32)  # 2 * 70 * 8 * 32 pairs: threaded
+    k = rng.standard_normal((2, 2, 70, 64)).astype(np.float32)
+    pos = rng.integers(0, 2**32, size=(3, 2, 70))
+    delta = rng.integers(-(2**32) + 1, 2**32, size=(2, 70))
+    results = {}
+    for backend in BACKENDS:
+        a, b = q.copy(), k.copy()
+        rotary.apply_qk_(a, b, pos, backend=backend)
+        rotary.apply_qk_(a, b, pos[:, 0], backend=backend, inverse=True)
+        t = a[0].transpose(1, 0, 2).copy()  # (tokens, heads, d)
+        rotary.apply_(t, pos[:, 1], backend=backend)
+        plain = Rotary(64)
+        c = b.copy()
+        plain.rerotate_(c, delta, backend=backend)
+        results[backend] = (a, b, t, c)
+    for backend in BACKENDS:
+        for got, want in zip(results[backend], results["python"]):
+            assert np.array_equal(got, want), backend
+    monkeypatch.setattr(_rotary, "_CHUNK_ROWS", 1 << 20)
+    a, b = q.copy(), k.copy()
+    rotary.apply_qk_(a, b, pos, backend="cython")
+    rotary.apply_qk_(a, b, pos[:, 0], backend="cython", inverse=True)
+    assert np.array_equal(a, results["python"][0]) and np.array_equal(b, results["python"][1])
