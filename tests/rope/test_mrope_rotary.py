@@ -324,3 +324,52 @@ def test_long_calls_in_runs_same_bits(monkeypatch, chunk):
     rotary.apply_qk_(a, b, pos, backend="cython")
     rotary.apply_qk_(a, b, pos[:, 0], backend="cython", inverse=True)
     assert np.array_equal(a, results["python"][0]) and np.array_equal(b, results["python"][1])
+
+
+FORK_SCRIPT = """
+import multiprocessing as mp, os, sys
+import numpy as np
+from fastpe.rope import Rotary
+
+BACKEND = sys.argv[1]
+ROTARY = Rotary(128, scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+RNG = np.random.default_rng(7)
+Q = RNG.standard_normal((1, 16, 300, 128)).astype(np.float32)
+POS = RNG.integers(0, 2**32, size=(3, 300))
+
+def run(_=None):
+    x = Q.copy()
+    ROTARY.apply_(x, POS, backend=BACKEND)
+    ROTARY.apply_(x, POS, backend=BACKEND, inverse=True)
+    ROTARY.rerotate_(x, np.broadcast_to(np.arange(300) - 150, (3, 1, 300)), backend=BACKEND)
+    return x.tobytes()
+
+WANT = run()                            # the parent rotates on the backend's threads first
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if run() == WANT else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+with mp.get_context("fork").Pool(2) as pool:
+    assert all(r == WANT for r in pool.map(run, range(4)))
+assert run() == WANT
+print("fork-ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["numba", "cython"])
+def test_fork_after_threaded_rotation(backend, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import fastpe_env
+
+    script = tmp_path / "fork_mrope.py"
+    script.write_text(FORK_SCRIPT)
+    try:
+        proc = subprocess.run([sys.executable, str(script), backend], capture_output=True, text=True, timeout=240,
+                              env=fastpe_env(), cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0 and "fork-ok" in proc.stdout, proc.stdout + proc.stderr
