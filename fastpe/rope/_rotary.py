@@ -592,11 +592,36 @@ class Rotary:
         if seq_len is None and self._values is None:
             seq_len = int(pos3.max()) + 1 if pos3.size else 0
         flat_cos, flat_sin = out_cos.reshape(-1, width), out_sin.reshape(-1, width)
-        for axis, cols in enumerate(self._columns()):
-            if cols.size:  # that axis's own 1-D caches, its columns taken
-                c, s = self._cos_sin(pos3[axis], flat_cos.dtype, None, seq_len, backend, grid=False)
-                flat_cos[:, cols] = c[:, cols]
-                flat_sin[:, cols] = s[:, cols]
+        if not pos3.shape[1]:
+            return (out_cos, out_sin) if out is None else out
+        freqs, af = self._at(seq_len)
+        core = _load_core()
+        _, module = _backends.resolve(backend)
+        n = self._n_freq
+        for axis, pairs in enumerate(self._axes):
+            m = pairs.size
+            if not m:
+                continue
+            # that axis's caches for its own pairs: each value is its frequency's alone (the
+            # plan is per frequency), so these are the columns of the axis's 1-D caches
+            sub_cos = np.empty((pos3.shape[1], 2 * m), dtype=flat_cos.dtype)
+            sub_sin = np.empty_like(sub_cos)
+            core.fill_caches(module, np.ascontiguousarray(pos3[axis]), tuple(freqs[j] for j in pairs), af,
+                             self._layout, sub_cos, sub_sin)
+            lo = int(pairs[0])
+            block = int(pairs[-1]) + 1 - lo == m
+            for dst, src in ((flat_cos, sub_cos), (flat_sin, sub_sin)):
+                if self._neox and block:
+                    dst[:, lo:lo + m] = src[:, :m]
+                    dst[:, n + lo:n + lo + m] = src[:, m:]
+                elif block:
+                    dst[:, 2 * lo:2 * (lo + m)] = src
+                elif self._neox:
+                    dst[:, pairs] = src[:, :m]
+                    dst[:, pairs + n] = src[:, m:]
+                else:
+                    dst[:, 2 * pairs] = src[:, 0::2]
+                    dst[:, 2 * pairs + 1] = src[:, 1::2]
         return (out_cos, out_sin) if out is None else out
 
     def _columns(self):
