@@ -213,7 +213,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "table": ("sinusoid_range",),
     "forward": ("sinusoid_forward",),
     "rope_apply_qk": ("rope_apply", "rope_table"),
-    "rope_decode": ("rope_apply", "rope_table"),
+    "rope_decode": ("rope_apply", "rope_table", "rope_apply_table"),
     "rope_cos_sin": ("rope_cos_sin",),
     "family_table": ("sincos_rows",),
     "grid": ("sincos_rows", "grid_gather"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["geometry", "chunks", "chunk_positions", "apply_chunks", "TABLE_BYTES"]
+__all__ = ["geometry", "chunks", "chunk_positions", "apply_chunks", "table_args", "TABLE_BYTES"]
 
 #: the largest cos/sin table of doubles one chunk uses
 TABLE_BYTES = 32 << 20
@@ -76,3 +76,19 @@ def apply_chunks(q, k, positions, n_freq: int):
         table = np.empty((pos.shape[0], 2, n_freq), dtype=np.float64)
         args = (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table, pos_bstride)
         yield pos, table, args, n_batch * (s1 - s0) * (hq + hk) * 2 * n_freq
+
+
+def table_args(q, k, table, stride: int, begin: int, end: int):
+    """The rotation kernel's arguments for a table the caller filled (``rope_apply_table``):
+    ``(args, n_batch, work)``, ``args`` in the order :func:`apply_chunks` documents (table
+    row ``b * stride + s - begin`` for sequence index ``s`` of batch ``b``; 3-D arrays: one
+    batch, stride 0) and ``work`` counted as :func:`apply_chunks` counts it."""
+    n_batch, hq, _, _, bq, shq, ssq = geometry(q)
+    if k is None:
+        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
+    else:
+        _, hk, _, _, bk, shk, ssk = geometry(k)
+        xk = k.reshape(-1)
+    args = (q.reshape(-1), hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, begin, end, table,
+            stride if q.ndim == 4 else 0)
+    return args, n_batch, n_batch * (end - begin) * (hq + hk) * 2 * table.shape[2]

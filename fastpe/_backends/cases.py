@@ -132,6 +132,45 @@ def rope_apply() -> list[Case]:
     return cases
 
 
+def _rotation_table(r: np.random.Generator, rows: int, n_freq: int, negate: bool = False) -> np.ndarray:
+    """``(rows, 2, n_freq)`` doubles ``C``, ``S`` of random angles, scaled (an attention
+    factor), the sine negated where ``negate`` (an inverse rotation's table)."""
+    angle = r.uniform(-4.0, 4.0, (rows, n_freq))
+    table = np.stack([np.cos(angle), np.sin(angle)], axis=1) * 1.1
+    if negate:
+        table[:, 1] = -table[:, 1]
+    return np.ascontiguousarray(table)
+
+
+def rope_apply_table() -> list[Case]:
+    cases = []
+    r = np.random.default_rng(13)
+    for layout in ("neox", "gptj"):
+        nf = 8
+        q = _values(r, (40, 3, 2 * nf + 2), True)  # a partial rotary: the last two columns stay
+        k = _values(r, (40, 1, 2 * nf + 2), False)
+        cases.append(Case(f"{layout}-tokens", dict(q=q, k=k, table=_rotation_table(r, 40, nf), stride=0,
+                                                   begin=0, end=40, layout=layout)))
+        q = _values(r, (40, 2, 2 * nf), True)
+        cases.append(Case(f"{layout}-tokens-run-q-only", dict(q=q, k=None, table=_rotation_table(r, 17, nf),
+                                                              stride=0, begin=9, end=26, layout=layout)))
+        q4, k4 = _values(r, (2, 4, 70, 2 * nf), True), _values(r, (2, 2, 70, 2 * nf), False)
+        cases.append(Case(f"{layout}-shared-rows", dict(q=q4, k=k4, table=_rotation_table(r, 70, nf), stride=0,
+                                                        begin=0, end=70, layout=layout)))
+        q4, k4 = _values(r, (3, 4, 70, 2 * nf), True), _values(r, (3, 2, 70, 2 * nf), False)
+        cases.append(Case(f"{layout}-per-batch-rows-negated", dict(
+            q=q4, k=k4, table=_rotation_table(r, 3 * 70, nf, negate=True), stride=70, begin=0, end=70,
+            layout=layout)))
+        q4 = _values(r, (2, 3, 70, 2 * nf + 4), False)
+        cases.append(Case(f"{layout}-per-batch-run-q-only", dict(
+            q=q4, k=None, table=_rotation_table(r, 2 * 30, nf), stride=30, begin=20, end=50, layout=layout)))
+        q4, k4 = _values(r, (2, 8, 512, 64), False), _values(r, (2, 4, 512, 64), False)  # on threads
+        cases.append(Case(f"{layout}-parallel", dict(
+            q=q4, k=k4, table=_rotation_table(r, 2 * 512, 32, negate=True), stride=512, begin=0, end=512,
+            layout=layout)))
+    return cases
+
+
 #: frequency sets of the families: the spec's, fairseq's half-1, a grid axis, a timestep's
 _FAMILIES = {
     "spec": Geometric.spec(9, DEFAULT_BASE),
@@ -378,7 +417,7 @@ def mrope_fill() -> list[Case]:
 
 CASES: dict[str, Callable[[], list[Case]]] = {
     fn.__name__: fn
-    for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, sincos_rows,
+    for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, rope_apply_table, sincos_rows,
                sincos_real, grid_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix,
                mrope_plan, mrope_fill)
 }

@@ -93,6 +93,30 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
                                          attention_factor)
 
 
+def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
+    """The given doubles' rotation in NumPy: each pair's ``C``, ``S`` picked by an explicit
+    row index per ``(batch, sequence index)``, then ``float32(x1 * C - x2 * S)``,
+    ``float32(x2 * C + x1 * S)`` in double arithmetic (IEEE, inf and NaN included)."""
+    n_freq = table.shape[2]
+    j1, j2 = zip(*(_columns(i, n_freq, layout) for i in range(n_freq)))
+    j1, j2 = list(j1), list(j2)
+    for x in (q, k):
+        if x is None or not x.size or end <= begin:
+            continue
+        if x.ndim == 3:  # (tokens, heads, head_dim): row t - begin
+            part = x[begin:end]
+            rows = table[np.arange(end - begin)][:, None]  # (tokens, 1, 2, n)
+        else:  # (batch, heads, seq, head_dim): row b * stride + s - begin
+            part = x[:, :, begin:end]
+            index = np.arange(x.shape[0])[:, None] * stride + np.arange(end - begin)[None, :]
+            rows = table[index][:, None]  # (batch, 1, seq, 2, n)
+        c, s = rows[..., 0, :], rows[..., 1, :]
+        a64, b64 = part[..., j1].astype(np.float64), part[..., j2].astype(np.float64)
+        with np.errstate(all="ignore"):  # IEEE results without warnings, as the compiled kernels
+            part[..., j1] = (a64 * c - b64 * s).astype(np.float32)
+            part[..., j2] = (b64 * c + a64 * s).astype(np.float32)
+
+
 # ----------------------------------------------------------------------- sinusoid families
 # Correctly rounded in out's own format (the fast kernels are within 1 ULP in float32 and
 # within 2**-45 absolute in float64).

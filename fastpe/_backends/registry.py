@@ -15,6 +15,14 @@ Callers reach an operation through :func:`fastpe._backends.resolve`, which retur
 backend typed as :class:`Backend`, and call it with keyword arguments only (a test walks
 the code and fails on a positional call), so a reordered signature cannot silently swap
 two arguments.
+
+Beside the operations, each compiled backend hands out its serial table-rotation kernel:
+``rotation_kernel()`` (in its ``__all__``) returns the callable that
+:meth:`Backend.rope_apply_table` runs below its threading threshold -- called positionally
+with the arguments :func:`fastpe._backends._walk.apply_chunks` documents, then ``neox``
+(a bool) -- or ``None`` where it is not ready (numba's, until compiled: the operation
+compiles it).  A caller that rotates many tiny calls (a decoding step) resolves it once
+and skips the operation's Python overhead; anything larger goes through the operation.
 """
 
 from __future__ import annotations
@@ -69,6 +77,19 @@ class Backend(Protocol):
         ``(tokens, heads, head_dim)`` with ``positions`` ``(tokens,)``, or both
         ``(batch, heads, seq, head_dim)`` with ``positions`` ``(seq,)`` or ``(batch, seq)``
         (``uint32``); head counts may differ, the other dimensions match."""
+
+    def rope_apply_table(self, q, k, table, stride, begin, end, layout) -> None:
+        """RoPE rotation of q (and k) in place from a given cos/sin table.
+
+        As :meth:`rope_apply` (same ``q``, ``k``, ``layout``), with the doubles given:
+        ``table`` ``float64`` ``(rows, 2, n_freq)``, ``C``, ``S`` per row (what
+        :meth:`rope_table` writes, possibly with the sine negated, or scaled), rotates the
+        first ``2 * n_freq`` columns as ``float32(x1 * C - x2 * S)``, ``float32(x2 * C + x1 *
+        S)``, at the sequence indices ``[begin, end)`` only (``0 <= begin <= end <= seq``,
+        ``tokens`` for 3-D arrays).  Sequence index ``s`` of batch ``b`` reads table row
+        ``b * stride + s - begin``: ``stride`` ``0`` (one row per index, shared by the batch;
+        always for 3-D arrays) or ``>= end - begin`` (a row per ``(batch, index)``); the
+        table has the rows that needs."""
 
     # ---------------------------------------------------------------- sinusoid families
     # (see fastpe._plans.frequencies and fastpe._plans.layouts).  ``freqs`` is a
@@ -197,6 +218,7 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "rope_cos_sin": (("out_cos", "out_sin"), "bits"),
     "rope_table": (("out",), "ulp"),
     "rope_apply": (("q", "k"), "ulp"),
+    "rope_apply_table": (("q", "k"), "bits"),
     "sincos_rows": (("out",), "ulp"),
     "sincos_real": (("out",), "ulp"),
     "grid_gather": (("out",), "bits"),

@@ -34,7 +34,7 @@ from ..._plans.t5 import bucket_plan
 from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from .._steps import step_plan
-from .._walk import apply_chunks
+from .._walk import apply_chunks, table_args
 from ..registry import OPERATIONS
 
 #: what the C kernels were compiled with, beside the home of each rule in fastpe._plans
@@ -56,7 +56,7 @@ if _STALE:
     raise ImportError(f"fastpe._backends.cython was built from other kernel constants ({', '.join(_STALE)}); rebuild it")
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
-__all__ = [*OPERATIONS, "build_info", "threads"]
+__all__ = [*OPERATIONS, "build_info", "threads", "rotation_kernel"]
 
 #: work is counted in table values (one complex product each); a value of ``forward`` costs
 #: about FORWARD_COST of them, as its row also needs an exact anchor
@@ -186,6 +186,16 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
         n_batch, s0, s1 = args[10:13]  # the order apply_chunks documents
         n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
         _call(_ext.rope_apply, (*args, neox), n_items, work)
+
+
+def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
+    args, n_batch, work = table_args(q, k, table, stride, begin, end)
+    _call(_ext.rope_apply, (*args, layout == "neox"), n_batch * -(-(end - begin) // _ext.ROPE_SEQ), work)
+
+
+def rotation_kernel():
+    """The C kernel of :func:`rope_apply_table`, every work item in the calling thread."""
+    return _ext.rope_apply
 
 
 # ----------------------------------------------------------------------- sinusoid families

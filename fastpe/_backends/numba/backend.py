@@ -23,14 +23,14 @@ from ..._plans import frequencies as _freq  # noqa: E402
 from ..._plans.t5 import bucket_plan  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._steps import step_plan  # noqa: E402
-from .._walk import apply_chunks  # noqa: E402
+from .._walk import apply_chunks, table_args  # noqa: E402
 from ..registry import OPERATIONS  # noqa: E402
 from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
 from . import mrope as _km  # noqa: E402
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
-__all__ = [*OPERATIONS, "threading_layer", "num_threads"]
+__all__ = [*OPERATIONS, "threading_layer", "num_threads", "rotation_kernel"]
 
 #: outputs below this many elements run serially
 SERIAL_BELOW = 1 << 15
@@ -97,6 +97,19 @@ def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
     for pos, table, args, work in apply_chunks(q, k, positions, len(inv_freq)):
         rope_table(pos, inv_freq, attention_factor, table)
         _run(_k.rope_apply_parallel, _k.rope_apply_serial, work, *args, layout == "neox")
+
+
+def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
+    args, _, work = table_args(q, k, table, stride, begin, end)
+    _run(_k.rope_apply_parallel, _k.rope_apply_serial, work, *args, layout == "neox")
+
+
+def rotation_kernel():
+    """The serial kernel of :func:`rope_apply_table` once compiled (its dispatcher, which
+    runs an already-compiled signature without compiling again), else ``None``: the
+    operation's first call compiles it (through the kernel's wrapper, which falls back
+    where the disk cache cannot be written)."""
+    return _k.rope_apply_serial._dispatcher
 
 
 # --------------------------------------------------------------------- sinusoid families
