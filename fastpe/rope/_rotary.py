@@ -927,8 +927,8 @@ def _module(backend):
         name, module = backends.resolve(backend)
     except (ValueError, TypeError, ImportError):
         return None
-    getter = _KERNELS.get(module.__name__)
-    kernel = getter(module) if getter is not None else None
+    getter = getattr(module, "rotation_kernel", None)  # the compiled backends' (fastpe._backends.registry)
+    kernel = getter() if getter is not None else None
     if len(_RESOLVED) >= 64:
         _RESOLVED.clear()
     if getter is None or kernel is not None:  # kept once its kernel is compiled
@@ -940,75 +940,37 @@ def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kern
                      s1: int | None = None) -> None:
     """Rotate checked ``q`` (and ``k``) in place by a ``(rows, 2, n_freq)`` table of doubles,
     sequence indices ``[s0, s1)`` (default: all): row ``b * stride + s - s0`` for sequence
-    index ``s`` of batch ``b`` (``(tokens, ...)`` arrays: row ``s - s0``).  The compiled
-    backend's rotation kernel where it has one -- a large call on the backend's threads, as
-    its own rope_apply runs it, where the backend has them where they were -- else the same
-    double arithmetic in NumPy (``float32(x1 * C - x2 * S)``, ``float32(x2 * C + x1 * S)``)."""
+    index ``s`` of batch ``b`` (``(tokens, ...)`` arrays: row ``s - s0``).  A small call runs
+    the backend's serial table-rotation kernel (its ``rotation_kernel()``) directly; anything
+    else, and every call of a backend without one, is the backend's ``rope_apply_table``
+    (its threads for a large call, as its rope_apply runs them)."""
     if kernel is None:
         found = _module(backend)
         kernel = found[1] if found is not None and found[0] is module else None
     table = np.ascontiguousarray(table)
-    n = table.shape[2]
     if s1 is None:
         s1 = q.shape[0] if q.ndim == 3 else q.shape[2]
     if kernel is not None:
         d = q.shape[-1]
-        ks = (_NO_K, 0, 0, 0, 0) if k is None else None
         hk = 0 if k is None else k.shape[1]
         if q.ndim == 4:
             n_batch, hq, n_seq, _ = q.shape
-            sd = n_seq * d
-            if k is not None:
-                ks = (k.reshape(-1), hk, hk * sd, sd, d)
-            args = (q.reshape(-1), hq, hq * sd, sd, d, *ks, n_batch, s0, s1, table, stride)
         else:
             n_batch, hq = 1, q.shape[1]
-            if k is not None:
-                ks = (k.reshape(-1), hk, 0, d, hk * d)
-            args = (q.reshape(-1), hq, 0, d, hq * d, *ks, 1, s0, s1, table, 0)
-        work = n_batch * (s1 - s0) * (hq + hk) * 2 * n
-        if work < 2 * _DIRECT_PAIRS or not _threaded(module, kernel, args, neox, n_batch, s1 - s0, work):
-            kernel(*args, neox)
-        return
-    for x in (q, k):
-        if x is None or not x.size:
-            continue
-        x = x[s0:s1] if x.ndim == 3 else x[:, :, s0:s1]
-        if x.ndim == 4:
-            rows = table.reshape(-1 if stride else 1, x.shape[2], 2, n)[:, None]  # (b|1, 1, seq, 2, n)
-        else:
-            rows = table[:, None]  # (tokens, 1, 2, n)
-        c, s = rows[..., 0, :], rows[..., 1, :]
-        if neox:
-            a, b = x[..., :n], x[..., n:2 * n]
-        else:
-            a, b = x[..., 0:2 * n:2], x[..., 1:2 * n:2]
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        a[...] = (a64 * c - b64 * s).astype(np.float32)
-        b[...] = (b64 * c + a64 * s).astype(np.float32)
-
-
-def _threaded(module, kernel, args, neox: bool, n_batch: int, n_seq: int, work: int) -> bool:
-    """Run a large rotation on the backend's threads as its rope_apply does (the C
-    backend's blocks, numba's parallel kernel behind its threading gate) and return True;
-    False where the backend no longer has what that needs (then it runs serially)."""
-    name = module.__name__
-    if name == "fastpe._backends.cython":
-        call, ext = getattr(module, "_call", None), getattr(module, "_ext", None)
-        seq = getattr(ext, "ROPE_SEQ", None)
-        if call is None or seq is None or kernel is not getattr(ext, "rope_apply", None):
-            return False
-        call(kernel, (*args, neox), n_batch * -(-n_seq // seq), work)
-        return True
-    if name == "fastpe._backends.numba.backend":
-        run, kernels = getattr(module, "_run", None), getattr(module, "_k", None)
-        parallel = getattr(kernels, "rope_apply_parallel", None)
-        serial = getattr(kernels, "rope_apply_serial", None)
-        if run is None or parallel is None or serial is None:
-            return False
-        run(parallel, serial, work, *args, neox)
-        return True
-    return False
+        if n_batch * (s1 - s0) * (hq + hk) * 2 * table.shape[2] < 2 * _DIRECT_PAIRS:
+            ks = (_NO_K, 0, 0, 0, 0) if k is None else None
+            if q.ndim == 4:
+                sd = n_seq * d
+                if k is not None:
+                    ks = (k.reshape(-1), hk, hk * sd, sd, d)
+                kernel(q.reshape(-1), hq, hq * sd, sd, d, *ks, n_batch, s0, s1, table, stride, neox)
+            else:
+                if k is not None:
+                    ks = (k.reshape(-1), hk, 0, d, hk * d)
+                kernel(q.reshape(-1), hq, 0, d, hq * d, *ks, 1, s0, s1, table, 0, neox)
+            return
+    module.rope_apply_table(q=q, k=k, table=table, stride=stride if q.ndim == 4 else 0, begin=s0, end=s1,
+                            layout="neox" if neox else "gptj")
 
 
 def _refuse_3d(positions) -> None:
@@ -1107,28 +1069,6 @@ def _small_positions(positions, max_ndim: int, limit: int | None = _TABLE_ROWS):
     if positions.dtype is _U32 and positions.flags.c_contiguous:
         return positions.reshape(-1), hi
     return positions.astype(_U32, order="C").reshape(-1), hi
-
-
-def _numba_rotation(module):
-    """The numba backend's serial rotation kernel once compiled (its dispatcher), else None:
-    the call then takes the backend's rope_apply, whose small calls compile it through the
-    kernel's own wrapper (which falls back where its disk cache cannot be written).  The
-    prepared calls pass one signature only (aligned C arrays, ints, a bool): once it is
-    compiled, the dispatcher runs it without compiling again."""
-    kernels = getattr(module, "_k", None)
-    return getattr(getattr(kernels, "rope_apply_serial", None), "_dispatcher", None)
-
-
-def _cython_rotation(module):
-    """The C backend's rotation kernel, every work item in the calling thread (None where
-    the backend no longer has it where it was: the backend's rope_apply runs instead)."""
-    return getattr(getattr(module, "_ext", None), "rope_apply", None)
-
-
-#: the rotation kernel of each compiled backend (taking the arguments
-#: fastpe._backends._walk.apply_chunks documents, and neox); other backends, and these where
-#: the kernel is not found, rotate through their rope_apply
-_KERNELS = {"fastpe._backends.numba.backend": _numba_rotation, "fastpe._backends.cython": _cython_rotation}
 
 
 def _reads_length(spec: RopeSpec) -> bool:

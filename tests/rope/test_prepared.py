@@ -445,14 +445,20 @@ def test_a_decoding_loop_reads_the_rows_computed_ahead(name):
 
 @pytest.mark.any_backend
 def test_without_a_direct_kernel_the_backends_walk_runs(monkeypatch):
-    """Where a compiled backend's rotation kernel is not found, its rope_apply rotates: the
-    same bits."""
+    """Where a compiled backend hands out no rotation kernel, its rope_apply and
+    rope_apply_table rotate: the same bits."""
     rotary = Rotary(HEAD_DIM)
     q0, k0 = _pair()
     want = {b: rotary.apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=b) for b in FAST}
-    monkeypatch.setattr(_rotary, "_KERNELS", {name: (lambda module: None) for name in _rotary._KERNELS})
+    back = {b: rotary.apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=b, inverse=True) for b in FAST}
+    moved = {b: rotary.rerotate_(k0.copy(), -5, backend=b) for b in FAST}
+    for backend in FAST:
+        monkeypatch.setattr(_backends.resolve(backend)[1], "rotation_kernel", lambda: None)
     monkeypatch.setattr(_rotary, "_RESOLVED", {})
     for backend in FAST:
         got = Rotary(HEAD_DIM).apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=backend)
         assert same_bits(got[0], want[backend][0]) and same_bits(got[1], want[backend][1])
+        got = Rotary(HEAD_DIM).apply_qk_(q0.copy(), k0.copy(), np.array([3, 9]), backend=backend, inverse=True)
+        assert same_bits(got[0], back[backend][0]) and same_bits(got[1], back[backend][1])
+        assert same_bits(Rotary(HEAD_DIM).rerotate_(k0.copy(), -5, backend=backend), moved[backend])
         assert _rotary._module(backend)[1] is None
