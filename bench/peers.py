@@ -205,7 +205,7 @@ def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
 
 
 #: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial")
 
 #: the backend operations each kind of workload runs (a float16/bfloat16 output adds narrow16);
 #: rope_apply's kernels read rope_table's doubles, so the apply workloads time both
@@ -223,6 +223,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "t5": ("t5_bucket_matrix",),
     "t5_positions": ("t5_bucket",),
     "mrope": ("mrope_plan", "mrope_fill"),
+    "axial": ("sincos_rows",),
 }
 #: query rows the python reference computes of an ALiBi bias (all heads, all keys)
 ALIBI_REFERENCE_QUERIES = 1
@@ -235,6 +236,10 @@ MROPE_SEQ = 4096
 MROPE_GRID = (1, 36, 52)
 #: Qwen-VL's token ids: image, vision start, vision end
 MROPE_IMAGE, MROPE_START, MROPE_END = 151655, 151652, 151653
+#: the axial workload: FLUX's image tokens at 1024 x 1024 (a 64 x 64 grid, one frame) and its
+#: per-axis widths (FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)))
+AXIAL_GRID = (1, 64, 64)
+AXIAL_DIMS = (16, 56, 56)
 
 
 def mrope_prompt(w: "Workload") -> tuple[np.ndarray, np.ndarray]:
@@ -327,6 +332,12 @@ WORKLOADS: dict[str, Workload] = {
             "t5-bucket-1M", "t5_positions", 1_000_000, 1,
             "T5 buckets of 1,000,000 random relative positions in (-2^20, 2^20) (int64)",
             dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS * 64,
+        ),
+        Workload(
+            "axial-flux-64x64", "axial", 2 * math.prod(AXIAL_GRID), sum(AXIAL_DIMS),
+            f"axial RoPE caches (FLUX): {AXIAL_GRID[1]}x{AXIAL_GRID[2]} image tokens, axes_dim "
+            f"{AXIAL_DIMS}, cos and sin float32 (2 x {math.prod(AXIAL_GRID)} x {sum(AXIAL_DIMS)})",
+            shape=AXIAL_GRID,
         ),
         Workload(
             "mrope-4096-2images", "mrope", 3, MROPE_SEQ,
@@ -475,6 +486,11 @@ def fastpe_family(w: Workload, backend: str | None, rows: int):
         relative = _family_module(w, backend)
         rel = w.relative_positions[:rows]
         return lambda: relative.t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128, backend=backend)
+    if w.kind == "axial":  # FLUX's image ids: the integer meshgrid of (frame, row, column)
+        from fastpe import rope
+
+        coords = rope.index_grid(w.shape)
+        return lambda: rope.axial_cos_sin(coords, AXIAL_DIMS, backend=backend)
     if w.kind == "mrope":  # the positions and the deltas are computed; the positions compared
         from fastpe.rope._mrope import mrope_positions
 
@@ -735,6 +751,26 @@ def _make_diffusers(w: Workload):
         raise Unavailable(f"diffusers not installed ({exc})") from None
     t = torch.from_numpy(w.timesteps)
     return lambda: get_timestep_embedding(t, w.d_model, flip_sin_to_cos=True, downscale_freq_shift=0)
+
+
+def _make_diffusers_flux(w: Workload):
+    """diffusers' ``FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56))`` on FLUX's image ids
+    (float64 ``(tokens, 3)``, made before timing, as the pipeline prepares them once)."""
+    torch = _torch()
+    try:
+        from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+    except ImportError as exc:
+        raise Unavailable(f"diffusers not installed ({exc})") from None
+    from fastpe import rope
+
+    embed = FluxPosEmbed(theta=10000, axes_dim=list(AXIAL_DIMS))
+    ids = torch.from_numpy(rope.index_grid(w.shape))
+
+    def run():
+        with torch.no_grad():
+            return embed(ids)
+
+    return run
 
 
 def numpy_timestep(t: np.ndarray, dim: int) -> np.ndarray:
@@ -1138,6 +1174,12 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         Implementation(
             "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"] + FAMILY["t5_positions"],
             note="memory - context positions (int64), then the bucket rule, as compute_bias does",
+        ),
+        Implementation(
+            "diffusers-flux", "diffusers FluxPosEmbed (torch, float64 angles)", "peer", _make_diffusers_flux,
+            FAMILY["axial"],
+            note="FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)) on the (4096, 3) image ids made before "
+            "timing; returns (cos, sin) float32, each frequency in two adjacent columns",
         ),
         Implementation(
             "hf-mrope", "HF transformers Qwen2VLModel.get_rope_index (torch)", "peer", _make_hf_mrope,

@@ -184,7 +184,7 @@ def process_table(entry: dict) -> list[str]:
 
 
 #: the families' workload kinds (``bench/peers.py``): their tables say how each row agrees
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial")
 
 
 def fmt_agreement(a: dict | None) -> str:
@@ -354,6 +354,14 @@ def goals(workloads: dict[str, dict], memory: dict | None = None) -> list[Goal]:
     key, work = "table-f16-2048x512", "table 2048x512 float16"
     faster(key, fastest(rows(key), "fastpe"), by_key(rows(key), "torch-tutorial-half"), 1,
            f"{work}: ≥ 1× torch's float32 table then .half()", work, "torch f32 table `.half()`")
+
+    key, work = "mrope-4096-2images", "M-RoPE position ids, 4096 tokens, two images"
+    faster(key, fastest(rows(key), "fastpe"), by_key(rows(key), "hf-mrope"), 10,
+           f"{work}: ≥ 10× HF's get_rope_index", work, "HF `get_rope_index`")
+
+    key, work = "axial-flux-64x64", "axial RoPE caches, FLUX 64x64"
+    faster(key, fastest(rows(key), "fastpe"), by_key(rows(key), "diffusers-flux"), 10,
+           f"{work}: ≥ 10× diffusers' FluxPosEmbed", work, "diffusers `FluxPosEmbed`")
 
     rs = rows("cli-2048x512")
     within("cli-2048x512", fastest(rs, "fastpe"), fastest(rs, "peer"), 1.5,

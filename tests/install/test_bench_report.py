@@ -89,7 +89,7 @@ def outcome(goals):
 def test_goals_are_the_table_and_read_the_right_rows():
     workloads, memory = report.collect(fake_run())
     goals = report.goals(workloads, memory)
-    assert len(goals) == 12  # eight rows of work, four of them with two goals
+    assert len(goals) == 14  # ten rows of work, four of them with two goals
     met = {g.text: g.met for g in goals}
     table = [g for g in goals if g.work == "table 2048x512 float32"]
     assert [g.met for g in table] == [True, True]
@@ -103,14 +103,14 @@ def test_goals_are_the_table_and_read_the_right_rows():
     assert bridge.met is True and bridge.ratio == "1.10× its time"
     cli = next(g for g in goals if "whole process" in g.work)
     assert cli.met is False and cli.ratio == "1.60× its time"
-    assert sum(v is None for v in met.values()) == 6  # 131072 table x2, apply x2, BLOOM, float16
+    assert sum(v is None for v in met.values()) == 8  # 131072 table x2, apply x2, BLOOM, float16, M-RoPE, axial
 
 
 def test_batched_rows_say_so():
     text, _ = report.render(fake_run())
     assert "| 50 × 100 calls |" in text
     assert "Rows timed in batches" in text
-    assert "**missed**" in text and "6 more not measured in this run" in text
+    assert "**missed**" in text and "8 more not measured in this run" in text
 
 
 PROSE_BEFORE = "# Benchmarks\r\n\r\nHand-written prose, CRLF, ünïcode — kept.\r\n\r\n"
@@ -153,7 +153,7 @@ def test_docs_rewrites_between_the_markers_only(tmp_path, capsys):
     summary = readme.read_text(encoding="utf-8")
     assert "old summary" not in summary
     assert "| table 2048x512 float32 | 100 µs | torch tutorial module, 2 ms | 20.0× faster | ≥ 10× faster | met |" in summary
-    assert "**3 of 12 goals met** (6 not measured in this run)" in summary  # table x2, the bridge
+    assert "**3 of 14 goals met** (8 not measured in this run)" in summary  # table x2, the bridge
     assert "(docs/benchmarks.md)" in summary
     # a second run changes nothing
     again = {p: p.read_bytes() for p in (tables, readme)}
