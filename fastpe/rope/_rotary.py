@@ -552,6 +552,21 @@ class Rotary:
             return self._rotate_table(q, k if qk else None, positions, offset, seq_len, backend, qk, bool(inverse))
         if direct and self._rotate_direct(q, k if qk else None, positions, offset, seq_len, backend, qk):
             return q
+        core, name, offset, seq_len = self._check_rotation(q, k, positions, offset, seq_len, qk)
+        _refuse_3d(positions)
+        pos = core.rotation_positions(q, positions, offset)
+        if seq_len is None and self._values is None:
+            seq_len = int(pos.max()) + 1 if pos.size else 0
+        freqs, af = self._at(seq_len)
+        core._check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, None)
+        _, module = _backends.resolve(backend)
+        core.rotate(module, q, k, pos, freqs, af, self._layout)
+        return q
+
+    def _check_rotation(self, q, k, positions, offset, seq_len, qk: bool):
+        """The checks every full-path rotation makes before anything is touched: ``q`` (and
+        ``k``) writable in place and of this head size, ``positions`` or ``offset`` (not
+        both), ``seq_len``.  Returns ``(core, name of q, offset or None, seq_len)``."""
         core = _load_core()
         name = "q" if qk else "x"
         check_inplace(q, name)
@@ -567,16 +582,7 @@ class Rotary:
             if check_int("offset", offset, low=0):
                 raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
             offset = None
-        seq_len = _scaling.check_seq_len(seq_len)
-        _refuse_3d(positions)
-        pos = core.rotation_positions(q, positions, offset)
-        if seq_len is None and self._values is None:
-            seq_len = int(pos.max()) + 1 if pos.size else 0
-        freqs, af = self._at(seq_len)
-        core._check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, None)
-        _, module = _backends.resolve(backend)
-        core.rotate(module, q, k, pos, freqs, af, self._layout)
-        return q
+        return core, name, offset, _scaling.check_seq_len(seq_len)
 
     # ------------------------------------------------- M-RoPE, inverse, re-rotation
 
@@ -635,22 +641,7 @@ class Rotary:
         """M-RoPE and inverse rotations: every argument checked, then the table of doubles
         of the positions (each pair from its axis's row; the sine negated for the inverse)
         rotates ``q`` (and ``k``)."""
-        core = _load_core()
-        name = "q" if qk else "x"
-        check_inplace(q, name)
-        if qk:
-            check_inplace(k, "k")
-            core.check_qk(q, k)
-        head_dim = self._spec.head_dim
-        if q.shape[-1] != head_dim:
-            raise ValueError(f"{name} must have head_dim = {head_dim} values in its last axis, got shape {q.shape}")
-        if positions is None:
-            check_int("offset", offset, low=0)
-        else:
-            if check_int("offset", offset, low=0):
-                raise ValueError(f"give positions or offset, not both (got positions and offset={offset!r})")
-            offset = None
-        seq_len = _scaling.check_seq_len(seq_len)
+        core, name, offset, seq_len = self._check_rotation(q, k, positions, offset, seq_len, qk)
         if self._axes is not None:
             if positions is None:
                 run = core.rotation_positions(q, None, offset)
