@@ -29,11 +29,10 @@ from fastpe import rope  # noqa: E402
 from fastpe.torch import RotaryEmbedding  # noqa: E402
 
 from support.cli import same_bits  # noqa: E402
+from support.inputs import LLAMA3
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "data" / "configs"
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
 
 
 def randn(*shape, seed=0, dtype=torch.float32):

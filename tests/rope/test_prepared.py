@@ -29,16 +29,7 @@ from fastpe import _backends, rope
 from fastpe.rope import Rotary, _rotary
 from fastpe.rope._core import apply_from_inv_freq, apply_qk_from_inv_freq, cos_sin_from_inv_freq
 from support.cli import same_bits
-
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
-
-
-def _longrope(n, original=16):
-    rng = np.random.default_rng(n)
-    return {"rope_type": "longrope", "short_factor": [float(v) for v in rng.uniform(0.9, 2, n)],
-            "long_factor": [float(v) for v in rng.uniform(1, 20, n)], "original_max_position_embeddings": original,
-            "factor": 4.0}
+from support.inputs import LLAMA3, longrope
 
 
 #: (head_dim 32) one configuration per rule: every rope_type Rotary takes
@@ -49,7 +40,7 @@ CONFIGS = {
     "dynamic": {"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 16},
     "yarn": {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, "base": 1e4},
     "llama3": {"scaling": LLAMA3, "base": 5e5},
-    "longrope": {"scaling": _longrope(16), "max_position_embeddings": 64},
+    "longrope": {"scaling": longrope(16), "max_position_embeddings": 64},
     "proportional": {"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 1.0}},
 }
 HEAD_DIM = 32

@@ -25,6 +25,7 @@ from fastpe import rope
 from fastpe._exact import rope_scaling as twin
 from fastpe.rope import _scaling
 from support.hf_rope import hf_bound_ulps, inv_freq_ulps
+from support.inputs import LLAMA3
 
 #: every backend it calls is named, or it calls none: the first run of make test decides it
 #: (tests/conftest.py deselects it in the default-only runs).  The LongRoPE dicts here are
@@ -33,8 +34,6 @@ from support.hf_rope import hf_bound_ulps, inv_freq_ulps
 pytestmark = [pytest.mark.any_backend,
               pytest.mark.filterwarnings("ignore:.* has no 'factor'.*:fastpe.rope.RopeConfigWarning")]
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
 RNG = np.random.default_rng(20240611)
 

@@ -18,17 +18,7 @@ import pytest
 from fastpe import rope
 from fastpe.rope import Rotary
 from support.cli import same_bits
-
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
-YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
-
-
-def longrope(n, original=16):
-    rng = np.random.default_rng(n)
-    return {"rope_type": "longrope", "short_factor": [float(v) for v in rng.uniform(0.9, 2, n)],
-            "long_factor": [float(v) for v in rng.uniform(1, 20, n)], "original_max_position_embeddings": original,
-            "factor": 4.0}
+from support.inputs import LLAMA3, YARN, longrope
 
 
 #: Rotary / module keyword arguments (head_dim 32), one per rule and shape of configuration

@@ -16,11 +16,10 @@ import pytest
 
 from fastpe import rope
 from fastpe.rope import RopeConfigWarning
+from support.inputs import LLAMA3
 
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16,
             "original_max_position_embeddings": 4096}
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
 
 #: (scaling, max_position_embeddings, what fastpe's warning says, or None for no warning)

@@ -17,6 +17,9 @@ from support.oracle import EXACT_DPS, spec_frequency
 
 __all__ = [
     "POSITION_LIMIT",
+    "LLAMA3",
+    "YARN",
+    "longrope",
     "D_MODELS",
     "BASES",
     "octave_positions",
@@ -42,6 +45,20 @@ D_MODELS = (1, 2, 3, 7, 8, 63, 64, 255, 512, 1023, 65536)
 
 #: the classic base, the long-context ones (RoPE-style 5e5, 1e6), and two awkward ones
 BASES = (10000.0, 500000.0, 1e6, 2.0, 10.5)
+
+#: RoPE rope dicts the tests share: Llama-3.1's llama3 rule, a YaRN with a short original
+#: length (16) so small tests cross it, and LongRoPE lists of ``n`` drawn factors
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+
+
+def longrope(n, original=16):
+    rng = np.random.default_rng(n)
+    return {"rope_type": "longrope", "short_factor": [float(v) for v in rng.uniform(0.9, 2, n)],
+            "long_factor": [float(v) for v in rng.uniform(1, 20, n)], "original_max_position_embeddings": original,
+            "factor": 4.0}
+
 
 # --------------------------------------------------------------------------- positions
 
