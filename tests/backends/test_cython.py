@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 from support.inputs import BASES, D_MODELS, POSITION_LIMIT, edge_positions, hard_positions, octave_positions
+from support.threads import failures_at_once
 
 from fastpe import _backends
 from fastpe._plans import poly as _poly
@@ -265,25 +266,13 @@ def test_sixteen_threads_at_once(split_small):
         turns, steps = _cython._planned(sinusoid_turns, d_model, 10000.0)
         _cython._fill(_ext.sinusoid_forward, positions, turns, steps, want, 1)
         jobs.append((positions, d_model, want))
-    barrier = threading.Barrier(len(jobs))
-    failures: list[str] = []
 
-    def run(k):
-        positions, d_model, want = jobs[k]
-        barrier.wait()
-        for _ in range(5):
-            got = forward(_cython, positions, d_model, 10000.0)
-            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-                failures.append(f"job {k}")
-                return
+    def right(job):
+        positions, d_model, want = job
+        got = forward(_cython, positions, d_model, 10000.0)
+        return np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a caller hung"
-    assert failures == []
+    assert failures_at_once(jobs, right) == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -8,13 +8,13 @@ Skipped when the compiled extension is not built -- unless ``FASTPE_REQUIRE_EXT`
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
 
 from fastpe._backends import _mrope_python as ref
 from fastpe._backends.cases import CASES
+from support.threads import failures_at_once
 
 #: every backend it calls is named, or it calls none: the first run of make test decides it
 #: (tests/conftest.py deselects it in the default-only runs)
@@ -213,23 +213,11 @@ def test_sixteen_threads_at_once(monkeypatch):
         ref.mrope_fill(c.arguments["segments"], c.arguments["temporal"], c.arguments["columns"], want)
         jobs.append((c.arguments, want))
     jobs = (jobs * 2)[:16]
-    barrier = threading.Barrier(len(jobs))
-    failures: list[str] = []
 
-    def run(k):
-        a, want = jobs[k]
-        barrier.wait()
-        for _ in range(5):
-            out = np.full_like(want, -1)
-            _cython.mrope_fill(segments=a["segments"], temporal=a["temporal"], columns=a["columns"], out=out)
-            if not np.array_equal(out, want):
-                failures.append(f"job {k}")
-                return
+    def right(job):
+        a, want = job
+        out = np.full_like(want, -1)
+        _cython.mrope_fill(segments=a["segments"], temporal=a["temporal"], columns=a["columns"], out=out)
+        return np.array_equal(out, want)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a caller hung"
-    assert failures == []
+    assert failures_at_once(jobs, right) == []
