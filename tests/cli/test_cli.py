@@ -25,7 +25,7 @@ from fastpe import _diagnostics as _check
 from fastpe._io import save as _save
 from fastpe._backends.registry import BACKENDS
 from conftest import DEFAULT, FAST, fastpe_env, signals_at_default
-from support.cli import assert_one_line_error, listing, make_unavailable, run, run_process, same_bits
+from support.cli import assert_one_line_error, listing, make_unavailable, run, run_process, same_bits, signalled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastpe.__file__)))
 
@@ -637,36 +637,6 @@ WRITERS = {
 #: what each signal ends a command with: 128 + its number, as shells report, and one line
 SIGNAL_ENDS = {"SIGINT": (130, "Aborted!"), "SIGTERM": (143, "Aborted! (SIGTERM)"), "SIGHUP": (129, "Aborted! (SIGHUP)")}
 
-#: the command line in a child whose signals are at their defaults, as a shell starts a
-#: program (whatever this test run inherited); with "wait" first, its fsync of the complete
-#: temporary file announces itself and waits there for the signal
-SIGNALLED_CLI = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    if sys.argv[1] == "wait":
-        real_fsync = os.fsync
-
-        def fsync(fd):
-            print("temporary file written", flush=True)
-            time.sleep(60)
-            real_fsync(fd)
-
-        os.fsync = fsync
-    from fastpe.cli import main
-    main(sys.argv[2:], prog_name="fastpe")
-    """
-)
-
-
-def _signalled(args, cwd, wait: bool):
-    return subprocess.Popen([sys.executable, "-c", SIGNALLED_CLI, "wait" if wait else "run", *args], cwd=cwd,
-                            env=fastpe_env(keep_backend=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=signals_at_default)
-
-
 @pytest.mark.slow
 @posix_signals
 def test_process_signal_while_writing_leaves_nothing(tmp_path):
@@ -680,7 +650,7 @@ def test_process_signal_while_writing_leaves_nothing(tmp_path):
             for name, args in WRITERS.items():
                 cwd = tmp_path / f"{name}-{signame}"
                 cwd.mkdir()
-                children[name, signame] = _signalled([*args, "--backend", "python"], cwd, wait=True)
+                children[name, signame] = signalled([*args, "--backend", "python"], cwd, wait=True)
         for (name, signame), child in children.items():
             assert child.stdout.readline() == "temporary file written\n", (name, signame, child.stderr.read())
             (temporary,) = listing(tmp_path / f"{name}-{signame}")
@@ -707,7 +677,7 @@ def test_process_signal_during_a_long_request_leaves_nothing(tmp_path, signame, 
     """No help from the test: a request that the reference backend takes tens of seconds
     over, signalled once its temporary file appears."""
     (tmp_path / "big.npy").write_bytes(b"precious")
-    child = _signalled([*args, "--backend", "python"], tmp_path, wait=False)
+    child = signalled([*args, "--backend", "python"], tmp_path, wait=False)
     try:
         deadline = time.monotonic() + 60
         while len(listing(tmp_path)) < 2 and child.poll() is None and time.monotonic() < deadline:

@@ -25,8 +25,8 @@ from fastpe import _dtypes
 from fastpe._io import save as _save
 from fastpe.rope import _axial
 from fastpe.rope._axial import axial_cos_sin, index_grid, prepend_cls
-from conftest import DEFAULT, fastpe_env, signals_at_default
-from support.cli import assert_one_line_error, listing, run, run_process, same_bits
+from conftest import DEFAULT, fastpe_env
+from support.cli import assert_one_line_error, listing, run, run_process, same_bits, signalled
 from support.cli import ok as check_summary
 
 SUMMARY = re.compile(
@@ -519,36 +519,13 @@ def test_process_writes_the_caches_and_refuses_bad_input(tmp_path):
     assert listing(tmp_path) == ["caches.safetensors"]
 
 
-#: the command line in a child whose signals are at their defaults; its fsync of the complete
-#: temporary file announces itself and waits there for the signal
-_SIGNALLED = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        print("temporary file written", flush=True)
-        time.sleep(60)
-        real_fsync(fd)
-
-    os.fsync = fsync
-    from fastpe.cli import main
-    main(sys.argv[1:], prog_name="fastpe")
-    """
-)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
 @pytest.mark.parametrize(("signame", "status", "said"), [("SIGINT", 130, "Aborted!"),
                                                          ("SIGTERM", 143, "Aborted! (SIGTERM)")])
 def test_process_signal_while_writing_leaves_nothing(tmp_path, signame, status, said):
     (tmp_path / "old.npz").write_bytes(b"precious")
-    child = subprocess.Popen([sys.executable, "-c", _SIGNALLED, "rope-axial", *ARGS, "--backend", "python",
-                              "-o", "old.npz"], cwd=tmp_path, env=fastpe_env(keep_backend=True),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=signals_at_default)
+    child = signalled(["rope-axial", *ARGS, "--backend", "python", "-o", "old.npz"], tmp_path, wait=True)
     try:
         assert child.stdout.readline() == "temporary file written\n", child.stderr.read()
         assert len(listing(tmp_path)) == 2  # the old file and the temporary one

@@ -15,16 +15,17 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 from click.testing import CliRunner
 
-from conftest import fastpe_env
+from conftest import fastpe_env, signals_at_default
 from fastpe import _backends, _dtypes
 from fastpe.cli import main
 
 __all__ = ["run", "run_process", "ok", "assert_one_line_error", "same_bits", "listing", "read_table",
-           "make_unavailable"]
+           "make_unavailable", "SIGNALLED_CLI", "signalled"]
 
 
 def run(*args, env=None):
@@ -112,3 +113,35 @@ def make_unavailable(monkeypatch, name):
     """Make ``name`` fail to load in this process, as when its import fails."""
     monkeypatch.delitem(_backends._modules, name, raising=False)
     monkeypatch.setitem(_backends._failures, name, "ImportError: simulated for a test")
+
+
+#: the command line in a child whose signals are at their defaults, as a shell starts a
+#: program (whatever this test run inherited); with "wait" first, its fsync of the complete
+#: temporary file announces itself and waits there for the signal
+SIGNALLED_CLI = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if sys.argv[1] == "wait":
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            print("temporary file written", flush=True)
+            time.sleep(60)
+            real_fsync(fd)
+
+        os.fsync = fsync
+    from fastpe.cli import main
+    main(sys.argv[2:], prog_name="fastpe")
+    """
+)
+
+
+def signalled(args, cwd, wait: bool) -> subprocess.Popen:
+    """``fastpe ARGS`` in a child started as a shell starts it (signals at their defaults);
+    with ``wait``, it announces its complete temporary file and waits there for a signal."""
+    return subprocess.Popen([sys.executable, "-c", SIGNALLED_CLI, "wait" if wait else "run", *args], cwd=cwd,
+                            env=fastpe_env(keep_backend=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=signals_at_default)
