@@ -318,21 +318,29 @@ def rerotate_(
     shifting, attention sinks): keys rotated at ``p`` become those of ``p + delta``.  The
     arguments of :func:`apply_` and what :meth:`Rotary.rerotate_` takes and refuses; the
     attention factor is not applied again (the cached keys carry it)."""
-    from .._validate import check_inplace, check_int
+    from .._validate import check_inplace
 
     check_inplace(k, "k")
-    if head_dim is None:
-        head_dim = k.shape[-1]
-    elif check_int("head_dim", head_dim) != k.shape[-1]:
-        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of k ({k.shape[-1]})")
-    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+    rotary = Rotary(_head_dim_of(k, "k", head_dim), base=base, rotary_dim=rotary_dim, scaling=scaling,
                     max_position_embeddings=max_position_embeddings, layout=layout)
     return rotary.rerotate_(k, delta, seq_len=seq_len, backend=backend)
 
 
+def _head_dim_of(x, name: str, head_dim):
+    """``head_dim``, or the last axis of the (checked) array ``x`` when it is None; a given
+    one must be that axis."""
+    from .._validate import check_int
+
+    if head_dim is None:
+        return x.shape[-1]
+    if check_int("head_dim", head_dim) != x.shape[-1]:
+        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({x.shape[-1]})")
+    return head_dim
+
+
 def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
             max_position_embeddings, backend, qk_call=False, inverse=False):
-    from .._validate import check_inplace, check_int
+    from .._validate import check_inplace
 
     # the arrays first: head_dim is read from their shapes
     qk = qk_call
@@ -340,11 +348,7 @@ def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, off
     check_inplace(q, name)
     if qk:
         check_inplace(k, "k")
-    if head_dim is None:
-        head_dim = q.shape[-1]
-    elif check_int("head_dim", head_dim) != q.shape[-1]:
-        raise ValueError(f"head_dim={head_dim!r} does not match the last axis of {name} ({q.shape[-1]})")
-    rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+    rotary = Rotary(_head_dim_of(q, name, head_dim), base=base, rotary_dim=rotary_dim, scaling=scaling,
                     max_position_embeddings=max_position_embeddings, layout=layout)
     rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk, inverse=inverse)
     return (q, k) if qk else q
