@@ -55,6 +55,18 @@ def chunk_positions(positions: np.ndarray, s0: int, s1: int) -> tuple[np.ndarray
 _NO_K = np.empty(0, dtype=np.float32)
 
 
+def _pair(q, k):
+    """``(n_batch, n_seq, (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk))``: q's and k's flat
+    memory and geometry as the rotation kernels take them (``k`` may be ``None``)."""
+    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
+    if k is None:
+        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
+    else:
+        _, hk, _, _, bk, shk, ssk = geometry(k)
+        xk = k.reshape(-1)
+    return n_batch, n_seq, (q.reshape(-1), hq, bq, shq, ssq, xk, hk, bk, shk, ssk)
+
+
 def apply_chunks(q, k, positions, n_freq: int):
     """The walk both compiled ``rope_apply`` take, chunk by chunk.
 
@@ -63,13 +75,7 @@ def apply_chunks(q, k, positions, n_freq: int):
     kernel's arguments ``(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s0, s1, table,
     pos_bstride)`` and the chunk's work (pairs rotated).  ``k`` may be ``None``.
     """
-    n_batch, hq, n_seq, _, bq, shq, ssq = geometry(q)
-    if k is None:
-        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
-    else:
-        _, hk, _, _, bk, shk, ssk = geometry(k)
-        xk = k.reshape(-1)
-    xq = q.reshape(-1)
+    n_batch, n_seq, (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk) = _pair(q, k)
     rows_per_seq = 1 if positions.ndim == 1 else n_batch
     for s0, s1 in chunks(n_seq, rows_per_seq, n_freq):
         pos, pos_bstride = chunk_positions(positions, s0, s1)
@@ -83,12 +89,7 @@ def table_args(q, k, table, stride: int, begin: int, end: int):
     ``(args, n_batch, work)``, ``args`` in the order :func:`apply_chunks` documents (table
     row ``b * stride + s - begin`` for sequence index ``s`` of batch ``b``; 3-D arrays: one
     batch, stride 0) and ``work`` counted as :func:`apply_chunks` counts it."""
-    n_batch, hq, _, _, bq, shq, ssq = geometry(q)
-    if k is None:
-        xk, hk, bk, shk, ssk = _NO_K, 0, 0, 0, 0
-    else:
-        _, hk, _, _, bk, shk, ssk = geometry(k)
-        xk = k.reshape(-1)
-    args = (q.reshape(-1), hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, begin, end, table,
+    n_batch, _, (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk) = _pair(q, k)
+    args = (xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, begin, end, table,
             stride if q.ndim == 4 else 0)
     return args, n_batch, n_batch * (end - begin) * (hq + hk) * 2 * table.shape[2]
