@@ -76,6 +76,22 @@ def _int_array(name: str, value, ndim: int) -> np.ndarray:
     return arr
 
 
+def _mask_array(name: str, value) -> np.ndarray:
+    """An attention mask as an array of bools or integers (its values checked apart)."""
+    try:
+        m = np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be an array of 0/1, got {type(value).__name__}") from exc
+    if m.dtype != np.bool_ and m.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be bool or integer 0/1, got dtype {m.dtype}")
+    return m
+
+
+def _check_zero_one(name: str, m: np.ndarray) -> None:
+    if m.dtype != np.bool_ and m.size and (int(m.min()) < 0 or int(m.max()) > 1):
+        raise ValueError(f"{name} must hold only 0 and 1")
+
+
 def _read_config(config):
     """``config`` as a dict or an object with attributes (a PretrainedConfig is read through
     its fields: ``to_dict()`` costs far more than the positions).  Type tests go through
@@ -339,16 +355,10 @@ def mrope_positions(input_ids, *, image_grid_thw=None, video_grid_thw=None, seco
         raise ValueError(f"input_ids must hold at least one token per row, got shape {ids.shape}")
     mask = None
     if attention_mask is not None:
-        try:
-            m = np.asarray(attention_mask)
-        except Exception as exc:
-            raise TypeError(f"attention_mask must be an array of 0/1, got {type(attention_mask).__name__}") from exc
-        if m.dtype != np.bool_ and m.dtype.kind not in "iu":
-            raise TypeError(f"attention_mask must be bool or integer 0/1, got dtype {m.dtype}")
+        m = _mask_array("attention_mask", attention_mask)
         if m.shape != ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {ids.shape}, got {m.shape}")
-        if m.dtype != np.bool_ and (int(m.min()) < 0 or int(m.max()) > 1):
-            raise ValueError("attention_mask must hold only 0 and 1")
+        _check_zero_one("attention_mask", m)
         mask = m.view(np.bool_) if m.dtype.itemsize == 1 else m.astype(np.bool_)
         n_rows = np.count_nonzero(mask, axis=1).astype(np.int64)
         if int(n_rows.min()) == 0:
@@ -435,16 +445,10 @@ def positions_from_attention_mask(mask, *, masked_value=1):
     (transformers 4.x ``prepare_inputs_for_generation``, ``masked_fill_(mask == 0, 1)``;
     transformers 5.x fills 0: pass ``masked_value=0``).  ``mask``: bool or 0/1 integers,
     ``(seq,)`` or ``(batch, seq)``; returns ``int64`` of that shape."""
-    try:
-        m = np.asarray(mask)
-    except Exception as exc:
-        raise TypeError(f"mask must be an array of 0/1, got {type(mask).__name__}") from exc
-    if m.dtype != np.bool_ and m.dtype.kind not in "iu":
-        raise TypeError(f"mask must be bool or integer 0/1, got dtype {m.dtype}")
+    m = _mask_array("mask", mask)
     if m.ndim not in (1, 2):
         raise ValueError(f"mask must be (seq,) or (batch, seq), got shape {m.shape}")
-    if m.dtype != np.bool_ and m.size and (int(m.min()) < 0 or int(m.max()) > 1):
-        raise ValueError("mask must hold only 0 and 1")
+    _check_zero_one("mask", m)
     if not _is_int(masked_value):
         raise TypeError(f"masked_value must be an integer, got {type(masked_value).__name__}")
     if not -(1 << 63) <= masked_value < 1 << 63:
