@@ -495,8 +495,7 @@ def index_grid(sizes, *, start=0, centered=False) -> np.ndarray:
     ``index_grid((h, w))``."""
     sizes = _sizes("sizes", sizes)
     n = len(sizes)
-    starts = (start,) * n if not hasattr(start, "__len__") else tuple(start)
-    cents = (centered,) * n if not hasattr(centered, "__len__") else tuple(centered)
+    starts, cents = _spread(start, n), _spread(centered, n)
     if len(starts) != n or len(cents) != n:
         raise ValueError(f"start and centered must be scalars or one per axis ({n})")
     axes = []
@@ -509,6 +508,11 @@ def index_grid(sizes, *, start=0, centered=False) -> np.ndarray:
             raise ValueError(f"start[{a}] puts coordinates beyond 2**32")
         axes.append(np.arange(s, dtype=np.float64) + float(first))
     return _mesh(axes)
+
+
+def _spread(value, n: int) -> tuple:
+    """A grid builder's per-axis argument: a scalar for every axis, or its items as given."""
+    return (value,) * n if not hasattr(value, "__len__") else tuple(value)
 
 
 def _linspace(name: str, start: Fraction, stop: Fraction, num: int, endpoint: bool = True) -> np.ndarray:
@@ -524,8 +528,7 @@ def linspace_grid(sizes, start, stop, *, endpoint=True) -> np.ndarray:
     ``endpoint`` as there), each coordinate the double nearest its exact value."""
     sizes = _sizes("sizes", sizes)
     n = len(sizes)
-    starts = (start,) * n if not hasattr(start, "__len__") else tuple(start)
-    stops = (stop,) * n if not hasattr(stop, "__len__") else tuple(stop)
+    starts, stops = _spread(start, n), _spread(stop, n)
     if len(starts) != n or len(stops) != n:
         raise ValueError(f"start and stop must be scalars or one per axis ({n})")
     return _mesh([_linspace("start", _fraction(f"start[{a}]", s0), _fraction(f"stop[{a}]", s1), s, endpoint)
