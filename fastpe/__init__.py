@@ -25,7 +25,7 @@ from ._version import __version__
 #: functions of the package loaded on first use: name -> the module defining it
 _LAZY_FUNCTIONS = {"save_table": "._io.save", "load_spec": "._io.save", "info": "._diagnostics"}
 #: submodules with their own namespace, loaded on first use
-_LAZY_SUBMODULES = ("alibi", "relative", "rope", "grid", "dask")
+_LAZY_SUBMODULES = ("alibi", "relative", "rope", "grid", "dask", "time")
 
 
 def __getattr__(name: str):
