@@ -99,6 +99,29 @@ def rope_table() -> list[Case]:
     ]
 
 
+def rope_xpos_table() -> list[Case]:
+    """Scales within [0.2, 5] (the contract compares doubles to 2**-45 absolute): the whole u32
+    range at a scale base of 2**32 or 3e9, the centre at 0, 2**31 or the top (2**32);
+    positions around the centre at xPos's usual 512; attention factors 1, 0.7 and 0.  The
+    clamp and the huge powers are tested against the reference in tests/rope/test_xpos.py."""
+    from .._exact.rope import xpos_zeta
+
+    wide = _positions(5)
+    near = np.array([724, 900, 1000, 1023, 1024, 1025, 1100, 1324], dtype=np.uint32)
+    runs = (("u32-sb2**32-c2**31", wide, 2.0**32, 2**31, 1.0), ("u32-sb3e9-c0", wide, 3e9, 0, 0.7),
+            ("u32-top-center", wide, 2.0**32, 2**32, 1.0), ("near-sb512", near, 512.0, 1024, 1.0),
+            ("near-sb500-af0", near, 500.0, 1000, 0.0))
+    cases = []
+    for key, inv in _INV_FREQS.items():
+        zeta = xpos_zeta(2 * len(inv))
+        for label, pos, sb, center, af in runs:
+            shape = (len(pos), 2, len(inv))
+            cases.append(Case(f"{key}-{label}", dict(
+                positions=pos.copy(), inv_freq=inv, attention_factor=af, zeta=zeta, scale_base=sb, center=center,
+                out_q=_sentinel(shape, np.float64), out_k=_sentinel(shape, np.float64))))
+    return cases
+
+
 def _values(r: np.random.Generator, shape, specials: bool) -> np.ndarray:
     x = r.standard_normal(shape).astype(np.float32) * np.float32(3)
     if specials:
@@ -224,6 +247,70 @@ def grid_gather() -> list[Case]:
         cases.append(Case(f"{'x'.join(map(str, sizes))}-q{q}", dict(
             table=table, sizes=np.array(sizes, dtype=np.int64), sin_off=sin_off,
             cos_off=cos_off[::-1].copy(), first_row=first_row, out=out)))
+    return cases
+
+
+def _axial_pieces(widths, layout: str) -> tuple[list[tuple[int, int, int, int]], int, int]:
+    """``(pieces, K, D)`` of axes of ``widths`` laid out as fastpe.rope's axial caches: gptj,
+    one piece per axis (its whole block); neox, the axis's half block twice in its block;
+    neox_head, twice across the head's halves."""
+    pieces, start, start_h, half = [], 0, 0, sum(widths) // 2
+    for a, d in enumerate(widths):
+        h = d // 2
+        if layout == "gptj":
+            pieces.append((a, 0, start, d))
+        elif layout == "neox":
+            pieces += [(a, 0, start, h), (a, 0, start + h, h)]
+        else:
+            pieces += [(a, 0, start_h, h), (a, 0, half + start_h, h)]
+        start += d
+        start_h += h
+    return pieces, max(widths) if layout == "gptj" else max(widths) // 2, sum(widths)
+
+
+def axial_gather() -> list[Case]:
+    cases = []
+    r = np.random.default_rng(17)
+
+    def case(label, table, index, pieces, width, bits):
+        n = index.shape[1]
+        cases.append(Case(label, dict(
+            table=table, index=np.ascontiguousarray(index, dtype=np.int64),
+            pieces=np.array(pieces, dtype=np.int64).reshape(-1, 4),
+            out_cos=np.full((n, width), np.iinfo(bits).max, dtype=bits),
+            out_sin=np.full((n, width), np.iinfo(bits).max, dtype=bits))))
+
+    for bits in (np.uint16, np.uint32, np.uint64):
+        for layout in ("gptj", "neox", "neox_head"):
+            # a meshgrid (3 x 5 x 7, the rows a product of ranges), axis widths 2 (one pair), 6, 10
+            sizes, widths = (3, 5, 7), (2, 6, 10)
+            pieces, k, width = _axial_pieces(widths, layout)
+            table = r.integers(0, np.iinfo(bits).max, (sum(sizes), 2, k), dtype=bits, endpoint=True)
+            grid = np.stack([g.reshape(-1) for g in np.meshgrid(*map(np.arange, sizes), indexing="ij")])
+            grid += np.cumsum((0,) + sizes[:-1])[:, None]
+            case(f"{bits.__name__}-{layout}-grid3x5x7", table, grid, pieces, width, bits)
+            # arbitrary coordinates: random rows, one axis reversed, one constant, 13 tokens
+            widths = (4, 8)
+            pieces, k, width = _axial_pieces(widths, layout)
+            table = r.integers(0, np.iinfo(bits).max, (11, 2, k), dtype=bits, endpoint=True)
+            index = np.stack([r.integers(0, 11, 13), np.arange(13)[::-1] % 11])
+            case(f"{bits.__name__}-{layout}-random13", table, index, pieces, width, bits)
+        # one axis, one token; and a strided pattern (every third row) with pieces read from
+        # an offset into the table and a column left unwritten
+        table = r.integers(0, np.iinfo(bits).max, (4, 2, 6), dtype=bits, endpoint=True)
+        case(f"{bits.__name__}-one-token", table, np.array([[2]]), [(0, 0, 0, 6)], 6, bits)
+        table = r.integers(0, np.iinfo(bits).max, (30, 2, 5), dtype=bits, endpoint=True)
+        index = np.stack([np.arange(0, 30, 3), np.arange(9, -1, -1) * 3 % 30, np.full(10, 29)])
+        case(f"{bits.__name__}-strided-offsets", table, index,
+             [(2, 1, 0, 2), (0, 3, 2, 2), (1, 0, 5, 5)], 11, bits)
+        case(f"{bits.__name__}-no-tokens", table, np.empty((3, 0), np.int64), [(0, 0, 0, 4)], 4, bits)
+    # many tokens (a threaded call on the compiled backends): 2 x 37 x 61 with FLUX's widths
+    sizes, widths = (2, 37, 61), (16, 56, 56)
+    pieces, k, width = _axial_pieces(widths, "gptj")
+    table = r.integers(0, 2**32, (sum(sizes), 2, k), dtype=np.uint32)
+    grid = np.stack([g.reshape(-1) for g in np.meshgrid(*map(np.arange, sizes), indexing="ij")])
+    grid += np.cumsum((0,) + sizes[:-1])[:, None]
+    case("uint32-gptj-grid2x37x61", table, grid, pieces, width, np.uint32)
     return cases
 
 
@@ -415,9 +502,61 @@ def mrope_fill() -> list[Case]:
     return cases
 
 
+# ------------------------------------------------------------------------ calendar fields
+
+#: ``(per_second, tick_seconds)`` of every unit, and the int64 ticks it allows (a week's
+#: days must fit int64)
+_CAL_UNITS = {"W": (1, 604800), "D": (1, 86400), "h": (1, 3600), "m": (1, 60), "s": (1, 1),
+              "ms": (10**3, 1), "us": (10**6, 1), "ns": (10**9, 1), "ps": (10**12, 1),
+              "fs": (10**15, 1), "as": (10**18, 1)}
+
+
+def _calendar_ticks(unit: str, per_second: int, tick_seconds: int) -> np.ndarray:
+    """Leap days, year ends (ISO weeks 52/53 and week 1 of the next year), 1900/2000/2400,
+    days before 1970, the extremes the unit allows, random ticks of every size."""
+    top = (2**63 - 1) // 7 if unit == "W" else 2**63 - 1
+    days = [0, -1, 1, 58, 59, 60, -365, -366, 10956, 10957, 11016, 11017, 11322, -25508, -25509,
+            -25568, -25569, -135140, 13149, 13150, 16435, 16436, 16442, 16799, 16800, 20088,
+            -719162, -719163, 157795, 2932896, -12219292]
+    ticks = []
+    for d in days:  # the day's first and last tick, where the unit has them
+        s0 = d * 86400
+        if per_second > 1:
+            if abs(s0) < 2**62 // per_second:
+                ticks += [s0 * per_second, (s0 + 86400) * per_second - 1]
+        else:
+            first = s0 // tick_seconds if tick_seconds < 604800 else d // 7
+            ticks += [first, (s0 + 86399) // tick_seconds if tick_seconds < 604800 else d // 7 + 1]
+    r = np.random.default_rng(len(unit) + tick_seconds + per_second % 97)
+    rand = (r.uniform(-1, 1, 40) * 2.0 ** r.uniform(0, 62, 40)).astype(np.int64)
+    ticks += rand.tolist() + [top, -top, top - 1, -top + 1, -(2**63) if unit != "W" else -top, 1, -2]
+    return np.array([t for t in ticks if -top - (unit != "W") <= t <= top], dtype=np.int64)
+
+
+def calendar_fields() -> list[Case]:
+    cases = []
+    all_fields = np.arange(8, dtype=np.int64)
+    for unit, (per_second, tick_seconds) in _CAL_UNITS.items():
+        for dt in (np.int64, np.int32):
+            ticks = _calendar_ticks(unit, per_second, tick_seconds)
+            cases.append(Case(f"{unit}-{np.dtype(dt).name}", dict(
+                ticks=ticks, per_second=per_second, tick_seconds=tick_seconds, fields=all_fields.copy(),
+                out=np.full((ticks.size, 8), -7, dtype=dt))))
+    hourly = np.arange(-40000, 40000, 7, dtype=np.int64) * 3600 + 1800  # on threads
+    cases.append(Case("s-gluonts-hourly-order", dict(
+        ticks=hourly, per_second=1, tick_seconds=1, fields=np.array([2, 3, 4, 5], dtype=np.int64),
+        out=np.full((hourly.size, 4), -7, dtype=np.int32))))
+    cases.append(Case("ns-one-field-twice", dict(
+        ticks=np.arange(-50, 50, dtype=np.int64) * 86_399_999_999_999, per_second=10**9, tick_seconds=1,
+        fields=np.array([7, 0, 7], dtype=np.int64), out=np.full((100, 3), -7, dtype=np.int64))))
+    cases.append(Case("empty", dict(ticks=np.zeros(0, np.int64), per_second=1, tick_seconds=86400,
+                                    fields=all_fields.copy(), out=np.zeros((0, 8), np.int32))))
+    return cases
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     fn.__name__: fn
-    for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, rope_apply_table, sincos_rows,
-               sincos_real, grid_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix,
-               mrope_plan, mrope_fill)
+    for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, rope_apply_table, rope_xpos_table, sincos_rows,
+               sincos_real, grid_gather, axial_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix,
+               mrope_plan, mrope_fill, calendar_fields)
 }

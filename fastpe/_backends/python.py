@@ -19,6 +19,7 @@ from .._exact import (
 )
 from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: F401  (operations)
 from ._mrope_python import mrope_fill, mrope_plan  # noqa: F401  (operations)
+from .._exact.calendar import calendar_fields  # noqa: F401  (operations)
 from .registry import OPERATIONS
 
 #: every operation of the contract (fastpe._backends.registry)
@@ -117,6 +118,15 @@ def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
             part[..., j2] = (b64 * c + a64 * s).astype(np.float32)
 
 
+def rope_xpos_table(positions, inv_freq, attention_factor, zeta, scale_base, center, out_q, out_k) -> None:
+    """Each value exact (rationals for the cosine and sine, decimal for the power), rounded once."""
+    for row, p in enumerate(positions.tolist()):
+        for i, f in enumerate(inv_freq):
+            cq, sq, ck, sk = _reference_rope.xpos_table_f64(p, f, attention_factor, zeta[i], scale_base, center)
+            out_q[row, 0, i], out_q[row, 1, i] = cq, sq
+            out_k[row, 0, i], out_k[row, 1, i] = ck, sk
+
+
 # ----------------------------------------------------------------------- sinusoid families
 # Correctly rounded in out's own format (the fast kernels are within 1 ULP in float32 and
 # within 2**-45 absolute in float64).
@@ -153,6 +163,18 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
             for k in range(q):
                 out[first_row + token, int(sin_off[a]) + k] = rows[c][k]
                 out[first_row + token, int(cos_off[a]) + k] = rows[c][q + k]
+
+
+def axial_gather(table, index, pieces, out_cos, out_sin) -> None:
+    """Token by token, piece by piece: each value's bits copied one at a time."""
+    rows = table.tolist()
+    index = index.tolist()
+    for t in range(out_cos.shape[0]):
+        for axis, src, col, width in pieces.tolist():
+            cos_row, sin_row = rows[index[axis][t]]
+            for k in range(width):
+                out_cos[t, col + k] = cos_row[src + k]
+                out_sin[t, col + k] = sin_row[src + k]
 
 
 def add_rows(x, pe, scale) -> None:

@@ -91,6 +91,20 @@ class Backend(Protocol):
         always for 3-D arrays) or ``>= end - begin`` (a row per ``(batch, index)``); the
         table has the rows that needs."""
 
+    def rope_xpos_table(self, positions, inv_freq, attention_factor, zeta, scale_base, center, out_q,
+                        out_k) -> None:
+        """xPos cos/sin doubles of queries and keys, scaled by zeta ** (+-n / scale_base).
+
+        (see fastpe.rope._xpos).  ``positions``: ``uint32`` ``(n,)``; ``zeta``: a tuple of
+        ``len(inv_freq)`` floats in ``(0, 1)``; ``scale_base`` a float ``> 0`` (finite);
+        ``center`` an int in ``[0, 2**32]``.  ``out_q``, ``out_k``: writable, distinct
+        ``float64`` ``(n, 2, len(inv_freq))``: ``out_q[r, :, i]`` is :meth:`rope_table`'s
+        ``C, S`` times ``s = clamp(zeta[i] ** ((positions[r] - center) / scale_base))``,
+        ``out_k`` the same times ``clamp(zeta[i] ** (-(positions[r] - center) / scale_base))``,
+        the clamp to ``[2**-600, 2**600]``.  The compiled backends compute the exponent in
+        double (one division), the power by the C library's ``pow`` (correctly rounded in
+        glibc) and the products in double: the same bits on both."""
+
     # ---------------------------------------------------------------- sinusoid families
     # (see fastpe._plans.frequencies and fastpe._plans.layouts).  ``freqs`` is a
     # fastpe._plans.frequencies.Geometric (at most 1024 rad/position), ``layout`` one of
@@ -117,6 +131,19 @@ class Backend(Protocol):
         first); token ``t`` (row ``first_row + t`` of ``out``, row-major over ``sizes``)
         gets, for each axis ``a`` with coordinate ``c``, ``table[c, :q]`` at columns
         ``sin_off[a] ..`` and ``table[c, q:]`` at ``cos_off[a] ..``."""
+
+    def axial_gather(self, table, index, pieces, out_cos, out_sin) -> None:
+        """Axial RoPE caches: each axis's cos/sin blocks copied into every token's row.
+
+        A pure copy on bit patterns (``table``, ``out_cos`` and ``out_sin`` are the same
+        unsigned-integer view of the values): ``table`` ``(rows, 2, K)`` holds a cos block
+        (``[r, 0]``) and a sin block (``[r, 1]``) per row; ``index`` ``int64`` ``(A, n)``, the
+        table row of each of the ``n`` tokens for each of ``A`` axes (every value in
+        ``[0, rows)``); ``pieces`` ``int64`` ``(P, 4)``, rows ``(axis, src, col, width)``
+        with ``axis < A``, ``src + width <= K``, ``col + width <= D``; ``out_cos``, ``out_sin``
+        writable, distinct ``(n, D)``.  For each token ``t`` and piece, ``out_cos[t, col:col +
+        width]`` gets ``table[index[axis, t], 0, src:src + width]`` and ``out_sin`` likewise
+        from ``[.., 1, ..]``; no other column is written."""
 
     def add_rows(self, x, pe, scale) -> None:
         """add_: x * scale + pe in place, row by row.
@@ -191,6 +218,18 @@ class Backend(Protocol):
         ``t`` frames of ``grid_h x grid_w`` tokens (time slowest, width fastest)
         ``position + temporal[t_offset + ti]``, ``position + hi``, ``position + wi``."""
 
+    # ---------------------------------------------------------------- calendar fields
+    # (see fastpe._exact.calendar for every field and fastpe.time.calendar_features)
+    def calendar_fields(self, ticks, per_second, tick_seconds, fields, out) -> None:
+        """Calendar fields (second .. ISO week) of int64 timestamps, exactly.
+
+        ``ticks``: ``int64`` ``(n,)``, counts of one unit since 1970-01-01T00:00 (proleptic
+        Gregorian, no leap seconds): ``per_second`` ticks a second (``10**3 .. 10**18``) for
+        units finer than a second, else ``1`` and ``tick_seconds`` (1, 60, 3600, 86400 or
+        604800) seconds a tick; weeks within ``+-(2**63 - 1) // 7``.  ``fields``: ``int64``
+        codes of :data:`fastpe._exact.calendar.FIELDS`; ``out``: writable ``int32`` or
+        ``int64`` ``(n, len(fields))``, ``out[r, k]`` field ``fields[k]`` of ``ticks[r]``."""
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -219,9 +258,11 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "rope_table": (("out",), "ulp"),
     "rope_apply": (("q", "k"), "ulp"),
     "rope_apply_table": (("q", "k"), "bits"),
+    "rope_xpos_table": (("out_q", "out_k"), "ulp"),
     "sincos_rows": (("out",), "ulp"),
     "sincos_real": (("out",), "ulp"),
     "grid_gather": (("out",), "bits"),
+    "axial_gather": (("out_cos", "out_sin"), "bits"),
     "add_rows": (("x",), "bits"),
     "narrow16": (("out", "ties"), "bits"),
     "alibi_bias": (("out",), "bits"),
@@ -229,6 +270,7 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "t5_bucket_matrix": (("out",), "bits"),
     "mrope_plan": (("segments", "temporal", "deltas", "info"), "bits"),
     "mrope_fill": (("out",), "bits"),
+    "calendar_fields": (("out",), "bits"),
 }
 
 

@@ -149,7 +149,9 @@ def _split(run, n_items: int, work: int, n_threads: int | None = None) -> None:
 
 
 def sinusoid_forward(positions, d_model, base, out) -> None:
-    _fill(_ext.sinusoid_forward, positions, *_planned(sinusoid_turns, d_model, base), out, cost=FORWARD_COST)
+    # uint32, or int64 with |p| < 2**32 (csrc/fastpe_signed.h: the sines of negative ones negated)
+    kernel = _ext.sinusoid_signed if positions.dtype == np.int64 else _ext.sinusoid_forward
+    _fill(kernel, positions, *_planned(sinusoid_turns, d_model, base), out, cost=FORWARD_COST)
 
 
 def sinusoid_range(start, d_model, base, out) -> None:
@@ -193,6 +195,17 @@ def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
     _call(_ext.rope_apply, (*args, layout == "neox"), n_batch * -(-(end - begin) // _ext.ROPE_SEQ), work)
 
 
+#: a value of the xPos scaling (two pow calls) costs about this many table values
+XPOS_COST = 8
+
+
+def rope_xpos_table(positions, inv_freq, attention_factor, zeta, scale_base, center, out_q, out_k) -> None:
+    _table(positions, inv_freq, attention_factor, out_q)
+    n = out_q.shape[0]
+    _call(_ext.xpos_scale, (positions, np.asarray(zeta, dtype=np.float64), float(scale_base), float(center),
+                            out_q, out_k), n, n * len(zeta) * XPOS_COST)
+
+
 def rotation_kernel():
     """The C kernel of :func:`rope_apply_table`, every work item in the calling thread."""
     return _ext.rope_apply
@@ -208,7 +221,8 @@ def sincos_rows(positions, freqs, layout, out) -> None:
     turns, steps = _planned(_freq.turns, freqs)
     code = LAYOUT_CODES[layout]
     n = out.shape[0]
-    _call(_ext.sincos_rows, (positions, turns, steps, code, out), n, n * turns.shape[1] * 2 * FORWARD_COST)
+    kernel = _ext.sincos_rows_signed if positions.dtype == np.int64 else _ext.sincos_rows
+    _call(kernel, (positions, turns, steps, code, out), n, n * turns.shape[1] * 2 * FORWARD_COST)
 
 
 def sincos_real(x, freqs, layout, out) -> None:
@@ -237,6 +251,16 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
             part[..., co:co + q] = src[..., q:]
 
     _split(run, shape[0], grid.size)
+
+
+#: a copied value of the axial caches counts as 1 / AXIAL_COPIES_PER_UNIT units of work
+AXIAL_COPIES_PER_UNIT = 1
+
+
+def axial_gather(table, index, pieces, out_cos, out_sin) -> None:
+    n = out_cos.shape[0]
+    _call(_ext.axial_gather, (table, index, pieces, out_cos, out_sin), n,
+          out_cos.size * 2 // AXIAL_COPIES_PER_UNIT)
 
 
 def add_rows(x, pe, scale) -> None:
@@ -332,3 +356,17 @@ def mrope_fill(segments, temporal, columns, out) -> None:
     """Cut into ranges of tokens (whatever the sizes of the runs) on the pool."""
     n_tokens = columns.shape[0] or out.shape[1]  # a plan's segments hold every attended token
     _call(_ext_bias.mrope_fill, (segments, temporal, columns, out), n_tokens, n_tokens * MROPE_TOKEN_COST)
+
+
+# ------------------------------------------------------------------------ calendar fields
+# through _ext_bias (csrc/fastpe_calendar.h, the twin of fastpe._backends.numba.calendar):
+# ranges of timestamps on the pool
+
+#: a timestamp counts as this much work (two dozen integer operations, a few divisions)
+CALENDAR_COST = 16
+
+
+def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
+    n = ticks.shape[0]
+    _call(_ext_bias.calendar_fields, (ticks, int(per_second), int(tick_seconds), fields, out), n,
+          n * CALENDAR_COST)

@@ -25,9 +25,11 @@ from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._steps import step_plan  # noqa: E402
 from .._walk import apply_chunks, table_args  # noqa: E402
 from ..registry import OPERATIONS  # noqa: E402
+from . import axial as _ka  # noqa: E402
 from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
 from . import mrope as _km  # noqa: E402
+from . import calendar as _kc  # noqa: E402
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
 __all__ = [*OPERATIONS, "threading_layer", "num_threads", "rotation_kernel"]
@@ -104,6 +106,14 @@ def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
     _run(_k.rope_apply_parallel, _k.rope_apply_serial, work, *args, layout == "neox")
 
 
+def rope_xpos_table(positions, inv_freq, attention_factor, zeta, scale_base, center, out_q, out_k) -> None:
+    from . import xpos as _kx
+
+    rope_table(positions, inv_freq, attention_factor, out_q)
+    _run(_kx.xpos_scale_parallel, _kx.xpos_scale_serial, out_q.size * _kx.COST, positions,
+         np.asarray(zeta, dtype=np.float64), float(scale_base), float(center), out_q, out_k)
+
+
 def rotation_kernel():
     """The serial kernel of :func:`rope_apply_table` once compiled (its dispatcher, which
     runs an already-compiled signature without compiling again), else ``None``: the
@@ -130,6 +140,11 @@ def sincos_real(x, freqs, layout, out) -> None:
 def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
     _run(_k.grid_gather_parallel, _k.grid_gather_serial, (out.shape[0] - first_row) * out.shape[1],
          table, sizes, sin_off, cos_off, int(first_row), out)
+
+
+def axial_gather(table, index, pieces, out_cos, out_sin) -> None:
+    _run(_ka.axial_gather_parallel, _ka.axial_gather_serial, out_cos.size * 2,
+         table, index, pieces, out_cos, out_sin)
 
 
 def add_rows(x, pe, scale) -> None:
@@ -200,3 +215,12 @@ def mrope_plan(ids, columns, n_rows, image_token_id, video_token_id, images, vid
 
 def mrope_fill(segments, temporal, columns, out) -> None:
     _run(_km.mrope_fill_parallel, _km.mrope_fill_serial, out.shape[1], segments, temporal, columns, out)
+
+
+# ------------------------------------------------------------------------ calendar fields
+# the kernels are in fastpe._backends.numba.calendar
+
+
+def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
+    _run(_kc.calendar_fields_parallel, _kc.calendar_fields_serial, out.size * 4,
+         ticks, np.int64(per_second), np.int64(tick_seconds), fields, out)

@@ -1,0 +1,90 @@
+/* Calendar fields of int64 timestamps: the C twin of fastpe/_backends/numba/calendar.py,
+ * line for line (integer arithmetic only, so the same values).  Every division of a value
+ * that may be negative goes through fastpe_cal_fdiv / fastpe_cal_fmod (floor, as Python's
+ * // and %); C's own / and % truncate.  Fields by code (fastpe._exact.calendar.FIELDS):
+ * 0 second, 1 minute, 2 hour, 3 weekday (Monday 0), 4 day of month, 5 day of year,
+ * 6 month, 7 ISO week. */
+#ifndef FASTPE_CALENDAR_H
+#define FASTPE_CALENDAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+static inline int64_t fastpe_cal_fdiv(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+
+static inline int64_t fastpe_cal_days_in_year(int64_t y) {
+    return (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)) ? 366 : 365;
+}
+
+/* every field of timestamp t into fields_out[0..7] */
+static inline void fastpe_cal_row(int64_t t, int64_t per_second, int64_t tick_seconds, int64_t v[8]) {
+    int64_t day, sod;
+    if (per_second > 1) {
+        int64_t secs = fastpe_cal_fdiv(t, per_second);
+        day = fastpe_cal_fdiv(secs, 86400);
+        sod = secs - day * 86400;
+    } else if (tick_seconds == 604800) {
+        day = t * 7;
+        sod = 0;
+    } else {
+        int64_t per_day = 86400 / tick_seconds;
+        day = fastpe_cal_fdiv(t, per_day);
+        sod = (t - day * per_day) * tick_seconds;
+    }
+    int64_t era = fastpe_cal_fdiv(day, 146097);
+    int64_t doe = day - era * 146097 + 719468;
+    era += doe / 146097;
+    doe = doe % 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy_mar + 2) / 153;
+    int64_t mday = doy_mar - (153 * mp + 2) / 5 + 1;
+    int64_t month, year, doy;
+    if (mp < 10) {
+        month = mp + 3;
+        year = yoe + era * 400;
+        doy = doy_mar + 60 + (fastpe_cal_days_in_year(year) == 366 ? 1 : 0);
+    } else {
+        month = mp - 9;
+        year = yoe + era * 400 + 1;
+        doy = doy_mar - 305;
+    }
+    int64_t wd = (day - fastpe_cal_fdiv(day, 7) * 7) + 3;
+    if (wd >= 7) wd -= 7;
+    int64_t thursday = doy - wd + 3;
+    if (thursday < 1) {
+        thursday += fastpe_cal_days_in_year(year - 1);
+    } else {
+        int64_t diy = fastpe_cal_days_in_year(year);
+        if (thursday > diy) thursday -= diy;
+    }
+    v[0] = sod % 60;
+    v[1] = sod / 60 % 60;
+    v[2] = sod / 3600;
+    v[3] = wd;
+    v[4] = mday;
+    v[5] = doy;
+    v[6] = month;
+    v[7] = (thursday - 1) / 7 + 1;
+}
+
+#define FASTPE_CAL_KERNEL(NAME, T)                                                               \
+    static void NAME(const int64_t *ticks, int64_t per_second, int64_t tick_seconds,           \
+                     const int64_t *fields, ptrdiff_t n_fields, T *out, ptrdiff_t lo,           \
+                     ptrdiff_t hi) {                                                            \
+        int64_t v[8];                                                                           \
+        for (ptrdiff_t k = lo; k < hi; k++) {                                                   \
+            fastpe_cal_row(ticks[k], per_second, tick_seconds, v);                              \
+            T *row = out + k * n_fields;                                                        \
+            for (ptrdiff_t j = 0; j < n_fields; j++) row[j] = (T)v[fields[j]];                  \
+        }                                                                                       \
+    }
+
+FASTPE_CAL_KERNEL(fastpe_calendar_fields_i32, int32_t)
+FASTPE_CAL_KERNEL(fastpe_calendar_fields_i64, int64_t)
+
+#endif
