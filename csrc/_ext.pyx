@@ -14,7 +14,7 @@ from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cython cimport floating
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "fastpe_kernels.h" nogil:
     const int FASTPE_STEPS
@@ -709,3 +709,261 @@ def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout
         return
     _family_rows(NULL, &x[0], &turns[0, 0], turns.shape[1], NULL, layout, out, row_begin, row_end,
                  wide, parts)
+
+
+# ----------------------------------------------------------------------------------- xPos
+# csrc/fastpe_xpos.h: a RoPE table's rows scaled by xPos's powers (queries in place, keys into
+# a second table), rows cut into blocks on the pool.
+
+cdef extern from "fastpe_xpos.h" nogil:
+    void fastpe_xpos_scale(const uint32_t *positions, const double *zeta, Py_ssize_t n_freq,
+                           double scale_base, double center, double *tq, double *tk,
+                           Py_ssize_t lo, Py_ssize_t hi)
+
+ctypedef struct _XposCtx:
+    const uint32_t *positions
+    const double *zeta
+    Py_ssize_t n_freq
+    double scale_base
+    double center
+    double *tq
+    double *tk
+
+
+cdef void _xpos_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _XposCtx *c = <_XposCtx *>ctx
+    fastpe_xpos_scale(c.positions, c.zeta, c.n_freq, c.scale_base, c.center, c.tq, c.tk, lo, hi)
+
+
+def xpos_scale(const uint32_t[::1] positions, const double[::1] zeta, double scale_base, double center,
+               double[:, :, ::1] out_q, double[:, :, ::1] out_k, int parts=1):
+    """``out_q`` (the RoPE table of ``positions``) times ``zeta ** ((p - center) / scale_base)``
+    in place, ``out_k`` the table times ``zeta ** (-(p - center) / scale_base)``, each power
+    clamped to ``[2**-600, 2**600]`` (csrc/fastpe_xpos.h)."""
+    cdef Py_ssize_t n = positions.shape[0]
+    cdef Py_ssize_t n_freq = zeta.shape[0]
+    for name, t in (("out_q", out_q), ("out_k", out_k)):
+        if t.shape[0] != n or t.shape[1] != 2 or t.shape[2] != n_freq:
+            raise ValueError(f"{name} must have shape ({n}, 2, {n_freq})")
+    _check_parts(parts)
+    if n == 0 or n_freq == 0:
+        return
+    cdef _XposCtx c
+    c.positions, c.zeta, c.n_freq = &positions[0], &zeta[0], n_freq
+    c.scale_base, c.center, c.tq, c.tk = scale_base, center, &out_q[0, 0, 0], &out_k[0, 0, 0]
+    with nogil:
+        fastpe_pool_run(_xpos_part, &c, 0, n, parts, 1, _pool_threads)
+
+
+# ----------------------------------------------------------------------- axial RoPE caches
+# fastpe_axial.h: each axis's cos/sin blocks copied into every token's rows, on bit patterns
+# (uint16/32/64), tokens cut into blocks on the pool
+
+cdef extern from "fastpe_axial.h" nogil:
+    void fastpe_axial_gather(const unsigned char *table, Py_ssize_t k, Py_ssize_t item,
+                             const int64_t *index, Py_ssize_t n, const int64_t *pieces,
+                             Py_ssize_t n_pieces, unsigned char *out_cos, unsigned char *out_sin,
+                             Py_ssize_t d, Py_ssize_t lo, Py_ssize_t hi)
+
+ctypedef fused _bits:
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+ctypedef struct _AxialCtx:
+    const unsigned char *table
+    Py_ssize_t k
+    Py_ssize_t item
+    const int64_t *index
+    Py_ssize_t n
+    const int64_t *pieces
+    Py_ssize_t n_pieces
+    unsigned char *out_cos
+    unsigned char *out_sin
+    Py_ssize_t d
+
+
+cdef void _axial_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _AxialCtx *c = <_AxialCtx *>ctx
+    fastpe_axial_gather(c.table, c.k, c.item, c.index, c.n, c.pieces, c.n_pieces, c.out_cos,
+                        c.out_sin, c.d, lo, hi)
+
+
+def axial_gather(const _bits[:, :, ::1] table, const int64_t[:, ::1] index,
+                 const int64_t[:, ::1] pieces, _bits[:, ::1] out_cos, _bits[:, ::1] out_sin,
+                 Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+    """Tokens ``[begin, end)``: for each piece ``(axis, src, col, width)``, values ``src ..
+    src + width - 1`` of the cos (``table[r, 0]``) and sin (``table[r, 1]``) blocks of row
+    ``r = index[axis, t]`` copied to columns ``col ..`` of ``out_cos[t]`` and ``out_sin[t]``
+    (csrc/fastpe_axial.h).  Every index and piece is checked against the shapes first."""
+    cdef Py_ssize_t n = out_cos.shape[0], d = out_cos.shape[1]
+    cdef Py_ssize_t rows = table.shape[0], k = table.shape[2], n_axes = index.shape[0]
+    cdef Py_ssize_t p, a, t, bad = -1
+    if end < 0:
+        end = n
+    if out_sin.shape[0] != n or out_sin.shape[1] != d:
+        raise ValueError(f"out_sin must have out_cos's shape ({n}, {d})")
+    if table.shape[1] != 2 or index.shape[1] != n or pieces.shape[1] != 4:
+        raise ValueError(f"table must be (rows, 2, K), index (axes, {n}), pieces (P, 4)")
+    for p in range(pieces.shape[0]):
+        if not (0 <= pieces[p, 0] < n_axes and 0 <= pieces[p, 1] and 0 <= pieces[p, 3]
+                and pieces[p, 1] + pieces[p, 3] <= k and 0 <= pieces[p, 2]
+                and pieces[p, 2] + pieces[p, 3] <= d):
+            raise ValueError(f"piece {p} {tuple(pieces[p])} is outside the table or the rows")
+    _check_rows(n, begin, end)
+    _check_parts(parts)
+    if begin == end or pieces.shape[0] == 0:
+        return
+    with nogil:
+        for a in range(n_axes):
+            for t in range(begin, end):
+                if not 0 <= index[a, t] < rows:
+                    bad = a
+    if bad >= 0:
+        raise ValueError(f"index[{bad}] holds a row outside the table's {rows}")
+    cdef _AxialCtx c
+    c.table, c.k, c.item = <const unsigned char *>&table[0, 0, 0], k, sizeof(_bits)
+    c.index, c.n, c.pieces, c.n_pieces = &index[0, 0], n, &pieces[0, 0], pieces.shape[0]
+    c.out_cos, c.out_sin, c.d = <unsigned char *>&out_cos[0, 0], <unsigned char *>&out_sin[0, 0], d
+    with nogil:
+        fastpe_pool_run(_axial_part, &c, begin, end, parts, 1, _pool_threads)
+
+
+# ------------------------------------------------------------------------ signed positions
+# int64 positions with |p| < 2**32 (csrc/fastpe_signed.h): a negative position's row is its
+# magnitude's with the sines negated, bit for bit (sine odd, cosine even, rounding symmetric).
+
+cdef extern from "fastpe_signed.h" nogil:
+    void fastpe_sinusoid_signed(const int64_t *positions, const double *turns,
+                                Py_ssize_t n_freq, const double *steps, float *out,
+                                Py_ssize_t d_model, Py_ssize_t row_begin, Py_ssize_t row_end,
+                                double *scratch, int wide)
+    void fastpe_signed_family_block(const int64_t *positions, Py_ssize_t n, const double *turns,
+                                    Py_ssize_t n_freq, const double *steps, double *table,
+                                    double *anchor, uint32_t *mag, int wide)
+
+cdef int64_t _SIGNED_LIMIT = (<int64_t>1) << 32
+
+
+cdef int _check_signed(const int64_t[::1] positions) except -1:
+    cdef Py_ssize_t t
+    cdef int bad = 0
+    with nogil:
+        for t in range(positions.shape[0]):
+            if positions[t] <= -_SIGNED_LIMIT or positions[t] >= _SIGNED_LIMIT:
+                bad = 1
+    if bad:
+        raise ValueError("positions must be in (-2**32, 2**32)")
+    return 0
+
+
+ctypedef struct _SignedCtx:
+    const int64_t *positions
+    const double *turns
+    Py_ssize_t n_freq
+    const double *steps
+    float *out
+    Py_ssize_t d_model
+    double *scratch
+    int wide
+
+
+cdef void _signed_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SignedCtx *c = <_SignedCtx *>ctx
+    fastpe_sinusoid_signed(c.positions, c.turns, c.n_freq, c.steps, c.out, c.d_model, lo, hi,
+                           c.scratch + 2 * part * c.n_freq, c.wide)
+
+
+def sinusoid_signed(const int64_t[::1] positions, const double[:, ::1] turns,
+                    const double[:, :, ::1] steps, float[:, ::1] out,
+                    Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
+    """As :func:`sinusoid_forward` for ``int64`` positions in ``(-2**32, 2**32)``."""
+    if row_end < 0:
+        row_end = out.shape[0]
+    if positions.shape[0] != out.shape[0]:
+        raise ValueError(f"{positions.shape[0]} positions for {out.shape[0]} output rows")
+    _check(turns, steps, out, row_begin, row_end)
+    _check_signed(positions)
+    if row_begin == row_end:
+        return
+    cdef _SignedCtx c
+    c.positions = &positions[0]
+    c.turns = &turns[0, 0]
+    c.n_freq = turns.shape[1]
+    c.steps = &steps[0, 0, 0]
+    c.out = &out[0, 0]
+    c.d_model = out.shape[1]
+    c.wide = wide
+    _check_parts(parts)
+    c.scratch = _scratch(2 * parts * c.n_freq)
+    try:
+        with nogil:
+            fastpe_pool_run(_signed_part, &c, row_begin, row_end, parts, _ALIGN, _pool_threads)
+    finally:
+        PyMem_Free(c.scratch)
+
+
+ctypedef struct _SignedFamilyCtx:
+    const int64_t *positions
+    const double *turns
+    Py_ssize_t n_freq
+    const double *steps
+    int layout
+    void *out
+    int is_double
+    Py_ssize_t d
+    double *scratch  # per part: a block's table, then an anchor's 2 * n_freq
+    uint32_t *mag  # per part: a block's magnitudes
+    int wide
+
+
+cdef void _signed_family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """As the unsigned family part: a block's doubles (sines of negative positions negated in
+    the block's table), laid out and rounded by :func:`_scatter`."""
+    cdef _SignedFamilyCtx *c = <_SignedFamilyCtx *>ctx
+    cdef Py_ssize_t n_freq = c.n_freq
+    cdef double *table = c.scratch + part * (_FAMILY_ROWS + 1) * 2 * n_freq
+    cdef double *anchor = table + _FAMILY_ROWS * 2 * n_freq
+    cdef uint32_t *mag = c.mag + part * _FAMILY_ROWS
+    cdef Py_ssize_t b0 = lo, b1
+    while b0 < hi:
+        b1 = b0 + _FAMILY_ROWS
+        if b1 > hi:
+            b1 = hi
+        fastpe_signed_family_block(c.positions + b0, b1 - b0, c.turns, n_freq, c.steps, table,
+                                   anchor, mag, c.wide)
+        if c.is_double:
+            _scatter(table, b1 - b0, n_freq, c.layout, <double *>c.out + b0 * c.d, c.d)
+        else:
+            _scatter(table, b1 - b0, n_freq, c.layout, <float *>c.out + b0 * c.d, c.d)
+        b0 = b1
+
+
+def sincos_rows_signed(const int64_t[::1] positions, const double[:, ::1] turns,
+                       const double[:, :, ::1] steps, int layout, floating[:, ::1] out,
+                       Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
+    """As :func:`sincos_rows` for ``int64`` positions in ``(-2**32, 2**32)``."""
+    if row_end < 0:
+        row_end = out.shape[0]
+    _check_rope_plan(turns, steps)
+    _check_family(positions.shape[0], turns, out, layout, row_begin, row_end)
+    _check_signed(positions)
+    if row_begin == row_end:
+        return
+    _check_parts(parts)
+    cdef _SignedFamilyCtx c
+    c.positions, c.turns, c.n_freq, c.steps = &positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0]
+    c.layout, c.out, c.d, c.wide = layout, &out[0, 0], out.shape[1], wide
+    c.is_double = floating is double
+    c.scratch = _scratch(parts * (_FAMILY_ROWS + 1) * 2 * c.n_freq)
+    c.mag = <uint32_t *>PyMem_Malloc(parts * _FAMILY_ROWS * sizeof(uint32_t))
+    if c.mag == NULL:
+        PyMem_Free(c.scratch)
+        raise MemoryError()
+    try:
+        with nogil:
+            fastpe_pool_run(_signed_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
+    finally:
+        PyMem_Free(c.scratch)
+        PyMem_Free(c.mag)

@@ -19,6 +19,7 @@ __all__ = [
     "check_max_len",
     "check_base",
     "check_positions",
+    "check_signed_positions",
     "check_out",
     "MAX_D_MODEL",
     "POSITION_LIMIT",
@@ -150,6 +151,56 @@ def check_positions(positions, name: str = "positions") -> np.ndarray:
     if hi >= POSITION_LIMIT:
         raise ValueError(f"{name} must be < 2**32, got {int(hi)}")
     return np.ascontiguousarray(arr.astype(np.uint32, copy=False))
+
+
+def check_signed_positions(positions, name: str = "positions") -> np.ndarray:
+    """Validate an array-like of signed positions, each in ``(-2**32, 2**32)``; return it as a
+    C-contiguous ``int64`` array.
+
+    As :func:`check_positions` in everything else (any integer dtype, a Python sequence of
+    ints, floats holding whole numbers; bools, NaN, inf, fractions and ragged input refused;
+    the input never modified).  ``-0.0`` is the position 0.
+    """
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"{name} must be an array of integers, got {type(positions).__name__}")
+    try:
+        arr = np.asarray(positions)
+    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+        raise ValueError(f"{name} must be a 1-D array of integers: {exc}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape}")
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise TypeError(f"{name} must hold integers, got booleans")
+    _reject_bools(positions, arr, name)
+    if arr.size == 0:
+        if kind not in "iufO":
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        return np.empty(0, dtype=np.int64)
+    if kind in "iu":
+        lo, hi = int(arr.min()), int(arr.max())
+    elif kind == "f":
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite integers, got NaN or inf")
+        if not (arr == np.floor(arr)).all():
+            bad = float(arr[arr != np.floor(arr)][0])
+            raise ValueError(f"{name} must be whole numbers, got {bad!r}")
+        lo, hi = float(arr.min()), float(arr.max())
+    elif kind == "O":
+        for v in arr:
+            if not _is_integer(v):
+                raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
+        lo, hi = min(int(v) for v in arr), max(int(v) for v in arr)
+    else:
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if lo <= -POSITION_LIMIT:
+        raise ValueError(f"{name} must be > -2**32, got {_short(int(lo))}")
+    if hi >= POSITION_LIMIT:
+        raise ValueError(f"{name} must be < 2**32, got {_short(int(hi))}")
+    if kind == "O":
+        arr = np.array([int(v) for v in arr], dtype=np.int64)
+    # a float -0.0 becomes the integer 0; every value fits in int64 exactly
+    return np.ascontiguousarray(arr.astype(np.int64, copy=False))
 
 
 def check_out(out, shape: tuple[int, ...], name: str = "out", dtype=np.float32) -> np.ndarray:

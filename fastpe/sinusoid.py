@@ -28,9 +28,9 @@ from ._validate import (
     check_no_overlap,
     check_offset,
     check_position_grid,
-    check_positions,
     check_positive,
     check_real_positions,
+    check_signed_positions,
     check_table_out,
 )
 
@@ -225,8 +225,8 @@ def narrow_into(out: np.ndarray, fill32, exact, fill64, module=None) -> None:
 
 def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray,
               spec: tuple[int, float] | None = None) -> None:
-    """Rows of ``freqs`` in ``layout`` and ``out``'s dtype for ``positions`` (uint32) or, when
-    ``None``, ``start, start + 1, ...``.  ``spec=(d_model, base)`` routes float32 to the
+    """Rows of ``freqs`` in ``layout`` and ``out``'s dtype for ``positions`` (uint32, or int64
+    with ``|p| < 2**32``) or, when ``None``, ``start, start + 1, ...``.  ``spec=(d_model, base)`` routes float32 to the
     spec's own kernels."""
     n = out.shape[0]
     if n == 0:
@@ -248,7 +248,7 @@ def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray
             fill_rows(module, freqs, layout, pos, start + r0, part, spec)
 
         def fill64(rows):
-            pos = (start + rows if positions is None else positions[rows]).astype(np.uint32)
+            pos = (start + rows).astype(np.uint32) if positions is None else positions[rows]
             values = np.empty((rows.size, out.shape[1]), dtype=np.float64)
             module.sincos_rows(positions=pos, freqs=freqs, layout=layout, out=values)
             return values
@@ -308,11 +308,23 @@ def fill_real(module, freqs, layout: str, x: np.ndarray, out: np.ndarray) -> Non
 
 
 def fill_config(module, config: PosEncConfig, positions, start: int, out: np.ndarray) -> None:
-    """Rows of ``config`` for ``positions`` (uint32) or, when ``None``, ``start, start + 1,
+    """Rows of ``config`` for ``positions`` (uint32 or int64) or, when ``None``, ``start, start + 1,
     ...``, into ``out`` (any table dtype) on the backend ``module``; unchecked: the callers
     (the public functions, :func:`fastpe.save_table`'s chunks) have validated everything."""
     spec = (config.d_model, config.base) if config.is_spec else None
     fill_rows(module, config.frequencies, config.layout, positions, start, out, spec)
+
+
+def _kernel_positions(pos: np.ndarray) -> np.ndarray:
+    """Validated int64 positions as the kernels take them: ``uint32`` when none is negative
+    (the unsigned kernels), else the int64 array itself (the signed ones)."""
+    if pos.size == 0 or int(pos.min()) >= 0:
+        return pos.astype(np.uint32)
+    return pos
+
+
+#: rows of a table with ``step != 1`` (or a negative start) filled per positions array
+_TABLE_BLOCK = 1 << 16
 
 
 def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | None = None):
@@ -330,8 +342,10 @@ def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | 
     Parameters
     ----------
     positions:
-        1-D array-like of integers in ``[0, 2**32)``: any integer dtype, a list, or floats
-        holding whole numbers.  Never modified.  May be empty.
+        1-D array-like of integers in ``(-2**32, 2**32)``: any integer dtype, a list, or
+        floats holding whole numbers.  Never modified.  May be empty.  A negative position
+        ``-p`` gives the row of ``p`` with every sine negated (sine is odd, cosine even, and
+        rounding is symmetric), bit for bit, in every layout and dtype.
     config:
         A :class:`PosEncConfig`; ``config.max_len`` does not limit the positions.
     out:
@@ -348,7 +362,7 @@ def forward(positions, config: PosEncConfig, out: np.ndarray, *, backend: str | 
     """
     if not isinstance(config, PosEncConfig):
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
-    pos = check_positions(positions)
+    pos = _kernel_positions(check_signed_positions(positions))
     check_table_out(out, (pos.shape[0], config.d_model), out_dtypes())
     check_no_overlap(out, positions)
     _, module = _backends.resolve(backend)
@@ -365,11 +379,15 @@ def table(
     denominator: str = "d",
     min_timescale: float = 1.0,
     max_timescale: float | None = None,
+    start: int = 0,
+    step: int = 1,
     dtype=None,
     out: np.ndarray | None = None,
     backend: str | None = None,
 ) -> np.ndarray:
-    """The ``(max_len, d_model)`` sinusoidal table for positions ``0 .. max_len-1``.
+    """The ``(max_len, d_model)`` sinusoidal table for positions ``0 .. max_len-1``, or
+    ``start, start + step, ..., start + (max_len - 1) * step`` (each in ``(-2**32, 2**32)``;
+    ``step`` a non-zero integer).
 
     Bit-identical to ``forward(np.arange(max_len), PosEncConfig(d_model, max_len, base,
     layout, denominator, min_timescale, max_timescale), out)`` on the same backend, without
@@ -379,12 +397,31 @@ def table(
     :func:`forward`; a ``dtype`` beside it must be ``out``'s).
 
     Example: fairseq's table is ``table(d, n, layout="halves", denominator="half-1")``;
-    tensor2tensor's adds ``min_timescale`` / ``max_timescale``.
+    tensor2tensor's adds ``min_timescale`` / ``max_timescale``.  Relative sinusoids run
+    backwards and through zero: Transformer-XL's ``klen-1 .. 0`` is
+    ``table(d, klen, layout="halves", start=klen - 1, step=-1)``, a Conformer's
+    ``L-1 .. -(L-1)`` is ``table(d, 2 * L - 1, start=L - 1, step=-1)``; each row is the row
+    :func:`forward` gives its position, bit for bit.
     """
     config = PosEncConfig(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
+    start = check_int("start", start)
+    step = check_int("step", step)
+    if step == 0:
+        raise ValueError("step must be a non-zero integer, got 0")
+    last = start + (config.max_len - 1) * step
+    for name, value in (("start", start), ("the last position, start + (max_len - 1) * step", last)):
+        if not -POSITION_LIMIT < value < POSITION_LIMIT:
+            raise ValueError(f"{name} must be in (-2**32, 2**32), got {value}")
     _, module = _backends.resolve(backend)
     out = output_array(out, (config.max_len, config.d_model), dtype)
-    fill_config(module, config, None, 0, out)
+    if step == 1 and start >= 0:  # the table kernels: no positions array
+        fill_config(module, config, None, start, out)
+        return out
+    unsigned = min(start, last) >= 0
+    for r0 in range(0, config.max_len, _TABLE_BLOCK):
+        r1 = min(config.max_len, r0 + _TABLE_BLOCK)
+        pos = start + step * np.arange(r0, r1, dtype=np.int64)
+        fill_config(module, config, pos.astype(np.uint32) if unsigned else pos, 0, out[r0:r1])
     return out
 
 

@@ -59,11 +59,26 @@ _INV_FREQS = {
 }
 
 
+def _signed_positions(seed: int, n: int = 24) -> np.ndarray:
+    """int64 positions of both signs: the edges negated beside themselves (-(2**32 - 1) the
+    most negative), a run down through zero, random magnitudes with random signs."""
+    edges = [int(p) for p in _positions(seed, 0)]
+    run = list(range(66, -67, -1))  # crosses anchors on both sides of 0
+    r = np.random.default_rng(seed)
+    random = _positions(seed + 1, n).astype(np.int64) * r.choice([-1, 1], n + 13)
+    return np.array(edges + [-p for p in edges] + run + random.tolist(), dtype=np.int64)
+
+
 def sinusoid_forward() -> list[Case]:
     cases = []
     for d_model, base in ((1, DEFAULT_BASE), (2, DEFAULT_BASE), (7, 10.5), (16, 1e6), (33, 2.0)):
         positions = _positions(d_model)
         cases.append(Case(f"d{d_model}-b{base:g}", dict(
+            positions=positions, d_model=d_model, base=base,
+            out=_sentinel((len(positions), d_model), np.float32))))
+    for d_model, base in ((1, DEFAULT_BASE), (6, DEFAULT_BASE), (9, 500000.0)):  # signed: int64
+        positions = _signed_positions(d_model, 12)
+        cases.append(Case(f"signed-d{d_model}-b{base:g}", dict(
             positions=positions, d_model=d_model, base=base,
             out=_sentinel((len(positions), d_model), np.float32))))
     return cases
@@ -218,7 +233,9 @@ def _family_cases(make_x, tag: str) -> list[Case]:
 
 
 def sincos_rows() -> list[Case]:
-    return _family_cases(lambda seed: _positions(seed, 8), "positions")
+    return (_family_cases(lambda seed: _positions(seed, 8), "positions")
+            + [Case(f"signed-{c.label}", c.arguments)
+               for c in _family_cases(lambda seed: _signed_positions(seed, 4)[::3].copy(), "positions")])
 
 
 def _reals(seed: int) -> np.ndarray:

@@ -39,10 +39,12 @@ class Backend(Protocol):
 
     # ---------------------------------------------------------------- the spec's table
     def sinusoid_forward(self, positions, d_model, base, out) -> None:
-        """Sinusoidal encoding of arbitrary u32 positions.
+        """Sinusoidal encoding of arbitrary u32 (or signed int64) positions.
 
         The spec (:mod:`fastpe.sinusoid`).
-        ``positions``: ``uint32`` ``(n,)``; ``d_model`` an int in ``[1, 65536]``; ``base`` a
+        ``positions``: ``uint32`` ``(n,)``, or ``int64`` ``(n,)`` with ``|p| < 2**32`` (a
+        negative position's row is its magnitude's with the sines negated, bit for bit);
+        ``d_model`` an int in ``[1, 65536]``; ``base`` a
         finite float ``> 1``; ``out``: writable ``float32`` ``(n, d_model)``, filled in place.
         """
 
@@ -111,9 +113,10 @@ class Backend(Protocol):
     # fastpe._plans.layouts.LAYOUTS; ``out`` writable float32 or float64 ``(n, d)`` with
     # ``d >= 2 * freqs.count - 1``.
     def sincos_rows(self, positions, freqs, layout, out) -> None:
-        """Sinusoid families: any geometric frequencies and layout, u32 positions.
+        """Sinusoid families: any geometric frequencies and layout, u32 (or signed int64) positions.
 
-        ``positions``: ``uint32`` ``(n,)``; each value is the RoPE double (anchored
+        ``positions``: ``uint32`` ``(n,)``, or ``int64`` ``(n,)`` with ``|p| < 2**32`` (the
+        magnitude's values, each sine negated for a negative position); each value is the RoPE double (anchored
         product, exact path where ``|cos|`` or ``|sin| < 2**-14``) rounded to ``out``'s dtype."""
 
     def sincos_real(self, x, freqs, layout, out) -> None:

@@ -248,7 +248,10 @@ def sinusoid(positions: Iterable[int], d_model: int, base: float) -> list[list[f
     Column ``2i`` is ``sin(p * w_i)``, column ``2i + 1`` is ``cos(p * w_i)``, with
     ``w_i = base ** (-2i / d_model)``; an odd ``d_model`` ends with a lone sine.  Every
     entry is a Python float equal to the float32 nearest (ties to even) to the true real
-    value.  ``positions`` are integers in ``[0, 2**32)``; arguments are assumed validated.
+    value.  ``positions`` are integers in ``(-2**32, 2**32)``; arguments are assumed
+    validated.  A negative position's row is its magnitude's with every sine negated: sine is
+    odd and cosine even, and rounding to nearest is symmetric, so that is the correctly
+    rounded row of the negative position itself.
     """
     d_model = operator.index(d_model)
     base = float(base)
@@ -265,6 +268,8 @@ def sinusoid(positions: Iterable[int], d_model: int, base: float) -> list[list[f
             if p == 0:
                 rows.append(list(zero_row))
                 continue
+            negative = p < 0
+            p = -p if negative else p
             row = []
             for i, w in enumerate(freqs):
                 s, c, unreduced = _sin_cos(p * w, half_pi, sin_top, sin_rest)
@@ -277,5 +282,7 @@ def sinusoid(positions: Iterable[int], d_model: int, base: float) -> list[list[f
                     if fc is None:
                         fc = _retry(p, i, d_model, base, want_cos=True)
                     row.append(fc)
+            if negative:
+                row[0::2] = [-v for v in row[0::2]]  # the sines: columns 2i (and a lone last one)
             rows.append(row)
     return rows

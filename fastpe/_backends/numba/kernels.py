@@ -81,6 +81,8 @@ def _sincos_of_turn(t, tail):
 # of its position, and a table streams at memory speed because one anchor serves STEPS rows.
 
 STEPS = _words.STEPS
+#: rows per parallel block of the forward kernel (an anchor is reused within a block)
+FORWARD_ROWS = 64
 TINY = np.float32(_words.TINY)
 _TINY_BITS = TINY.view(np.int32)  # its bit pattern (0x38800000 for 2**-14)
 
@@ -143,17 +145,33 @@ def _fix_tiny(p, turns, o, bits):
                     o[j + 1] = np.float32(c)
 
 
+@inline
+def _negate_sines(o):
+    """A negative position's row: its magnitude's with the sines (even columns) negated --
+    sine odd, cosine even, float32 rounding symmetric, so the same bits as the true row."""
+    for j in range(0, o.shape[0], 2):
+        o[j] = -o[j]
+
+
 def _sinusoid_forward(positions, turns, steps, out):
+    """Rows of ``positions``: ``uint32``, or ``int64`` with ``|p| < 2**32`` (a negative
+    position is its magnitude's row with the sines negated, in the row just written)."""
+    n = out.shape[0]
     n_freq = turns.shape[1]
     bits = out.view(np.int32)
-    for row in prange(out.shape[0]):
+    n_blocks = (n + FORWARD_ROWS - 1) // FORWARD_ROWS
+    for blk in prange(n_blocks):
         sa = np.empty(n_freq)
         ca = np.empty(n_freq)
-        p = np.int64(positions[row])
-        m = p % STEPS
-        _anchor(np.float64(p - m), turns, sa, ca)
-        _product_row(sa, ca, steps[m, 0], steps[m, 1], out[row])
-        _fix_tiny(np.float64(p), turns, out[row], bits[row])
+        anchor = np.int64(-1)
+        for row in range(blk * FORWARD_ROWS, min(n, (blk + 1) * FORWARD_ROWS)):
+            signed = np.int64(positions[row])
+            p = abs(signed)
+            m, anchor = _move_anchor(p, anchor, turns, sa, ca)  # a run (a table) shares anchors
+            _product_row(sa, ca, steps[m, 0], steps[m, 1], out[row])
+            _fix_tiny(np.float64(p), turns, out[row], bits[row])
+            if signed < 0:
+                _negate_sines(out[row])
 
 
 def _sinusoid_range(start, turns, steps, out):
@@ -425,9 +443,13 @@ def _sincos_rows(positions, turns, steps, layout, out):
         lo = blk * ROPE_ROWS
         hi = min(n, lo + ROPE_ROWS)
         for t in range(lo, hi):
-            p = np.int64(positions[t])
+            signed = np.int64(positions[t])  # uint32, or int64 with |p| < 2**32
+            p = abs(signed)
             m, anchor = _move_anchor(p, anchor, turns, sa, ca)
             _rope_row(np.float64(p), turns, sa, ca, steps[m, 0], steps[m, 1], 1.0, c, s)
+            if signed < 0:  # sine odd, cosine even: the magnitude's sines negated
+                for k in range(n_freq):
+                    s[k] = -s[k]
             _scatter(c, s, layout, out[t])
 
 
