@@ -40,7 +40,8 @@ from fractions import Fraction
 from .constants import pi_fixed
 from .rounding import F32, round_fraction, round_ratio, settled, ziv
 
-__all__ = ["cos_sin_f32", "cos_sin_f64", "cos_sin_rounded", "rotate_f32", "FIRST_BITS"]
+__all__ = ["cos_sin_f32", "cos_sin_f64", "cos_sin_rounded", "rotate_f32", "FIRST_BITS", "xpos_zeta", "xpos_scale_bounds",
+           "xpos_table_f64", "xpos_rotate_f32", "XPOS_CLAMP"]
 
 #: fixed-point bits of the first pass; each retry doubles them
 FIRST_BITS = 96
@@ -236,6 +237,109 @@ def rotate_f32(x1: float, x2: float, p: int, f: float, af: float = 1.0) -> tuple
         vc, us = scaled(v, c_lo, c_hi), scaled(u, s_lo, s_hi)
         first = (uc[0] - vs[1], uc[1] - vs[0])
         second = (vc[0] + us[0], vc[1] + us[1])
+        return (scaled(a, *first), scaled(a, *second))
+
+    return _settle(values, _f32)
+
+
+# ----------------------------------------------------------------------------- xPos
+# xPos (Sun et al. 2022) multiplies the rotation of frequency i by zeta_i ** (n / scale_base)
+# (queries) or its inverse (keys), n a centred position (fastpe.rope._xpos).  The power is
+# computed here in decimal arithmetic with its own error bound; the cosine and sine are the
+# bounds above; Ziv's loop settles the product.
+
+#: the scale is clamped to [2**-XPOS_CLAMP, 2**XPOS_CLAMP] (see fastpe.rope._xpos: no float32
+#: output of an attention factor of at least 2**-300 depends on values beyond it)
+XPOS_CLAMP = 600
+_CLAMP_HI = Fraction(1 << XPOS_CLAMP)
+_CLAMP_LO = Fraction(1, 1 << XPOS_CLAMP)
+#: |ln scale| beyond this is past the clamp whatever the rounding (600 ln 2 = 415.9)
+_CLAMPED_LOG = 420
+
+
+def xpos_zeta(rotary_dim: int) -> tuple[float, ...]:
+    """xPos's ``zeta_i = (2i + 0.4 d) / (1.4 d)`` for ``d = rotary_dim``, ``i < d / 2``, each
+    the correctly rounded double of that rational, ``(10 i + 2 d) / (7 d)``."""
+    d = int(rotary_dim)
+    return tuple(float(Fraction(10 * i + 2 * d, 7 * d)) for i in range(d // 2))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def xpos_scale_bounds(zeta: float, n: int, scale_base: float, bits: int) -> tuple[Fraction, Fraction]:
+    """Exact bounds ``(lo, hi)`` of ``clamp(zeta ** (n / scale_base))`` (the double ``zeta``,
+    the exact rational exponent; clamped to ``[2**-600, 2**600]``), tighter as ``bits`` grows.
+
+    In :mod:`decimal` at ``P`` digits: ``L = ln zeta`` (correctly rounded), ``X = L * n /
+    scale_base`` (two more roundings), ``v = exp(X)`` (correctly rounded).  Each rounding is
+    within ``10**(1 - P)`` relative, so ``|X - X*| <= 3 |X| 10**(1 - P)`` and ``v`` is within
+    ``(4 |X| + 2) 10**(1 - P)`` of the true power, relative (``|X| <= 420`` here, where that
+    bound is far below 1)."""
+    from decimal import Decimal, localcontext
+
+    if n == 0:
+        return Fraction(1), Fraction(1)
+    exponent = Fraction(n) / Fraction(scale_base)
+    # the log roughly, to decide whether the clamp settles it (exponents may be huge)
+    rough = math.log(zeta) * (exponent.numerator / exponent.denominator if abs(exponent) < 1e300 else
+                              math.copysign(1e300, exponent))
+    if rough > _CLAMPED_LOG:
+        return _CLAMP_HI, _CLAMP_HI
+    if rough < -_CLAMPED_LOG:
+        return _CLAMP_LO, _CLAMP_LO
+    digits = int(bits * 0.30103) + 20
+    with localcontext() as ctx:
+        ctx.prec = digits
+        x = Decimal(zeta).ln() * Decimal(exponent.numerator) / Decimal(exponent.denominator)
+        v = Fraction(x.exp())
+        width = (4 * abs(Fraction(x)) + 2) / Fraction(10) ** (digits - 1)
+    lo, hi = v * (1 - width), v * (1 + width)
+    return min(max(lo, _CLAMP_LO), _CLAMP_HI), min(max(hi, _CLAMP_LO), _CLAMP_HI)
+
+
+def xpos_table_f64(p: int, f: float, af: float, zeta: float, scale_base: float,
+                   center: int) -> tuple[float, float, float, float]:
+    """The correctly rounded doubles ``af cos(p f) s``, ``af sin(p f) s`` (queries, ``s =
+    clamp(zeta ** ((p - center) / scale_base))``) and the same with ``1 / s`` (keys: the
+    power of ``-(p - center) / scale_base``)."""
+    p, f, a = int(p), float(f), Fraction(float(af))
+    n = p - int(center)
+
+    def values(bits):
+        c_lo, c_hi, s_lo, s_hi = cos_sin_bounds(p, f, bits)
+        if a == 0:
+            return ((Fraction(0), Fraction(0)),) * 4
+        out = []
+        for m in (n, -n):
+            g_lo, g_hi = xpos_scale_bounds(float(zeta), m, float(scale_base), bits)
+            for lo, hi in ((c_lo, c_hi), (s_lo, s_hi)):
+                out.append(scaled(a, *_times_positive(lo, hi, g_lo, g_hi)))
+        return out
+
+    return _settle(values, _f64)
+
+
+def _times_positive(lo: Fraction, hi: Fraction, g_lo: Fraction, g_hi: Fraction) -> tuple[Fraction, Fraction]:
+    """The interval ``[lo, hi] * [g_lo, g_hi]`` for ``0 < g_lo <= g_hi``."""
+    return (lo * (g_lo if lo >= 0 else g_hi), hi * (g_hi if hi >= 0 else g_lo))
+
+
+def xpos_rotate_f32(x1: float, x2: float, p: int, f: float, af: float, zeta: float, scale_base: float,
+                    center: int, down: bool = False) -> tuple[float, float]:
+    """Correctly rounded float32 of ``af s (x1 cos t - x2 sin t)`` and ``af s (x2 cos t + x1
+    sin t)``, ``t = p f``, ``s = clamp(zeta ** (+-(p - center) / scale_base))`` (``-`` for
+    keys, ``down``), for finite ``x1, x2``."""
+    a, u, v = Fraction(float(af)), Fraction(float(x1)), Fraction(float(x2))
+    p, f = int(p), float(f)
+    n = p - int(center)
+    m = -n if down else n
+
+    def values(bits):
+        c_lo, c_hi, s_lo, s_hi = cos_sin_bounds(p, f, bits)
+        g_lo, g_hi = xpos_scale_bounds(float(zeta), m, float(scale_base), bits)
+        uc, vs = scaled(u, c_lo, c_hi), scaled(v, s_lo, s_hi)
+        vc, us = scaled(v, c_lo, c_hi), scaled(u, s_lo, s_hi)
+        first = _times_positive(uc[0] - vs[1], uc[1] - vs[0], g_lo, g_hi)
+        second = _times_positive(vc[0] + us[0], vc[1] + us[1], g_lo, g_hi)
         return (scaled(a, *first), scaled(a, *second))
 
     return _settle(values, _f32)
