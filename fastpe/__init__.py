@@ -13,11 +13,13 @@ from .sinusoid import (
     DEFAULT_MAX_LEN,
     PosEncConfig,
     add_,
+    conformer_embedding,
     fairseq_embedding,
     fairseq_positions,
     forward,
     table,
     timestep,
+    transformer_xl_embedding,
 )
 
 from ._version import __version__
@@ -56,6 +58,8 @@ __all__ = [
     "timestep",
     "fairseq_positions",
     "fairseq_embedding",
+    "transformer_xl_embedding",
+    "conformer_embedding",
     "available_backends",
     "info",
     "__version__",

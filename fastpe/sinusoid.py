@@ -48,6 +48,9 @@ __all__ = [
     "timestep",
     "fairseq_positions",
     "fairseq_embedding",
+    "transformer_xl_embedding",
+    "conformer_embedding",
+    "CONFORMER_CONVENTIONS",
 ]
 
 #: the spec's default table length
@@ -635,3 +638,69 @@ def fairseq_embedding(tokens, d_model: int, padding_idx: int, *, dtype=None, out
     fill_rows(module, config.frequencies, "halves", pos.reshape(-1).astype(np.uint32), 0, flat)
     flat[pos.reshape(-1) == padding_idx] = 0
     return out
+
+
+# --------------------------------------------------------------------------- relative sinusoids
+
+
+def transformer_xl_embedding(klen: int, d_model: int, *, clamp_len: int | None = None, dtype=None,
+                             out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """Transformer-XL's relative ``PositionalEmbedding``: ``(klen, d_model)`` rows for the
+    positions ``klen-1, klen-2, ..., 0``, each ``[sin(p w) | cos(p w)]`` with
+    ``w = 1 / 10000 ** (arange(0, d_model, 2) / d_model)`` (kimiyoung/transformer-xl,
+    ``pytorch/mem_transformer.py``, and HF's former ``TransfoXLModel``; their ``klen`` is
+    ``mlen + qlen``).  ``clamp_len > 0`` clamps the positions to at most ``clamp_len``, as
+    their ``if self.clamp_len > 0: pos_seq.clamp_(max=self.clamp_len)`` does (``None``, 0 or a
+    negative value: no clamping).  Their batch axis is left out: ``out[:, None]`` broadcasts.
+
+    Every value is exact as :func:`table`'s are (the rows are ``table(d_model, klen,
+    layout="halves", start=klen - 1, step=-1)``, clamped rows copies of the row of
+    ``clamp_len``).  ``d_model`` is even, 2 .. 65536; ``klen`` 1 .. 2**32; ``dtype`` and
+    ``out`` as in :func:`table`.
+    """
+    klen = check_int("klen", klen, low=1, high=POSITION_LIMIT)
+    d_model = check_int("d_model", d_model, low=2, high=MAX_D_MODEL)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (a sine and a cosine per frequency), got {d_model}")
+    if clamp_len is not None:
+        clamp_len = check_int("clamp_len", clamp_len)
+    out = output_array(out, (klen, d_model), dtype)
+    clamp = klen - 1 if clamp_len is None or clamp_len <= 0 else min(clamp_len, klen - 1)
+    first = klen - 1 - clamp  # rows before it hold positions above clamp_len: clamped
+    table(d_model, clamp + 1, layout="halves", start=clamp, step=-1, out=out[first:], backend=backend)
+    if first:
+        out[:first] = out[first]
+    return out
+
+
+#: :func:`conformer_embedding`'s conventions
+CONFORMER_CONVENTIONS = ("nemo", "espnet", "espnet_legacy")
+
+
+def conformer_embedding(length: int, d_model: int, *, convention: str = "nemo", dtype=None,
+                        out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """A Conformer's relative positional encoding of a sequence of ``length`` frames.
+
+    ``convention="nemo"`` (the default): NeMo's ``RelPositionalEncoding``
+    (``nemo/collections/asr/parts/submodules/multi_head_attention.py``), ``(2 * length - 1,
+    d_model)`` rows for the positions ``length-1, ..., 1, 0, -1, ..., -(length-1)`` -- the
+    slice its ``forward`` takes of the table ``extend_pe`` builds -- each row the classic
+    interleaved ``sin, cos, sin, cos, ...`` of :func:`table` (``w_i = 10000 ** (-2i/d_model)``).
+    ``"espnet"``: ESPnet's ``RelPositionalEncoding`` (``espnet/nets/pytorch_backend/
+    transformer/embedding.py``): its positive half flipped, then its negative half without
+    position 0 -- the same positions and the same values as NeMo's (it is the same
+    encoding; the name is accepted so a port reads as its source).  ``"espnet_legacy"``:
+    ESPnet's ``LegacyRelPositionalEncoding``, the plain table of positions ``0 .. length-1``
+    (``length`` rows).
+
+    Exact as :func:`table` (a negative position's row is its magnitude's with the sines
+    negated, bit for bit).  ``length`` 1 .. 2**31, ``d_model`` 1 .. 65536 (an odd one ends
+    with a lone sine, as :func:`table`; NeMo and ESPnet need it even); ``dtype``, ``out`` as
+    in :func:`table`.
+    """
+    length = check_int("length", length, low=1, high=POSITION_LIMIT // 2)
+    d_model = check_d_model(d_model)
+    convention = check_choice("convention", convention, CONFORMER_CONVENTIONS)
+    if convention == "espnet_legacy":
+        return table(d_model, length, dtype=dtype, out=out, backend=backend)
+    return table(d_model, 2 * length - 1, start=length - 1, step=-1, dtype=dtype, out=out, backend=backend)
