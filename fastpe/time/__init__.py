@@ -10,4 +10,6 @@ phase and calendar field from the integer, rounding once.  What is accepted:
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._calendar import calendar_features
+
+__all__: list[str] = ["calendar_features"]
