@@ -508,3 +508,140 @@ def calendar_fields(const int64_t[::1] ticks, int64_t per_second, int64_t tick_s
     else:
         c.wide = False
     _run(_calendar_part, &c, begin, end, parts)
+
+
+# ------------------------------------------------------------- DeBERTa and Shaw positions
+# csrc/fastpe_relative.h: look-ups in the plan of fastpe._plans.deberta, and Shaw's clipped
+# distances, over ranges of items or rows on the pool
+
+cdef extern from "fastpe_relative.h" nogil:
+    int64_t FASTPE_DEBERTA_UNBUCKETED
+    void fastpe_deberta_bucket_i32(const int64_t *rel, int64_t mid, const int64_t *starts,
+                                   const int64_t *values, Py_ssize_t n_starts, int32_t *out,
+                                   Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_deberta_bucket_i64(const int64_t *rel, int64_t mid, const int64_t *starts,
+                                   const int64_t *values, Py_ssize_t n_starts, int64_t *out,
+                                   Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_deberta_fill_i32(int64_t mid, const int64_t *starts, const int64_t *values,
+                                 Py_ssize_t n_starts, int32_t *out, Py_ssize_t k_len,
+                                 Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_deberta_fill_i64(int64_t mid, const int64_t *starts, const int64_t *values,
+                                 Py_ssize_t n_starts, int64_t *out, Py_ssize_t k_len,
+                                 Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_shaw_fill_i32(int64_t k, int64_t offset, int32_t *out, Py_ssize_t k_len,
+                              Py_ssize_t row_begin, Py_ssize_t row_end)
+    void fastpe_shaw_fill_i64(int64_t k, int64_t offset, int64_t *out, Py_ssize_t k_len,
+                              Py_ssize_t row_begin, Py_ssize_t row_end)
+
+#: the mid that leaves every relative position as it is
+DEBERTA_UNBUCKETED = FASTPE_DEBERTA_UNBUCKETED
+
+cdef enum:
+    _DEBERTA_I32
+    _DEBERTA_I64
+    _DEBERTA_FILL_I32
+    _DEBERTA_FILL_I64
+    _SHAW_I32
+    _SHAW_I64
+
+ctypedef struct _RelCtx:
+    int kind
+    const int64_t *rel
+    int64_t mid, k, offset
+    const int64_t *starts
+    const int64_t *values
+    Py_ssize_t n_starts, k_len
+    void *out
+
+
+cdef void _rel_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _RelCtx *c = <_RelCtx *>ctx
+    if c.kind == _DEBERTA_I32:
+        fastpe_deberta_bucket_i32(c.rel, c.mid, c.starts, c.values, c.n_starts, <int32_t *>c.out, lo, hi)
+    elif c.kind == _DEBERTA_I64:
+        fastpe_deberta_bucket_i64(c.rel, c.mid, c.starts, c.values, c.n_starts, <int64_t *>c.out, lo, hi)
+    elif c.kind == _DEBERTA_FILL_I32:
+        fastpe_deberta_fill_i32(c.mid, c.starts, c.values, c.n_starts, <int32_t *>c.out, c.k_len, lo, hi)
+    elif c.kind == _DEBERTA_FILL_I64:
+        fastpe_deberta_fill_i64(c.mid, c.starts, c.values, c.n_starts, <int64_t *>c.out, c.k_len, lo, hi)
+    elif c.kind == _SHAW_I32:
+        fastpe_shaw_fill_i32(c.k, c.offset, <int32_t *>c.out, c.k_len, lo, hi)
+    elif c.kind == _SHAW_I64:
+        fastpe_shaw_fill_i64(c.k, c.offset, <int64_t *>c.out, c.k_len, lo, hi)
+
+
+cdef int _deberta_plan(_RelCtx *c, int64_t mid, const int64_t[::1] starts, const int64_t[::1] values,
+                       int64_t reach) except -1:
+    """The plan's checks: every distance past ``mid`` up to ``reach`` finds a start."""
+    if starts.shape[0] != values.shape[0]:
+        raise ValueError(f"{starts.shape[0]} starts for {values.shape[0]} values")
+    if mid < 1:
+        raise ValueError(f"mid must be >= 1, got {mid}")
+    if reach > mid and (starts.shape[0] == 0 or starts[0] != mid + 1):
+        raise ValueError("the plan's first start must be mid + 1")
+    c.mid, c.n_starts = mid, starts.shape[0]
+    c.starts = &starts[0] if starts.shape[0] else NULL
+    c.values = &values[0] if values.shape[0] else NULL
+    return 0
+
+
+def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] starts, const int64_t[::1] values,
+                   bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+    """``out[k]`` = the DeBERTa bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``mid =
+    bucket_size // 2`` and the plan's ``starts``, ``values`` (fastpe._plans.deberta), covering
+    every ``|rel[k]|``; no ``rel`` may be ``-2**63``."""
+    if end < 0:
+        end = out.shape[0]
+    if rel.shape[0] != out.shape[0]:
+        raise ValueError(f"{rel.shape[0]} relative positions for {out.shape[0]} outputs")
+    _check_range(out.shape[0], begin, end, "items")
+    if begin == end:
+        return
+    cdef _RelCtx c
+    cdef int64_t reach = 0, v
+    cdef Py_ssize_t k
+    for k in range(begin, end):
+        v = rel[k]
+        if v == -(1 << 63) or (v if v > 0 else -v) > reach:
+            if v == -(1 << 63):
+                raise ValueError("relative positions must be > -2**63")
+            reach = v if v > 0 else -v
+    _deberta_plan(&c, mid, starts, values, reach)
+    c.kind = _DEBERTA_I32 if bucket_t is int32_t else _DEBERTA_I64
+    c.rel, c.out = &rel[0], &out[0]
+    _run(_rel_part, &c, begin, end, parts)
+
+
+def deberta_fill(int64_t mid, const int64_t[::1] starts, const int64_t[::1] values, bucket_t[:, ::1] out,
+                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int parts=1):
+    """Rows ``[row_begin, row_end)`` of ``out`` (``(q_len, k_len)``): ``out[i, j]`` the DeBERTa
+    bucket of ``i - j`` (``mid`` :data:`DEBERTA_UNBUCKETED`: ``i - j`` itself)."""
+    cdef Py_ssize_t q_len = out.shape[0], k_len = out.shape[1]
+    if row_end < 0:
+        row_end = q_len
+    _check_range(q_len, row_begin, row_end, "rows")
+    if row_begin == row_end or k_len == 0:
+        return
+    cdef _RelCtx c
+    _deberta_plan(&c, mid, starts, values, max(q_len, k_len) - 1)
+    c.kind = _DEBERTA_FILL_I32 if bucket_t is int32_t else _DEBERTA_FILL_I64
+    c.out, c.k_len = &out[0, 0], k_len
+    _run(_rel_part, &c, row_begin, row_end, parts)
+
+
+def shaw_fill(int64_t k, int64_t offset, bucket_t[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
+              int parts=1):
+    """Rows ``[row_begin, row_end)`` of ``out``: ``out[i, j] = clip(j - (i + offset), -k, k) + k``
+    (``0 <= k <= 2**62``, ``0 <= offset < 2**32``)."""
+    cdef Py_ssize_t q_len = out.shape[0], k_len = out.shape[1]
+    if row_end < 0:
+        row_end = q_len
+    if not (0 <= k <= (1 << 62) and 0 <= offset < (1 << 32)):
+        raise ValueError("k must be in [0, 2**62] and offset in [0, 2**32)")
+    _check_range(q_len, row_begin, row_end, "rows")
+    if row_begin == row_end or k_len == 0:
+        return
+    cdef _RelCtx c
+    c.kind = _SHAW_I32 if bucket_t is int32_t else _SHAW_I64
+    c.k, c.offset, c.out, c.k_len = k, offset, &out[0, 0], k_len
+    _run(_rel_part, &c, row_begin, row_end, parts)

@@ -49,7 +49,8 @@ from . import _backends
 from ._validate import _short, check_int
 from .sinusoid import output_array
 
-__all__ = ["t5_bucket", "t5_bucket_matrix", "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
+__all__ = ["t5_bucket", "t5_bucket_matrix", "deberta_bucket", "deberta_bucket_matrix", "shaw_positions",
+           "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
 
 MAX_BUCKETS = 4096
 MAX_DISTANCE = 1 << 32
@@ -61,6 +62,7 @@ MAX_ELEMENTS = 1 << 40
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 # ------------------------------------------------------------------------------ validation
@@ -192,4 +194,143 @@ def t5_bucket_matrix(q_len, k_len=None, *, bidirectional=True, num_buckets=32, m
     _, module = _backends.resolve(backend)
     module.t5_bucket_matrix(query_offset=offset, bidirectional=bidirectional,
                             num_buckets=num_buckets, max_distance=max_distance, out=out)
+    return out
+
+
+# ------------------------------------------------------------------------------ DeBERTa
+# HF deberta_v2's make_log_bucket_position and build_relative_position: see
+# fastpe._plans.deberta for the float32 formula and how its plan is built.
+
+
+def _check_deberta(bucket_size, max_position) -> tuple[int, int]:
+    from ._plans.deberta import MAX_BUCKET_SIZE, MAX_POSITION
+
+    bucket_size = check_int("bucket_size", bucket_size, low=2, high=MAX_BUCKET_SIZE)
+    mid = bucket_size // 2
+    # HF divides by log((max_position - 1) / mid): it must be positive
+    max_position = check_int("max_position", max_position, high=MAX_POSITION)
+    if max_position < mid + 2:
+        raise ValueError(f"max_position must be >= bucket_size // 2 + 2 = {mid + 2} (HF divides by "
+                         f"log((max_position - 1) / (bucket_size // 2))), got {max_position}")
+    return bucket_size, max_position
+
+
+def _target(dtype, out, default) -> np.dtype:
+    """The dtype a call will write (``dtype``, else ``out``'s, else ``default``), known before
+    ``out`` is checked or anything allocated; :func:`_output` checks both afterwards."""
+    if dtype is not None:
+        return _check_int_dtype(dtype)
+    return out.dtype if isinstance(out, np.ndarray) else np.dtype(default)
+
+
+def _check_plan_size(bucket_size: int, max_position: int, distance: int) -> None:
+    """Refuse, before any work, a configuration whose plan up to ``distance`` would be huge:
+    ``max_position`` barely above ``bucket_size // 2`` makes HF's buckets climb by one per
+    few distances, without a cap."""
+    from ._plans.deberta import MAX_STARTS, plan_size
+
+    size = plan_size(bucket_size, max_position, distance)
+    if size > MAX_STARTS:
+        raise ValueError(
+            f"max_position={max_position} with bucket_size={bucket_size} gives {size} distinct buckets up to "
+            f"distance {distance} (at most 2**20): use a larger max_position or smaller relative positions")
+
+
+def deberta_bucket(relative_position, bucket_size=256, max_position=512, *, dtype=None, out=None,
+                   backend=None) -> np.ndarray:
+    """HF DeBERTa-v2/v3's log bucket of each relative position (query minus key).
+
+    Equal to ``make_log_bucket_position(relative_position, bucket_size, max_position)`` of
+    ``transformers.models.deberta_v2`` as the integers ``.to(torch.long)`` makes of its float32
+    values (``build_relative_position`` does that): ``rp`` itself where ``|rp| <= bucket_size
+    // 2``, else ``sign(rp) * (ceil(log(|rp| / mid) / log((max_position - 1) / mid) * (mid -
+    1)) + mid)`` in HF's float32 arithmetic, not capped.  The defaults are DeBERTa-v3's
+    (``position_buckets`` 256, ``max_position_embeddings`` 512).  ``relative_position``:
+    integers of any shape, in ``(-2**63, 2**63)``; returns int64 of that shape
+    (``dtype="int32"`` on request); ``out`` as in :func:`t5_bucket`.  ``bucket_size`` in
+    ``[2, 2**16]``, ``max_position`` in ``[bucket_size // 2 + 2, 2**62]``.  Where only the last
+    bit of torch's float32 log decides (the divisor, or a *fragile* argument), fastpe takes
+    the correctly rounded log (see :mod:`fastpe._plans.deberta`).
+    """
+    bucket_size, max_position = _check_deberta(bucket_size, max_position)
+    if dtype is not None:
+        _check_int_dtype(dtype)
+    rel = _check_relative(relative_position)
+    reach = max(int(rel.max()), -int(rel.min())) if rel.size else 0
+    _check_plan_size(bucket_size, max_position, reach)
+    out = _output(out, rel.shape, dtype, [("relative_position", relative_position), ("relative_position", rel)])
+    _, module = _backends.resolve(backend)
+    if rel.size:
+        module.deberta_bucket(relative_position=rel.reshape(-1), bucket_size=bucket_size,
+                              max_position=max_position, out=out.reshape(-1))
+    return out
+
+
+def deberta_bucket_matrix(q_len, k_len=None, *, bucket_size=256, max_position=512, dtype=None, out=None,
+                          backend=None) -> np.ndarray:
+    """The ``(q_len, k_len)`` relative positions of HF DeBERTa's ``build_relative_position``.
+
+    ``out[i, j]`` is query ``i`` minus key ``j``, bucketed by :func:`deberta_bucket` when
+    ``bucket_size > 0`` and ``max_position > 0`` (as HF), else the raw difference.  HF returns
+    shape ``(1, q_len, k_len)``; fastpe drops the leading 1 (``[None]`` restores it).
+    ``k_len`` defaults to ``q_len``; int64 (``dtype="int32"`` on request); ``out`` as in
+    :func:`t5_bucket_matrix`.  Filled row by row by a kernel (in parallel when large).
+    """
+    bucket_size = check_int("bucket_size", bucket_size)
+    max_position = check_int("max_position", max_position)
+    bucketed = bucket_size > 0 and max_position > 0  # HF's condition
+    if bucketed:
+        bucket_size, max_position = _check_deberta(bucket_size, max_position)
+    else:
+        bucket_size = max_position = 0
+    q_len = check_int("q_len", q_len, low=1, high=MAX_LEN)
+    k_len = q_len if k_len is None else check_int("k_len", k_len, low=1, high=MAX_LEN)
+    if q_len * k_len > MAX_ELEMENTS:
+        raise ValueError(f"q_len * k_len must be <= 2**40, got {q_len} * {k_len}")
+    if bucketed:
+        _check_plan_size(bucket_size, max_position, max(q_len, k_len) - 1)
+    if not bucketed and _target(dtype, out, np.int64) == np.int32 and (q_len > 1 << 31 or k_len > (1 << 31) + 1):
+        raise ValueError(f"q_len and k_len must be <= 2**31 for int32 relative positions, got {q_len}, {k_len}")
+    out = _output(out, (q_len, k_len), dtype)
+    _, module = _backends.resolve(backend)
+    module.deberta_bucket_matrix(bucket_size=bucket_size, max_position=max_position, out=out)
+    return out
+
+
+# --------------------------------------------------------------------------------- Shaw
+# tensor2tensor's _generate_relative_positions_matrix (Shaw et al. 2018, clipped distances)
+
+
+def shaw_positions(q_len, k_len=None, *, max_relative_position, cache=False, dtype=None, out=None,
+                   backend=None) -> np.ndarray:
+    """Shaw et al.'s clipped relative positions, equal to tensor2tensor's
+    ``_generate_relative_positions_matrix(q_len, k_len, max_relative_position, cache)``.
+
+    ``out[i, j] = clip(j - p_i, -k, k) + k`` (``k = max_relative_position``, in ``[0,
+    2**62]``), the index of the learned embedding of that distance, with query ``i`` at key
+    position ``p_i = i + k_len - q_len``: tensor2tensor takes the query range as the last
+    ``q_len`` of the key range when the lengths differ.  ``q_len <= k_len`` (tensor2tensor's
+    slice would silently give ``k_len`` rows otherwise).  ``cache=True`` gives tensor2tensor's
+    decoding row, shape ``(1, k_len)``: ``clip(-k_len + 1 .. 0, -k, k) + k`` (the last query's
+    row).  int32 by default, as ``tf.range`` gives them (``dtype="int64"`` on request); ``out``
+    as in :func:`t5_bucket_matrix`.
+    """
+    m = check_int("max_relative_position", max_relative_position, low=0, high=MAX_OFFSET)
+    if not isinstance(cache, (bool, np.bool_)):
+        raise TypeError(f"cache must be True or False, got {type(cache).__name__} {cache!r}")
+    q_len = check_int("q_len", q_len, low=1, high=MAX_LEN)
+    k_len = q_len if k_len is None else check_int("k_len", k_len, low=1, high=MAX_LEN)
+    if q_len > k_len:
+        raise ValueError(f"q_len must be <= k_len (the queries are the last q_len keys), got {q_len} > {k_len}")
+    rows = 1 if cache else q_len
+    if rows * k_len > MAX_ELEMENTS:
+        raise ValueError(f"q_len * k_len must be <= 2**40, got {q_len} * {k_len}")
+    if dtype is None and out is None:
+        dtype = "int32"  # tf.range's
+    top = m + (0 if cache else min(m, q_len - 1))  # the largest value written
+    if _target(dtype, out, np.int32) == np.int32 and top > _INT32_MAX:
+        raise ValueError(f"max_relative_position={m} gives values up to {top}, past int32: ask for dtype='int64'")
+    out = _output(out, (rows, k_len), dtype)
+    _, module = _backends.resolve(backend)
+    module.shaw_matrix(max_relative_position=m, query_offset=k_len - 1 if cache else k_len - q_len, out=out)
     return out

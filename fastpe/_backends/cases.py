@@ -391,6 +391,27 @@ def alibi_bias() -> list[Case]:
     return cases
 
 
+def sandwich_bias() -> list[Case]:
+    """Square, wide and tall shapes (NeMo's bottom-right slice), both directions, every
+    dtype (float64 where the values stay below 4, within the contract's 2**-45 absolute),
+    one head to many, the smallest hidden size and long distances; NaN sentinels."""
+    cases = []
+    shapes = ((5, 5), (3, 9), (9, 3), (1, 1), (1, 70), (66, 2))
+    for n_heads, hidden in ((1, 2), (3, 8), (8, 64), (2, 4)):
+        for q_len, k_len in shapes:
+            for bidirectional in (True, False):
+                for dt in _alibi_dtypes():
+                    if dt == np.float64 and n_heads * hidden > 16:
+                        continue
+                    cases.append(Case(f"h{n_heads}-H{hidden}-{q_len}x{k_len}-{'bi' if bidirectional else 'causal'}-"
+                                      f"{dt.name}", dict(n_heads=n_heads, hidden_size=hidden,
+                                                         bidirectional=bidirectional,
+                                                         out=_sentinel((n_heads, q_len, k_len), dt))))
+    cases.append(Case("long-distances", dict(n_heads=4, hidden_size=16, bidirectional=True,
+                                             out=_sentinel((4, 1, 2500), np.float32))))
+    return cases
+
+
 _T5 = ((True, 32, 128), (False, 32, 128), (True, 4, 2), (True, 4096, 2000), (False, 3, 2**32))
 
 
@@ -409,6 +430,46 @@ def t5_bucket_matrix() -> list[Case]:
         for (bi, n, m), (q, k, off), dt in zip(_T5 * 2, ((20, 300, 0), (5, 260, 100), (1, 40, 2**62),
                                                          (150, 3, 7), (33, 33, 0)) * 2,
                                               (np.int64,) * 5 + (np.int32,) * 5)]
+
+
+# ------------------------------------------------------------- DeBERTa and Shaw positions
+
+#: (bucket_size, max_position): DeBERTa-v3's, mid = 1 (no log bucket above 1), odd sizes,
+#: max_position just above bucket_size // 2 (buckets climbing fast), large and huge ones
+_DEBERTA = ((256, 512), (2, 3), (3, 4), (17, 10), (64, 34), (257, 1000), (4096, 4096), (256, 2**62))
+
+
+def deberta_bucket() -> list[Case]:
+    cases = []
+    for bs, mp in _DEBERTA:
+        mid = bs // 2
+        edges = [0, 1, mid - 1, mid, mid + 1, mid + 2, 2 * mid, mp - 1, mp, mp + 1, 10**6, 2**24 + 1,
+                 2**31, 2**53 + 1, 2**62, 2**63 - 1]
+        rel = np.array(sorted(set(edges + [-e for e in edges] + list(range(-300, 301, 7)))), dtype=np.int64)
+        for dt in (np.int64, np.int32):
+            cases.append(Case(f"b{bs}-m{mp}-{np.dtype(dt).name}", dict(
+                relative_position=rel.copy(), bucket_size=bs, max_position=mp, out=np.full(rel.size, -7, dtype=dt))))
+    return cases
+
+
+def deberta_bucket_matrix() -> list[Case]:
+    shapes = ((20, 300), (300, 7), (1, 1), (33, 33), (70, 65), (1, 513), (513, 1))
+    configs = _DEBERTA[:6] + ((0, 0),)  # (0, 0): unbucketed, i - j
+    return [Case(f"b{bs}-m{mp}-{q}x{k}-{np.dtype(dt).name}", dict(
+        bucket_size=bs, max_position=mp, out=np.full((q, k), -7, dtype=dt)))
+        for n, (bs, mp) in enumerate(configs) for dt in (np.int64, np.int32)
+        for q, k in (shapes[n % len(shapes)], shapes[(n + 3) % len(shapes)])]
+
+
+def shaw_matrix() -> list[Case]:
+    cases = []
+    for m, (q, k), dt in ((0, (5, 9), np.int32), (1, (17, 17), np.int64), (3, (1, 40), np.int32),
+                          (16, (40, 300), np.int32), (16, (300, 300), np.int64), (2**30, (7, 9), np.int32),
+                          (2**62, (6, 11), np.int64), (5, (9, 9), np.int64)):
+        for offset in sorted({k - q, k - 1, 0}):
+            cases.append(Case(f"m{m}-{q}x{k}-o{offset}-{np.dtype(dt).name}", dict(
+                max_relative_position=m, query_offset=offset, out=np.full((q, k), -7, dtype=dt))))
+    return cases
 
 
 # ------------------------------------------------------------------------ M-RoPE positions
@@ -571,9 +632,91 @@ def calendar_fields() -> list[Case]:
     return cases
 
 
+# ------------------------------------------------------ Fourier features, time encodings
+# ticks near both int64 limits, before 1970, the exact quarter turns of daily seasonality at
+# hourly ticks; periods on both kernel routes (exact residues below 2**62, split words above)
+
+from fractions import Fraction as _Fraction  # noqa: E402
+
+_INT64_TOP = 2**63 - 1
+_NS, _US = _Fraction(1, 10**9), _Fraction(1, 10**6)
+
+
+def _time_ticks(seed: int, n: int = 20) -> np.ndarray:
+    edges = [0, 1, -1, 2, -2, 5, 6, 12, 18, 24, 2**31, -(2**31), 2**32 - 1, 2**32, -(2**32),
+             2**62, -(2**62), _INT64_TOP, -_INT64_TOP - 1, _INT64_TOP - 1, -_INT64_TOP,
+             1_704_067_200 * 10**9, -1_000_000_000 * 10**9, 1_700_000_000, 473_364]
+    r = np.random.default_rng(seed)
+    rand = (r.uniform(-1, 1, n) * 2.0 ** r.uniform(0, 62.9, n)).astype(np.int64)
+    return np.array(edges + rand.tolist(), dtype=np.int64)
+
+
+def _frequency(tick_seconds, unit_seconds, period: float) -> tuple[int, int]:
+    """``(N, D)``: turns per tick of a period in a unit, exactly."""
+    v = _Fraction(tick_seconds) / (_Fraction(unit_seconds) * _Fraction(period))
+    return v.numerator, v.denominator
+
+
+#: (label, tick seconds, period unit seconds, period)
+_FOURIER_PERIODS = [
+    ("ns-yearly", _NS, 86400, 365.25),
+    ("ns-monthly", _NS, 86400, 30.5),
+    ("ns-weekly", _NS, 86400, 7.0),
+    ("ns-1/24", _NS, 86400, 1 / 24),
+    ("h-daily", 3600, 86400, 1.0),
+    ("s-1/24", 1, 86400, 1 / 24),
+    ("D-yearly", 86400, 86400, 365.25),
+    ("us-gregorian", _US, 86400, 365.2425),
+    ("s-odd", 1, 3600, 0.1),
+]
+
+
+def fourier_ticks() -> list[Case]:
+    cases = []
+    for i, (label, tick, unit, period) in enumerate(_FOURIER_PERIODS):
+        num, den = _frequency(tick, unit, period)
+        ticks = _time_ticks(i)
+        for order, dt in ((1, np.float32), (3, np.float64), (50 if i % 3 == 0 else 4, np.float32)):
+            cases.append(Case(f"{label}-o{order}-{np.dtype(dt).name}", dict(
+                ticks=ticks.copy(), numerator=num, denominator=den, order=order,
+                out=_sentinel((ticks.size, 2 * order), dt))))
+    hourly = np.arange(-1400, 1400, dtype=np.int64) * 3600 * 10**9 + 1_704_067_200 * 10**9  # on threads
+    num, den = _frequency(_NS, 86400, 1.0)
+    for dt in (np.float32, np.float64):
+        cases.append(Case(f"ns-hourly-daily-o6-threads-{np.dtype(dt).name}", dict(
+            ticks=hourly.copy(), numerator=num, denominator=den, order=6,
+            out=_sentinel((hourly.size, 12), dt))))
+    cases.append(Case("empty", dict(ticks=np.zeros(0, np.int64), numerator=1, denominator=7, order=2,
+                                    out=np.zeros((0, 4), np.float64))))
+    return cases
+
+
+def time_cos() -> list[Case]:
+    sets = {
+        "tgn100": tuple((1 / 10 ** np.linspace(0, 9, 100)).tolist()),
+        "tgn7-f32": tuple(np.float32(1 / 10 ** np.linspace(0, 9, 7)).astype(np.float64).tolist()),
+        "edges": (0.0, 1.0, 1e-30, 1e5, 3.0, 2.0**-40, 1024.0, -2.5),
+    }
+    scales = {"s": _Fraction(1), "ns": _NS, "D": _Fraction(86400), "float": _Fraction(1, 1 << 40)}
+    cases = []
+    for i, (name, freqs) in enumerate(sets.items()):
+        for j, (sname, scale) in enumerate(scales.items()):
+            ticks = _time_ticks(10 + 4 * i + j, 12 if name == "tgn100" else 20)
+            dt = (np.float32, np.float64)[(i + j) % 2]
+            cases.append(Case(f"{name}-{sname}-{np.dtype(dt).name}", dict(
+                ticks=ticks, frequencies=freqs, scale=scale, out=_sentinel((ticks.size, len(freqs)), dt))))
+    many = np.arange(-3000, 3000, dtype=np.int64) * 977  # on threads
+    cases.append(Case("tgn7-threads", dict(ticks=many, frequencies=sets["tgn7-f32"], scale=_Fraction(1),
+                                           out=_sentinel((many.size, 7), np.float32))))
+    cases.append(Case("empty", dict(ticks=np.zeros(0, np.int64), frequencies=(1.0,), scale=_Fraction(1),
+                                    out=np.zeros((0, 1), np.float32))))
+    return cases
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     fn.__name__: fn
     for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, rope_apply_table, rope_xpos_table, sincos_rows,
-               sincos_real, grid_gather, axial_gather, add_rows, narrow16, alibi_bias, t5_bucket, t5_bucket_matrix,
-               mrope_plan, mrope_fill, calendar_fields)
+               sincos_real, grid_gather, axial_gather, add_rows, narrow16, alibi_bias, sandwich_bias, t5_bucket,
+               t5_bucket_matrix, mrope_plan, mrope_fill, calendar_fields,
+               deberta_bucket, deberta_bucket_matrix, shaw_matrix, fourier_ticks, time_cos)
 }

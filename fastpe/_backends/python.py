@@ -18,8 +18,10 @@ from .._exact import (
     sincos as _reference_sincos,
 )
 from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: F401  (operations)
+from .._exact.relative import deberta_bucket, deberta_bucket_matrix, shaw_matrix  # noqa: F401  (operations)
 from ._mrope_python import mrope_fill, mrope_plan  # noqa: F401  (operations)
 from .._exact.calendar import calendar_fields  # noqa: F401  (operations)
+from .._exact import time as _reference_time
 from .registry import OPERATIONS
 
 #: every operation of the contract (fastpe._backends.registry)
@@ -203,3 +205,42 @@ def narrow16(bits32, bf16, out, ties) -> None:
         out[...] = x.astype(_dtypes.resolve(name)).view(np.uint16)
     ties[...] = False
     ties[_dtypes.narrow_ties(x, _dtypes.FORMATS[name])] = True
+
+
+# ------------------------------------------------------------- Fourier features, time encodings
+# Correctly rounded in out's own format, from the exact rational turn or angle.
+
+
+def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
+    rows = _reference_time.fourier_rows(ticks.tolist(), int(numerator), int(denominator), int(order),
+                                        _dtypes.format_of(out.dtype))
+    if rows:
+        out[...] = np.array(rows, dtype=np.float64)
+
+
+def time_cos(ticks, frequencies, scale, out) -> None:
+    rows = _reference_time.time_cos_rows(ticks.tolist(), frequencies, scale, _dtypes.format_of(out.dtype))
+    if rows:
+        out[...] = np.array(rows, dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------- Sandwich
+
+
+def sandwich_bias(n_heads, hidden_size, bidirectional, out) -> None:
+    """Each distinct distance's correctly rounded value per head (fastpe._exact.sandwich),
+    then every cell by its own index: ``d = |j - i + q_len - k_len|``, ``0`` at ``j > i``
+    unless ``bidirectional``."""
+    from .._exact.sandwich import sandwich_value
+
+    _, q_len, k_len = out.shape
+    fmt = _dtypes.format_of(out.dtype)
+    i = np.arange(q_len)[:, None]
+    j = np.arange(k_len)[None, :]
+    dist = np.abs(j - i + q_len - k_len)
+    if not bidirectional:
+        dist = np.where(j > i, 0, dist)
+    for d in np.unique(dist).tolist():
+        where = dist == d
+        for h in range(n_heads):
+            out[h][where] = sandwich_value(d, h, n_heads, hidden_size, fmt)

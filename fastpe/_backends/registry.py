@@ -175,6 +175,17 @@ class Backend(Protocol):
         ``1 <= q_len, k_len <= 2**32`` (``k_len >= q_len`` for ``symmetric`` and
         ``causal``); each finite value the exact product rounded to ``out``'s dtype."""
 
+    def sandwich_bias(self, n_heads, hidden_size, bidirectional, out) -> None:
+        """Sandwich bias (heads, queries, keys): per-head scaled sums of cosines of |i - j|.
+
+        NeMo's ``SandwichRelativePositionEmbedding`` (see :mod:`fastpe._sandwich`):
+        ``out[h, i, j] = -(n_heads / (4 (h + 1))) * sum_k sin(d w_k / 2) ** 2`` (its
+        ``(sum_k cos(d w_k) - H/2) / ((h + 1) * 8 / n_heads)``), ``w_k = 10000 ** (-2k/H)``,
+        ``k = 1 .. H/2``, ``d = |j - i + q_len - k_len|``, and ``d = 0`` (the value ``+0.0``) at
+        ``j > i`` unless ``bidirectional``.  ``n_heads`` in ``[1, 65536]``; ``hidden_size``
+        ``H`` even in ``[2, 65536]``; ``out``: writable ``float32``, ``float64``, ``float16``
+        or ``bfloat16`` ``(n_heads, q_len, k_len)``, ``max(q_len, k_len) <= 2**32``."""
+
     def t5_bucket(self, relative_position, bidirectional, num_buckets, max_distance, out) -> None:
         """HF T5 relative-position buckets of arbitrary int64 positions.
 
@@ -188,6 +199,28 @@ class Backend(Protocol):
         ``out``: writable ``int64`` or ``int32`` ``(q_len, k_len)`` (each at most
         ``2**32``), ``out[i, j]`` the bucket of ``j - (i + query_offset)``,
         ``0 <= query_offset <= 2**62``."""
+
+    def deberta_bucket(self, relative_position, bucket_size, max_position, out) -> None:
+        """HF DeBERTa log buckets of arbitrary int64 relative positions.
+
+        ``relative_position``: ``int64`` ``(n,)``, no value ``-2**63``; ``out``: writable
+        ``int64`` or ``int32`` ``(n,)``; ``bucket_size``, ``max_position`` as
+        :func:`fastpe.relative.deberta_bucket` validates them (its plan up to the largest
+        distance within :data:`fastpe._plans.deberta.MAX_STARTS`)."""
+
+    def deberta_bucket_matrix(self, bucket_size, max_position, out) -> None:
+        """HF DeBERTa relative positions i - j (bucketed), a (q_len, k_len) matrix.
+
+        ``out``: writable ``int64`` or ``int32`` ``(q_len, k_len)``, ``out[i, j]`` the
+        bucket of ``i - j`` (``bucket_size`` and ``max_position`` as for
+        :meth:`deberta_bucket`), or ``i - j`` itself when ``bucket_size`` is ``0``."""
+
+    def shaw_matrix(self, max_relative_position, query_offset, out) -> None:
+        """Shaw clipped relative positions clip(j - i - offset, -k, k) + k, a matrix.
+
+        ``out``: writable ``int64`` or ``int32`` ``(q_len, k_len)`` (values fit its dtype),
+        ``out[i, j] = clip(j - (i + query_offset), -k, k) + k`` with ``k =
+        max_relative_position`` in ``[0, 2**62]``, ``0 <= query_offset < 2**32``."""
 
 
     # ---------------------------------------------------------------- M-RoPE position ids
@@ -233,6 +266,27 @@ class Backend(Protocol):
         codes of :data:`fastpe._exact.calendar.FIELDS`; ``out``: writable ``int32`` or
         ``int64`` ``(n, len(fields))``, ``out[r, k]`` field ``fields[k]`` of ``ticks[r]``."""
 
+    # ---------------------------------------------------------------- Fourier features and
+    # time encodings (see fastpe.time._plan for the kernels' two routes and their bounds,
+    # fastpe._exact.time for every value)
+    def fourier_ticks(self, ticks, numerator, denominator, order, out) -> None:
+        """Prophet's Fourier features of int64 ticks, from the exact rational turn.
+
+        ``ticks``: ``int64`` ``(n,)``; ``numerator``, ``denominator``: positive Python ints,
+        the frequency ``numerator / denominator`` in turns per tick (one over the period in
+        ticks); ``order`` an int in ``[1, 2**14]``; ``out``: writable ``float32`` or
+        ``float64`` ``(n, 2 * order)``, ``out[r, 2k - 2]`` and ``out[r, 2k - 1]`` the sine
+        and cosine of ``2 pi k t numerator / denominator``, ``k = 1 .. order``."""
+
+    def time_cos(self, ticks, frequencies, scale, out) -> None:
+        """TGAT/TGN time encoding cos(t w_j) of int64 ticks, from the exact angle.
+
+        ``ticks``: ``int64`` ``(n,)``; ``frequencies``: a tuple of finite doubles ``>= 0``
+        (radians per unit of time, 1 to 2**16 of them); ``scale``: a positive
+        :class:`fractions.Fraction`, the length of one tick in that unit; ``out``: writable
+        ``float32`` or ``float64`` ``(n, len(frequencies))``,
+        ``out[r, j] = cos(ticks[r] * scale * frequencies[j])``."""
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -269,11 +323,17 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "add_rows": (("x",), "bits"),
     "narrow16": (("out", "ties"), "bits"),
     "alibi_bias": (("out",), "bits"),
+    "sandwich_bias": (("out",), "ulp"),
     "t5_bucket": (("out",), "bits"),
     "t5_bucket_matrix": (("out",), "bits"),
+    "deberta_bucket": (("out",), "bits"),
+    "deberta_bucket_matrix": (("out",), "bits"),
+    "shaw_matrix": (("out",), "bits"),
     "mrope_plan": (("segments", "temporal", "deltas", "info"), "bits"),
     "mrope_fill": (("out",), "bits"),
     "calendar_fields": (("out",), "bits"),
+    "fourier_ticks": (("out",), "ulp"),
+    "time_cos": (("out",), "ulp"),
 }
 
 

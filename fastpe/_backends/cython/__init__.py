@@ -328,6 +328,36 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
     _call(_ext_bias.t5_fill, (line, out), q_len, out.size)
 
 
+# ------------------------------------------------------------- DeBERTa and Shaw positions
+# through _ext_bias (csrc/fastpe_relative.h, the twin of fastpe._backends.numba.relative):
+# look-ups in the plan of fastpe._plans.deberta, rows of the matrix split over the pool
+
+
+def _deberta_plan(bucket_size, max_position, distance):
+    from ..._plans.deberta import bucket_plan
+
+    if not bucket_size:
+        empty = np.zeros(0, dtype=np.int64)
+        return _ext_bias.DEBERTA_UNBUCKETED, empty, empty
+    plan = bucket_plan(bucket_size, max_position, distance)
+    return plan.mid, plan.starts, plan.values
+
+
+def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
+    reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
+    mid, starts, values = _deberta_plan(bucket_size, max_position, reach)
+    _call(_ext_bias.deberta_bucket, (relative_position, mid, starts, values, out), out.shape[0], out.size * 4)
+
+
+def deberta_bucket_matrix(bucket_size, max_position, out) -> None:
+    mid, starts, values = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
+    _call(_ext_bias.deberta_fill, (mid, starts, values, out), out.shape[0], out.size)
+
+
+def shaw_matrix(max_relative_position, query_offset, out) -> None:
+    _call(_ext_bias.shaw_fill, (int(max_relative_position), int(query_offset), out), out.shape[0], out.size)
+
+
 def narrow16(bits32, bf16, out, ties) -> None:
     flags = ties.view(np.uint8)
     _call(_ext.narrow16, (bits32, bool(bf16), out, flags), bits32.size, bits32.size)
@@ -370,3 +400,52 @@ def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
     n = ticks.shape[0]
     _call(_ext_bias.calendar_fields, (ticks, int(per_second), int(tick_seconds), fields, out), n,
           n * CALENDAR_COST)
+
+
+# ------------------------------------------------------------- Fourier features, time encodings
+# csrc/fastpe_time.h through _ext (the twin of fastpe._backends.numba.time), ranges of ticks on
+# the pool; the plans are fastpe.time._plan's
+
+#: a value counts as this much work (a residue step or six split products, the polynomials)
+TIME_COST = 8
+
+
+def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
+    from ...time import _plan
+
+    plan = _plan.fourier_plan(int(numerator), int(denominator), int(order))
+    n = ticks.shape[0]
+    if plan[0] == "exact":
+        _, d, table, dh, dl = plan
+        _call(_ext.fourier_exact, (ticks, d, table, dh, dl, out), n, out.size * TIME_COST)
+    else:
+        _call(_ext.time_words, (ticks, plan[1], False, out), n, out.size * TIME_COST)
+
+
+def time_cos(ticks, frequencies, scale, out) -> None:
+    from ...time import _plan
+
+    words = _plan.time_cos_words(tuple(frequencies), scale)
+    _call(_ext.time_words, (ticks, words, True, out), ticks.shape[0], out.size * TIME_COST)
+
+
+# ------------------------------------------------------------------------------- Sandwich
+# fastpe._backends._sandwich: the per-distance sums (csrc/fastpe_sandwich.h), the per-head
+# lines in NumPy, then the rows copied from the mirrored lines, each pass on the pool.
+
+#: a distance of the line pass costs about this many table values per frequency
+SANDWICH_LINE_COST = 8
+
+
+def sandwich_bias(n_heads, hidden_size, bidirectional, out) -> None:
+    from .. import _sandwich as _sw
+
+    _, q_len, k_len = out.shape
+    length = max(q_len, k_len)
+    turns = _sw.half_turns(hidden_size)
+    dsum = np.empty(length, dtype=np.float64)
+    _call(_ext.sandwich_line, (turns, dsum), length, length * turns.shape[1] * SANDWICH_LINE_COST)
+    mirror = _sw.mirrored(_sw.head_lines(dsum, n_heads, out.dtype))
+    target = out.view(mirror.dtype)
+    _call(_ext.sandwich_fill, (mirror, _sw.row_starts(q_len, k_len), not bidirectional, target),
+          n_heads * q_len, out.size)

@@ -29,6 +29,7 @@ from . import axial as _ka  # noqa: E402
 from . import bias as _kb  # noqa: E402
 from . import kernels as _k  # noqa: E402
 from . import mrope as _km  # noqa: E402
+from . import relative as _kr  # noqa: E402
 from . import calendar as _kc  # noqa: E402
 
 #: every operation of the contract (fastpe._backends.registry), and what else this backend reports
@@ -198,6 +199,38 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
     _run(_kb.t5_fill_parallel, _kb.t5_fill_serial, out.size, line, out)
 
 
+# ------------------------------------------------------------- DeBERTa and Shaw positions
+# the kernels are in fastpe._backends.numba.relative (integer look-ups in the plan of
+# fastpe._plans.deberta; the matrix a block of rows at a time, each row the one above shifted)
+
+
+def _deberta_plan(bucket_size, max_position, distance):
+    from ..._plans.deberta import bucket_plan
+
+    if not bucket_size:
+        empty = np.zeros(0, dtype=np.int64)
+        return _kr.UNBUCKETED, empty, empty
+    plan = bucket_plan(bucket_size, max_position, distance)
+    return plan.mid, plan.starts, plan.values
+
+
+def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
+    reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
+    mid, starts, values = _deberta_plan(bucket_size, max_position, reach)
+    _run(_kr.deberta_bucket_parallel, _kr.deberta_bucket_serial, out.size * 4,
+         relative_position, np.int64(mid), starts, values, out)
+
+
+def deberta_bucket_matrix(bucket_size, max_position, out) -> None:
+    mid, starts, values = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
+    _run(_kr.deberta_fill_parallel, _kr.deberta_fill_serial, out.size, np.int64(mid), starts, values, out)
+
+
+def shaw_matrix(max_relative_position, query_offset, out) -> None:
+    _run(_kr.shaw_fill_parallel, _kr.shaw_fill_serial, out.size,
+         np.int64(max_relative_position), np.int64(query_offset), out)
+
+
 def narrow16(bits32, bf16, out, ties) -> None:
     _run(_k.narrow16_parallel, _k.narrow16_serial, bits32.size, bits32, bool(bf16), out, ties)
 
@@ -224,3 +257,48 @@ def mrope_fill(segments, temporal, columns, out) -> None:
 def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
     _run(_kc.calendar_fields_parallel, _kc.calendar_fields_serial, out.size * 4,
          ticks, np.int64(per_second), np.int64(tick_seconds), fields, out)
+
+
+# ------------------------------------------------------------- Fourier features, time encodings
+# the kernels are in fastpe._backends.numba.time, the plans in fastpe.time._plan
+
+
+def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
+    from ...time import _plan
+    from . import time as _kt
+
+    plan = _plan.fourier_plan(int(numerator), int(denominator), int(order))
+    if plan[0] == "exact":
+        _, d, table, dh, dl = plan
+        _run(_kt.fourier_exact_parallel, _kt.fourier_exact_serial, out.size * _kt.COST,
+             ticks, np.int64(d), table, dh, dl, out)
+    else:
+        _run(_kt.time_words_parallel, _kt.time_words_serial, out.size * _kt.COST,
+             ticks, plan[1], False, out)
+
+
+def time_cos(ticks, frequencies, scale, out) -> None:
+    from ...time import _plan
+    from . import time as _kt
+
+    words = _plan.time_cos_words(tuple(frequencies), scale)
+    _run(_kt.time_words_parallel, _kt.time_words_serial, out.size * _kt.COST, ticks, words, True, out)
+
+
+# ------------------------------------------------------------------------------- Sandwich
+# the kernels are in fastpe._backends.numba.sandwich; the per-head lines are fastpe._backends._sandwich's
+
+
+def sandwich_bias(n_heads, hidden_size, bidirectional, out) -> None:
+    from .. import _sandwich as _sw
+    from . import sandwich as _ks
+
+    _, q_len, k_len = out.shape
+    length = max(q_len, k_len)
+    turns = _sw.half_turns(hidden_size)
+    dsum = np.empty(length, dtype=np.float64)
+    _run(_ks.sandwich_line_parallel, _ks.sandwich_line_serial, length * turns.shape[1] * _ks.LINE_COST,
+         turns, dsum)
+    mirror = _sw.mirrored(_sw.head_lines(dsum, n_heads, out.dtype))
+    _run(_ks.sandwich_fill_parallel, _ks.sandwich_fill_serial, out.size,
+         mirror, np.int64(_sw.row_starts(q_len, k_len)), not bidirectional, out.view(mirror.dtype))

@@ -1,0 +1,97 @@
+/*
+ * fastpe_relative.h -- the C twin of fastpe/_backends/numba/relative.py: HF DeBERTa's log
+ * buckets (a binary search in the plan of fastpe/_plans/deberta.py: integers only) and Shaw's
+ * clipped relative positions.
+ *
+ * The DeBERTa matrix is written a block of rows at a time: the block's first row looked up
+ * value by value, each next row the one above shifted right by one column with B(i) in front
+ * (out[i][j] = out[i - 1][j - 1]), in place.  Kernels assume validated input and never fail;
+ * each works on a range of items or rows, so the worker pool (fastpe_pool.h, through
+ * _bias.pyx) can fill disjoint parts.
+ */
+#ifndef FASTPE_RELATIVE_H
+#define FASTPE_RELATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* rows per block of the DeBERTa matrix whose first row is looked up (numba's ROW_BLOCK) */
+#define FASTPE_DEBERTA_ROW_BLOCK 32
+/* the mid that leaves every relative position as it is (unbucketed) */
+#define FASTPE_DEBERTA_UNBUCKETED INT64_MAX
+
+/* HF DeBERTa's bucket of one relative position (rp > INT64_MIN): rp itself where |rp| <= mid,
+ * else sign(rp) times the value at the last plan start at or below |rp| (starts[0] = mid + 1) */
+static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t *starts,
+                                         const int64_t *values, ptrdiff_t n_starts)
+{
+    int64_t d;
+    if (rp > mid)
+        d = rp;
+    else if (rp < -mid)
+        d = -rp;
+    else
+        return rp;
+    ptrdiff_t lo = 0, hi = n_starts;
+    while (lo < hi) {
+        ptrdiff_t m = (lo + hi) >> 1;
+        if (starts[m] <= d)
+            lo = m + 1;
+        else
+            hi = m;
+    }
+    const int64_t v = values[lo - 1];
+    return rp > 0 ? v : -v;
+}
+
+#define FASTPE_RELATIVE(SUFFIX, T)                                                            \
+    /* out[k] = bucket(rel[k]) for k in [begin, end) */                                      \
+    static void fastpe_deberta_bucket_##SUFFIX(const int64_t *rel, int64_t mid,               \
+                                               const int64_t *starts, const int64_t *values,  \
+                                               ptrdiff_t n_starts, T *out, ptrdiff_t begin,   \
+                                               ptrdiff_t end)                                 \
+    {                                                                                         \
+        for (ptrdiff_t k = begin; k < end; k++)                                               \
+            out[k] = (T)fastpe_deberta_one(rel[k], mid, starts, values, n_starts);            \
+    }                                                                                         \
+    /* rows [row_begin, row_end) of out (q_len x k_len): out[i][j] = bucket(i - j) */        \
+    static void fastpe_deberta_fill_##SUFFIX(int64_t mid, const int64_t *starts,              \
+                                             const int64_t *values, ptrdiff_t n_starts,       \
+                                             T *out, ptrdiff_t k_len, ptrdiff_t row_begin,    \
+                                             ptrdiff_t row_end)                               \
+    {                                                                                         \
+        for (ptrdiff_t r0 = row_begin; r0 < row_end; r0 += FASTPE_DEBERTA_ROW_BLOCK) {        \
+            const ptrdiff_t r1 = row_end - r0 < FASTPE_DEBERTA_ROW_BLOCK                      \
+                                     ? row_end : r0 + FASTPE_DEBERTA_ROW_BLOCK;               \
+            T *row = out + r0 * k_len;                                                        \
+            for (ptrdiff_t j = 0; j < k_len; j++)                                             \
+                row[j] = (T)fastpe_deberta_one((int64_t)r0 - j, mid, starts, values, n_starts); \
+            for (ptrdiff_t i = r0 + 1; i < r1; i++) {                                         \
+                T *next = row + k_len;                                                        \
+                next[0] = (T)fastpe_deberta_one((int64_t)i, mid, starts, values, n_starts);   \
+                memcpy(next + 1, row, (size_t)(k_len - 1) * sizeof(T));                       \
+                row = next;                                                                   \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    /* rows [row_begin, row_end): out[i][j] = clip(j - (i + offset), -k, k) + k */           \
+    static void fastpe_shaw_fill_##SUFFIX(int64_t k, int64_t offset, T *out, ptrdiff_t k_len, \
+                                          ptrdiff_t row_begin, ptrdiff_t row_end)             \
+    {                                                                                         \
+        for (ptrdiff_t i = row_begin; i < row_end; i++) {                                     \
+            T *row = out + i * k_len;                                                         \
+            const int64_t p = (int64_t)i + offset;                                            \
+            for (ptrdiff_t j = 0; j < k_len; j++) {                                           \
+                int64_t d = (int64_t)j - p;                                                   \
+                d = d < -k ? -k : d;                                                          \
+                d = d > k ? k : d;                                                            \
+                row[j] = (T)(d + k);                                                          \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+FASTPE_RELATIVE(i32, int32_t)
+FASTPE_RELATIVE(i64, int64_t)
+
+#endif /* FASTPE_RELATIVE_H */
