@@ -967,3 +967,157 @@ def sincos_rows_signed(const int64_t[::1] positions, const double[:, ::1] turns,
     finally:
         PyMem_Free(c.scratch)
         PyMem_Free(c.mag)
+
+
+# ------------------------------------------------------------------------------ fastpe.time
+# csrc/fastpe_time.h: Prophet's Fourier features (exact residues) and time encodings (split
+# words) of int64 ticks, rows cut into blocks on the pool (fastpe/time/_plan.py)
+
+cdef extern from "fastpe_time.h" nogil:
+    void fastpe_fourier_exact_f32(const int64_t *ticks, int64_t d, const int64_t *table, double dh,
+                                  double dl, Py_ssize_t order, float *out, Py_ssize_t lo, Py_ssize_t hi)
+    void fastpe_fourier_exact_f64(const int64_t *ticks, int64_t d, const int64_t *table, double dh,
+                                  double dl, Py_ssize_t order, double *out, Py_ssize_t lo, Py_ssize_t hi)
+    void fastpe_time_words_f32(const int64_t *ticks, const double *words, Py_ssize_t n_freq,
+                               int cos_only, float *out, Py_ssize_t lo, Py_ssize_t hi)
+    void fastpe_time_words_f64(const int64_t *ticks, const double *words, Py_ssize_t n_freq,
+                               int cos_only, double *out, Py_ssize_t lo, Py_ssize_t hi)
+
+ctypedef struct _TimeCtx:
+    const int64_t *ticks
+    int64_t d
+    const int64_t *table
+    double dh
+    double dl
+    const double *words
+    Py_ssize_t n_freq
+    int cos_only
+    void *out
+    int is_double
+
+
+cdef void _fourier_exact_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _TimeCtx *c = <_TimeCtx *>ctx
+    if c.is_double:
+        fastpe_fourier_exact_f64(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <double *>c.out, lo, hi)
+    else:
+        fastpe_fourier_exact_f32(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <float *>c.out, lo, hi)
+
+
+cdef void _time_words_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _TimeCtx *c = <_TimeCtx *>ctx
+    if c.is_double:
+        fastpe_time_words_f64(c.ticks, c.words, c.n_freq, c.cos_only, <double *>c.out, lo, hi)
+    else:
+        fastpe_time_words_f32(c.ticks, c.words, c.n_freq, c.cos_only, <float *>c.out, lo, hi)
+
+
+def fourier_exact(const int64_t[::1] ticks, int64_t d, const int64_t[:, ::1] table, double dh, double dl,
+                  floating[:, ::1] out, int parts=1):
+    """``out`` (``(n, 2 * order)``): the sine and cosine of ``2 pi m_k / d``, ``m_k = k t N mod d``,
+    from the residue ``table`` (``(16, 16)``, ``table[j, g] = g 16**j N mod d``, ``1 <= d < 2**62``)."""
+    cdef Py_ssize_t n = ticks.shape[0]
+    if d < 1 or d >= (<int64_t>1) << 62:
+        raise ValueError("d must be in [1, 2**62)")
+    if table.shape[0] != 16 or table.shape[1] != 16:
+        raise ValueError("table must have shape (16, 16)")
+    if out.shape[0] != n or out.shape[1] % 2:
+        raise ValueError(f"out must have {n} rows of an even number of columns")
+    _check_parts(parts)
+    if n == 0 or out.shape[1] == 0:
+        return
+    cdef _TimeCtx c
+    c.ticks, c.d, c.table, c.dh, c.dl = &ticks[0], d, &table[0, 0], dh, dl
+    c.n_freq, c.out, c.is_double = out.shape[1] // 2, &out[0, 0], floating is double
+    with nogil:
+        fastpe_pool_run(_fourier_exact_part, &c, 0, n, parts, 1, _pool_threads)
+
+
+def time_words(const int64_t[::1] ticks, const double[:, ::1] words, bint cos_only, floating[:, ::1] out,
+               int parts=1):
+    """``out``: the cosines (``(n, n_freq)``, ``cos_only``) or sine, cosine pairs
+    (``(n, 2 n_freq)``) of ``2 pi frac(t v_j)`` from the split ``words`` (``(8, n_freq)``)."""
+    cdef Py_ssize_t n = ticks.shape[0]
+    cdef Py_ssize_t n_freq = words.shape[1]
+    if words.shape[0] != 8:
+        raise ValueError("words must have shape (8, n_freq)")
+    if out.shape[0] != n or out.shape[1] != (n_freq if cos_only else 2 * n_freq):
+        raise ValueError(f"out must have shape ({n}, {n_freq if cos_only else 2 * n_freq})")
+    _check_parts(parts)
+    if n == 0 or n_freq == 0:
+        return
+    cdef _TimeCtx c
+    c.ticks, c.words, c.n_freq, c.cos_only = &ticks[0], &words[0, 0], n_freq, cos_only
+    c.out, c.is_double = &out[0, 0], floating is double
+    with nogil:
+        fastpe_pool_run(_time_words_part, &c, 0, n, parts, 1, _pool_threads)
+
+
+# --------------------------------------------------------------------------------- Sandwich
+# csrc/fastpe_sandwich.h: one exact sum of squared sines per distance, then each output row a
+# slice of its head's mirrored line (fastpe/_backends/_sandwich.py), both cut into blocks.
+
+cdef extern from "fastpe_sandwich.h" nogil:
+    void fastpe_sandwich_line(const double *turns, Py_ssize_t n_freq, double *dsum, Py_ssize_t lo,
+                              Py_ssize_t hi)
+    void fastpe_sandwich_fill(const unsigned char *mirror, Py_ssize_t mirror_len, Py_ssize_t first,
+                              int causal, unsigned char *out, Py_ssize_t q_len, Py_ssize_t k_len,
+                              Py_ssize_t elsize, Py_ssize_t lo, Py_ssize_t hi)
+
+ctypedef struct _SandwichCtx:
+    const double *turns
+    Py_ssize_t n_freq
+    double *dsum
+    const unsigned char *mirror
+    Py_ssize_t mirror_len, first, q_len, k_len, elsize
+    int causal
+    unsigned char *out
+
+
+cdef void _sandwich_line_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SandwichCtx *c = <_SandwichCtx *>ctx
+    fastpe_sandwich_line(c.turns, c.n_freq, c.dsum, lo, hi)
+
+
+cdef void _sandwich_fill_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SandwichCtx *c = <_SandwichCtx *>ctx
+    fastpe_sandwich_fill(c.mirror, c.mirror_len, c.first, c.causal, c.out, c.q_len, c.k_len,
+                         c.elsize, lo, hi)
+
+
+def sandwich_line(const double[:, ::1] turns, double[::1] dsum, int parts=1):
+    """``dsum[d]``, ``d < len(dsum) <= 2**32``: the sum of squared sines of ``d`` times the
+    half-angle frequencies ``turns`` ``(4, n_freq)``."""
+    if turns.shape[0] != 4 or turns.shape[1] < 1:
+        raise ValueError("turns must have shape (4, n_freq), n_freq >= 1")
+    if dsum.shape[0] > (<Py_ssize_t>1 << 32):
+        raise ValueError("distances must be below 2**32")
+    if dsum.shape[0] == 0:
+        return
+    _check_parts(parts)
+    cdef _SandwichCtx c
+    c.turns, c.n_freq, c.dsum = &turns[0, 0], turns.shape[1], &dsum[0]
+    with nogil:
+        fastpe_pool_run(_sandwich_line_part, &c, 0, dsum.shape[0], parts, 1, _pool_threads)
+
+
+def sandwich_fill(mirror, Py_ssize_t first, bint causal, out, int parts=1):
+    """Rows of ``out`` (``(n_heads, q_len, k_len)`` unsigned bits) from ``mirror``
+    (``(n_heads, 2L - 1)``, the same item size): row ``(h, i)`` is ``mirror[h, first - i :
+    first - i + k_len]``, zeros at ``j > i`` when ``causal``."""
+    cdef const unsigned char[:, ::1] m = mirror.view("u1")
+    cdef unsigned char[:, :, ::1] o = out.view("u1")
+    cdef Py_ssize_t elsize = out.dtype.itemsize
+    cdef Py_ssize_t n_heads = out.shape[0], q_len = out.shape[1], k_len = out.shape[2]
+    if mirror.dtype.itemsize != elsize or mirror.shape[0] != n_heads:
+        raise ValueError("mirror must have the output's item size and one line per head")
+    if n_heads * q_len * k_len == 0:
+        return
+    if first - (q_len - 1) < 0 or first + k_len > mirror.shape[1]:
+        raise ValueError("rows reach outside the mirrored line")
+    _check_parts(parts)
+    cdef _SandwichCtx c
+    c.mirror, c.mirror_len, c.first, c.causal = &m[0, 0], mirror.shape[1], first, causal
+    c.out, c.q_len, c.k_len, c.elsize = &o[0, 0, 0], q_len, k_len, elsize
+    with nogil:
+        fastpe_pool_run(_sandwich_fill_part, &c, 0, n_heads * q_len, parts, 1, _pool_threads)

@@ -1,0 +1,126 @@
+/*
+ * fastpe.time's kernels: Prophet's Fourier features and TGAT/TGN time encodings of int64
+ * ticks, the twin of fastpe/_backends/numba/time.py operation for operation (same bits).
+ * The two routes and their error bounds are in fastpe/time/_plan.py: exact residues
+ * m_k = k t N mod D (D < 2**62) turned into a double-double fraction, or split words of
+ * frac(2**32 v) and frac(v) against the high and low 32 bits of t.  Both end in the exact
+ * path's fastpe_sincos_of_turn_ (fastpe_kernels.h, included first).  A zero is stored as
+ * +0.0 (v + 0.0), as the reference has it.
+ */
+#ifndef FASTPE_TIME_H
+#define FASTPE_TIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastpe_kernels.h"
+
+/* p + e = a * b exactly (Dekker's product, no FMA: -ffp-contract=off) */
+static FASTPE_ALWAYS_INLINE void fastpe_two_prod_(double a, double b, double *p, double *e)
+{
+    const double split = 134217729.0; /* 2**27 + 1 */
+    double pp = a * b;
+    double ca = split * a;
+    double ah = ca - (ca - a);
+    double al = a - ah;
+    double cb = split * b;
+    double bh = cb - (cb - b);
+    double bl = b - bh;
+    *p = pp;
+    *e = (((ah * bh - pp) + ah * bl) + al * bh) + al * bl;
+}
+
+/* m / d (0 <= m < d < 2**62), centred to [-1/2, 1/2], as qh + ql */
+static FASTPE_ALWAYS_INLINE void fastpe_residue_turn_(int64_t m, int64_t d, double dh, double dl,
+                                                      double *qh_out, double *ql_out)
+{
+    int64_t mm = 2 * m > d ? m - d : m;
+    double mh = (double)mm;
+    double ml = (double)(mm - (int64_t)mh);
+    double qh = mh / dh;
+    double p, pe;
+    fastpe_two_prod_(qh, dh, &p, &pe);
+    double r = (((mh - p) - pe) + ml) - qh * dl;
+    *qh_out = qh;
+    *ql_out = r / dh;
+}
+
+/* rows [row_begin, row_end) of out (n x 2*order, float or double): sin, cos of harmonic k */
+#define FASTPE_DEFINE_FOURIER_EXACT(NAME, T)                                                     \
+    static void NAME(const int64_t *ticks, int64_t d, const int64_t *table, double dh,         \
+                     double dl, ptrdiff_t order, T *out, ptrdiff_t row_begin,                   \
+                     ptrdiff_t row_end)                                                         \
+    {                                                                                           \
+        for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
+            int64_t x = ticks[i] % d;                                                           \
+            if (x < 0)                                                                          \
+                x += d;                                                                         \
+            int64_t m1 = 0;                                                                     \
+            for (int j = 0; j < 16; j++) {                                                      \
+                m1 += table[16 * j + ((x >> (4 * j)) & 15)];                                    \
+                if (m1 >= d)                                                                    \
+                    m1 -= d;                                                                    \
+            }                                                                                   \
+            int64_t m = 0;                                                                      \
+            T *o = out + i * 2 * order;                                                         \
+            for (ptrdiff_t k = 0; k < order; k++) {                                             \
+                m += m1;                                                                        \
+                if (m >= d)                                                                     \
+                    m -= d;                                                                     \
+                double qh, ql, s, c;                                                            \
+                fastpe_residue_turn_(m, d, dh, dl, &qh, &ql);                                   \
+                fastpe_sincos_of_turn_(qh, ql, &s, &c, 1);                                      \
+                o[2 * k] = (T)(s + 0.0);                                                        \
+                o[2 * k + 1] = (T)(c + 0.0);                                                    \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f32, float)
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f64, double)
+
+/* words: 8 rows of n_freq (A = frac(2**32 v) in rows 0-3, B = frac(v) in rows 4-7) */
+static FASTPE_ALWAYS_INLINE void fastpe_word_turn_(double th, double tl, const double *w,
+                                                   ptrdiff_t n_freq, ptrdiff_t j, double *s_out,
+                                                   double *e_out)
+{
+    double s = fastpe_centred_(th * w[j]);
+    double e = 0.0;
+    fastpe_add_turns_(&s, fastpe_centred_(tl * w[4 * n_freq + j]), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(th * w[n_freq + j]), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(tl * w[5 * n_freq + j]), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(th * w[2 * n_freq + j]), &e);
+    fastpe_add_turns_(&s, fastpe_centred_(tl * w[6 * n_freq + j]), &e);
+    *s_out = s;
+    *e_out = e + (th * w[3 * n_freq + j] + tl * w[7 * n_freq + j]);
+}
+
+/* rows [row_begin, row_end) of out: cos only (n x n_freq) or sin, cos pairs (n x 2 n_freq) */
+#define FASTPE_DEFINE_TIME_WORDS(NAME, T)                                                        \
+    static void NAME(const int64_t *ticks, const double *words, ptrdiff_t n_freq, int cos_only, \
+                     T *out, ptrdiff_t row_begin, ptrdiff_t row_end)                            \
+    {                                                                                           \
+        ptrdiff_t width = cos_only ? n_freq : 2 * n_freq;                                       \
+        for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
+            int64_t t = ticks[i];                                                               \
+            double th = (double)(t >> 32);                                                      \
+            double tl = (double)(t & (int64_t)0xFFFFFFFF);                                      \
+            T *o = out + i * width;                                                             \
+            for (ptrdiff_t j = 0; j < n_freq; j++) {                                            \
+                double s, e, sv, cv;                                                            \
+                fastpe_word_turn_(th, tl, words, n_freq, j, &s, &e);                            \
+                fastpe_sincos_of_turn_(s, e, &sv, &cv, 1);                                      \
+                if (cos_only) {                                                                 \
+                    o[j] = (T)(cv + 0.0);                                                       \
+                } else {                                                                        \
+                    o[2 * j] = (T)(sv + 0.0);                                                   \
+                    o[2 * j + 1] = (T)(cv + 0.0);                                               \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32, float)
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64, double)
+
+#endif /* FASTPE_TIME_H */
