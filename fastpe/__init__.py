@@ -25,7 +25,8 @@ from .sinusoid import (
 from ._version import __version__
 
 #: functions of the package loaded on first use: name -> the module defining it
-_LAZY_FUNCTIONS = {"save_table": "._io.save", "load_spec": "._io.save", "info": "._diagnostics"}
+_LAZY_FUNCTIONS = {"save_table": "._io.save", "load_spec": "._io.save", "info": "._diagnostics",
+                   "sandwich_bias": "._sandwich"}
 #: submodules with their own namespace, loaded on first use
 _LAZY_SUBMODULES = ("alibi", "relative", "rope", "grid", "dask", "time")
 
@@ -60,6 +61,7 @@ __all__ = [
     "fairseq_embedding",
     "transformer_xl_embedding",
     "conformer_embedding",
+    "sandwich_bias",
     "available_backends",
     "info",
     "__version__",

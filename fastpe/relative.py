@@ -48,8 +48,9 @@ import numpy as np
 from . import _backends
 from ._validate import _short, check_int
 from .sinusoid import output_array
+from ._sandwich import sandwich_bias  # noqa: E402  (Sandwich: fastpe._sandwich)
 
-__all__ = ["t5_bucket", "t5_bucket_matrix", "deberta_bucket", "deberta_bucket_matrix", "shaw_positions",
+__all__ = ["t5_bucket", "t5_bucket_matrix", "deberta_bucket", "deberta_bucket_matrix", "shaw_positions", "sandwich_bias",
            "MAX_BUCKETS", "MAX_DISTANCE", "MAX_LEN"]
 
 MAX_BUCKETS = 4096

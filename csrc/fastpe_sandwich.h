@@ -1,0 +1,50 @@
+/*
+ * fastpe_sandwich.h -- the Sandwich bias (fastpe/_backends/_sandwich.py explains it): the C
+ * twin of fastpe/_backends/numba/sandwich.py, the same operations in the same order.
+ *
+ *   fastpe_sandwich_line: dsum[d] = sum_k sin(2 pi d t_k)**2 for d in [lo, hi), t_k the words
+ *     (turns, 4 x n_freq) of w_k / 2, each sine by the exact path, the squares added by an
+ *     error-free two-sum with the errors summed beside;
+ *   fastpe_sandwich_fill: rows [lo, hi) of out (n_heads * q_len rows of k_len values of
+ *     elsize bytes): row (h, i) is mirror[h][first - i ..], k_len values (bit patterns), the
+ *     values at j > i zero (+0.0) when causal.
+ */
+#ifndef FASTPE_SANDWICH_H
+#define FASTPE_SANDWICH_H
+
+#include "fastpe_kernels.h"
+
+static void fastpe_sandwich_line(const double *turns, ptrdiff_t n_freq, double *dsum, ptrdiff_t lo,
+                                 ptrdiff_t hi)
+{
+    const double *v1 = turns, *v2 = turns + n_freq, *v3 = turns + 2 * n_freq, *v4 = turns + 3 * n_freq;
+    for (ptrdiff_t d = lo; d < hi; d++) {
+        double p = (double)d, acc = 0.0, err = 0.0;
+        for (ptrdiff_t k = 0; k < n_freq; k++) {
+            double s, c;
+            fastpe_sincos_turns_(p, v1[k], v2[k], v3[k], v4[k], &s, &c, FASTPE_HW_FLOOR);
+            double t = s * s;
+            double u = acc + t;
+            double tt = u - acc;
+            err += (acc - (u - tt)) + (t - tt);
+            acc = u;
+        }
+        dsum[d] = acc + err;
+    }
+}
+
+static void fastpe_sandwich_fill(const unsigned char *mirror, ptrdiff_t mirror_len, ptrdiff_t first,
+                                 int causal, unsigned char *out, ptrdiff_t q_len, ptrdiff_t k_len,
+                                 ptrdiff_t elsize, ptrdiff_t lo, ptrdiff_t hi)
+{
+    for (ptrdiff_t r = lo; r < hi; r++) {
+        ptrdiff_t h = r / q_len, i = r - h * q_len;
+        ptrdiff_t n = causal && i + 1 < k_len ? i + 1 : k_len;
+        unsigned char *row = out + r * k_len * elsize;
+        memcpy(row, mirror + (h * mirror_len + first - i) * elsize, (size_t)(n * elsize));
+        if (n < k_len)
+            memset(row + n * elsize, 0, (size_t)((k_len - n) * elsize));
+    }
+}
+
+#endif /* FASTPE_SANDWICH_H */

@@ -1,0 +1,57 @@
+"""Numba kernels of the Sandwich bias (fastpe._backends._sandwich explains the two passes):
+:func:`_sandwich_line`, one exact sum of squared sines per distance, and :func:`_sandwich_fill`,
+each output row a slice of its head's mirrored line.  ``csrc/fastpe_sandwich.h`` is the C twin
+(the same operations in the same order, so the same bits)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ._jit import kernel
+from .kernels import sincos_turns
+
+__all__ = ["sandwich_line_parallel", "sandwich_line_serial", "sandwich_fill_parallel",
+           "sandwich_fill_serial", "LINE_COST"]
+
+#: a distance of the line pass costs about this many fill values per frequency
+LINE_COST = 8
+
+
+def _sandwich_line(turns, dsum):
+    """``dsum[d] = sum_k sin(2 pi d t_k) ** 2`` (``t_k`` the words of ``w_k / 2``), the
+    squares added in order by an error-free two-sum and the errors summed beside."""
+    n_freq = turns.shape[1]
+    for d in prange(dsum.shape[0]):
+        p = np.float64(d)
+        hi = 0.0
+        lo = 0.0
+        for k in range(n_freq):
+            s, _ = sincos_turns(p, turns[0, k], turns[1, k], turns[2, k], turns[3, k])
+            t = s * s
+            u = hi + t
+            tt = u - hi
+            lo += (hi - (u - tt)) + (t - tt)
+            hi = u
+        dsum[d] = hi + lo
+
+
+def _sandwich_fill(mirror, first, causal, out):
+    """``out[h, i, :]`` = ``mirror[h, first - i : first - i + k_len]`` (bit patterns), and
+    zeros at ``j > i`` when ``causal``."""
+    n_heads, q_len, k_len = out.shape
+    for r in prange(n_heads * q_len):
+        h = r // q_len
+        i = r - h * q_len
+        row = out[h, i]
+        src = mirror[h]
+        s0 = first - i
+        n = k_len if not causal else min(k_len, i + 1)
+        for j in range(n):
+            row[j] = src[s0 + j]
+        for j in range(n, k_len):
+            row[j] = 0
+
+
+sandwich_line_parallel, sandwich_line_serial = kernel(_sandwich_line)
+sandwich_fill_parallel, sandwich_fill_serial = kernel(_sandwich_fill)
