@@ -73,6 +73,7 @@ from ._mrope import (
 )
 from ._rotary import Rotary
 from ._scaling import ROPE_TYPES, RopeConfigWarning, RopeSpec
+from ._xpos import XposCosSin
 
 __all__ = [
     "Rotary",
@@ -86,6 +87,7 @@ __all__ = [
     "ROPE_TYPES",
     "RopeSpec",
     "RopeConfigWarning",
+    "XposCosSin",
     # M-RoPE position ids (Qwen-VL)
     "mrope_positions",
     "mrope_next_positions",
@@ -209,6 +211,8 @@ def cos_sin(
     seq_len=None,
     max_position_embeddings=None,
     layout: str = "neox",
+    xpos_scale_base=None,
+    xpos_center="torchscale",
     dtype=None,
     out=None,
     backend: str | None = None,
@@ -230,11 +234,19 @@ def cos_sin(
     ``seq_len=None`` means ``max(positions) + 1`` (see the module notes).  Other arguments
     as in :func:`inv_freq`; ``backend`` as in :func:`fastpe.forward`.  The same bits as
     ``Rotary(head_dim, ..., layout=layout).cos_sin(positions, ...)``.
+
+    xPos (``xpos_scale_base`` a finite real ``> 0``; ``xpos_center`` ``"torchscale"``,
+    ``"flash_attn"`` or an integer, see :mod:`fastpe.rope._xpos`): the queries' and the keys'
+    caches differ, so the result is an :class:`XposCosSin` ``(cos_q, sin_q, cos_k, sin_k)``
+    (and ``out`` four arrays), float32 or float64: ``af * cos(p f) * zeta ** (+-n' / sb)``.
     """
     rotary = Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
-                    max_position_embeddings=max_position_embeddings, layout=layout)
+                    max_position_embeddings=max_position_embeddings, layout=layout,
+                    xpos_scale_base=xpos_scale_base, xpos_center=xpos_center)
     if rotary._axes is not None:
         return rotary._mrope_cos_sin(positions, dtype, out, seq_len, backend)
+    if rotary._xpos is not None:
+        return rotary._xpos_cos_sin(positions, dtype, out, seq_len, backend, grid=False)
     return rotary._cos_sin(positions, dtype, out, seq_len, backend, grid=False)
 
 
@@ -252,6 +264,9 @@ def apply_(
     max_position_embeddings=None,
     backend: str | None = None,
     inverse=False,
+    xpos_scale_base=None,
+    xpos_center="torchscale",
+    downscale=False,
 ):
     """Rotate ``x`` in place by RoPE and return it.
 
@@ -266,11 +281,14 @@ def apply_(
     is touched.  The same bits as ``Rotary(...).apply_(x, positions, ...)``, which checks
     the configuration once instead of on every call.  M-RoPE (``scaling`` with
     ``mrope_section``): positions ``(3, ...)``; ``inverse=True``: the transpose rotation
-    (see :meth:`Rotary.apply_`).
+    (see :meth:`Rotary.apply_`).  xPos: ``xpos_scale_base`` and ``xpos_center`` as in
+    :func:`cos_sin`; ``downscale=False`` rotates queries, ``True`` keys (see
+    :mod:`fastpe.rope._xpos`).
     """
     return _rotate(x, None, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
-                   max_position_embeddings=max_position_embeddings, backend=backend, inverse=inverse)
+                   max_position_embeddings=max_position_embeddings, backend=backend, inverse=inverse,
+                   xpos=(xpos_scale_base, xpos_center), downscale=downscale)
 
 
 def apply_qk_(
@@ -288,17 +306,20 @@ def apply_qk_(
     max_position_embeddings=None,
     backend: str | None = None,
     inverse=False,
+    xpos_scale_base=None,
+    xpos_center="torchscale",
 ):
     """Rotate queries and keys in place in one pass; return ``(q, k)``.
 
     As :func:`apply_`, for ``q`` and ``k`` of the same layout that share positions (their
     head counts may differ, as with grouped-query attention).  Both are validated before
-    either is touched.
+    either is touched.  xPos (``xpos_scale_base``, ``xpos_center`` as in :func:`cos_sin`):
+    ``q`` scaled up, ``k`` down.
     """
     return _rotate(q, k, positions, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base,
                    scaling=scaling, offset=offset, seq_len=seq_len,
                    max_position_embeddings=max_position_embeddings, backend=backend, qk_call=True,
-                   inverse=inverse)
+                   inverse=inverse, xpos=(xpos_scale_base, xpos_center))
 
 
 def rerotate_(
@@ -339,7 +360,8 @@ def _head_dim_of(x, name: str, head_dim):
 
 
 def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, offset, seq_len,
-            max_position_embeddings, backend, qk_call=False, inverse=False):
+            max_position_embeddings, backend, qk_call=False, inverse=False, xpos=(None, "torchscale"),
+            downscale=False):
     from .._validate import check_inplace
 
     # the arrays first: head_dim is read from their shapes
@@ -349,8 +371,14 @@ def _rotate(q, k, positions, *, head_dim, layout, rotary_dim, base, scaling, off
     if qk:
         check_inplace(k, "k")
     rotary = Rotary(_head_dim_of(q, name, head_dim), base=base, rotary_dim=rotary_dim, scaling=scaling,
-                    max_position_embeddings=max_position_embeddings, layout=layout)
-    rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk, inverse=inverse)
+                    max_position_embeddings=max_position_embeddings, layout=layout, xpos_scale_base=xpos[0],
+                    xpos_center=xpos[1])
+    if rotary._xpos is not None:
+        rotary._xpos_rotate(q, k, positions, offset, seq_len, backend, inverse, downscale, qk=qk)
+    else:
+        if downscale is not False and not isinstance(downscale, (bool, np.bool_)):
+            raise TypeError(f"downscale must be True or False, got {type(downscale).__name__} {downscale!r}")
+        rotary._rotate(q, k, positions, offset, seq_len, backend, qk=qk, inverse=inverse)
     return (q, k) if qk else q
 
 

@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from . import _scaling
+from . import _scaling, _xpos
 from .._validate import check_inplace, check_int, check_position_grid, check_positions
 from ._scaling import RopeSpec, rope_layout
 
@@ -124,19 +124,22 @@ class Rotary:
     """
 
     __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq",
-                 "_head_dim", "_axes")
+                 "_head_dim", "_axes", "_xpos")
 
     def __init__(self, head_dim, *, base=None, rotary_dim=None, scaling=None, max_position_embeddings=None,
-                 layout: str = "neox"):
+                 layout: str = "neox", xpos_scale_base=None, xpos_center="torchscale"):
         spec = _scaling.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
                                 max_position_embeddings=max_position_embeddings)
-        self._set(spec, rope_layout(layout))
+        layout = rope_layout(layout)
+        self._set(spec, layout, _xpos_key(spec, xpos_scale_base, xpos_center))
 
-    def _set(self, spec: RopeSpec, layout: str) -> None:
+    def _set(self, spec: RopeSpec, layout: str, xpos=None) -> None:
         put = object.__setattr__
         put(self, "_spec", spec)
         put(self, "_layout", layout)
-        put(self, "_hash", hash((spec, layout)))
+        put(self, "_hash", hash((spec, layout)) if xpos is None else hash((spec, layout, xpos[:2])))
+        # xPos: (scale base, centre rule, zeta), or None (see fastpe.rope._xpos)
+        put(self, "_xpos", None if xpos is None else (*xpos, _xpos_zeta(spec.rotary_dim)))
         put(self, "_cache", {})
         put(self, "_arrays", {})
         put(self, "_tables", {})
@@ -153,10 +156,11 @@ class Rotary:
         put(self, "_values", None if _scaling.uses_seq_len(spec) else self._at_key(None))
 
     @classmethod
-    def _from_spec(cls, spec: RopeSpec, layout: str) -> Rotary:
-        """A Rotary of a resolved spec and a checked layout (no re-validation)."""
+    def _from_spec(cls, spec: RopeSpec, layout: str, xpos=None) -> Rotary:
+        """A Rotary of a resolved spec and a checked layout (no re-validation); ``xpos``:
+        ``None`` or a checked ``(scale base, centre)``."""
         self = object.__new__(cls)
-        self._set(spec, layout)
+        self._set(spec, layout, xpos)
         return self
 
     @classmethod
@@ -264,13 +268,28 @@ class Rotary:
     def __eq__(self, other):
         if not isinstance(other, Rotary):
             return NotImplemented
-        return self._layout == other._layout and self._spec == other._spec
+        return self._layout == other._layout and self._spec == other._spec and self._xpos_pair() == other._xpos_pair()
 
     def __hash__(self):
         return self._hash
 
     def __reduce__(self):
-        return (Rotary._from_spec, (self._spec, self._layout))
+        return (Rotary._from_spec, (self._spec, self._layout, self._xpos_pair()))
+
+    def _xpos_pair(self):
+        xpos = self._xpos
+        return None if xpos is None else xpos[:2]
+
+    @property
+    def xpos_scale_base(self) -> float | None:
+        """xPos's scale base (``None``: plain RoPE); see :mod:`fastpe.rope._xpos`."""
+        return None if self._xpos is None else self._xpos[0]
+
+    @property
+    def xpos_center(self):
+        """xPos's centring: ``"torchscale"``, ``"flash_attn"`` or a fixed integer centre
+        (``None`` without xPos)."""
+        return None if self._xpos is None else self._xpos[1]
 
     def __repr__(self):
         spec = self._spec
@@ -289,6 +308,8 @@ class Rotary:
             parts.append(f"mrope_section={list(spec.mrope_section)}")
             if spec.mrope_interleaved:
                 parts.append("mrope_interleaved=True")
+        if self._xpos is not None:
+            parts.append(f"xpos_scale_base={self._xpos[0]!r}, xpos_center={self._xpos[1]!r}")
         parts.append(f"layout={self._layout}")
         return f"Rotary({', '.join(parts)})"
 
@@ -313,6 +334,8 @@ class Rotary:
         """
         if self._axes is not None:
             return self._mrope_cos_sin(positions, dtype, out, seq_len, backend)
+        if self._xpos is not None:
+            return self._xpos_cos_sin(positions, dtype, out, seq_len, backend, grid=True)
         if out is None:
             caches = self._cos_sin_kept(positions, dtype, seq_len, backend)
             if caches is not None:
@@ -448,7 +471,7 @@ class Rotary:
         core.fill_caches(module, pos, freqs, af, self._layout, out_cos.reshape(-1, width), out_sin.reshape(-1, width))
         return (out_cos, out_sin) if out is None else out
 
-    def apply_(self, x, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False):
+    def apply_(self, x, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False, downscale=False):
         """Rotate ``x`` in place and return it, as :func:`fastpe.rope.apply_` does:
         float32 ``(tokens, heads, head_dim)`` or ``(batch, heads, seq, head_dim)``, C-contiguous
         and writable, its last axis ``head_dim``; positions ``(tokens,)``, ``(seq,)`` or
@@ -464,7 +487,16 @@ class Rotary:
         is 1 (else it leaves ``attention_factor**2`` times the input).  The inverse and
         M-RoPE rotate on the doubles of the backend's ``rope_table`` (the sine negated for
         the inverse: exact), in the compiled rotation kernel's arithmetic: within 1 ULP of
-        the exact rotation, as every rotation is."""
+        the exact rotation, as every rotation is.
+
+        xPos (a Rotary with ``xpos_scale_base``): ``downscale=False`` rotates queries (times
+        ``zeta ** (n' / sb)``), ``downscale=True`` keys (its inverse), as torchscale's
+        ``XPOS(x, downscale=...)``; see :mod:`fastpe.rope._xpos`.  Without xPos, ``downscale``
+        changes nothing (the keys' scale is 1)."""
+        if self._xpos is not None:
+            return self._xpos_rotate(x, None, positions, offset, seq_len, backend, inverse, downscale)
+        if downscale is not False:
+            _check_flag("downscale", downscale)
         if inverse is False and self._axes is None \
                 and self._rotate_direct(x, None, positions, offset, seq_len, backend, False):
             return x
@@ -475,7 +507,11 @@ class Rotary:
     def apply_qk_(self, q, k, positions=None, *, offset=0, seq_len=None, backend=None, inverse=False):
         """Rotate queries and keys in place in one pass and return ``(q, k)``, as
         :func:`fastpe.rope.apply_qk_` does (their head counts may differ); M-RoPE positions
-        and ``inverse`` as :meth:`apply_`."""
+        and ``inverse`` as :meth:`apply_`; xPos scales ``q`` up and ``k`` down (see
+        :mod:`fastpe.rope._xpos`)."""
+        if self._xpos is not None:
+            self._xpos_rotate(q, k, positions, offset, seq_len, backend, inverse, False, qk=True)
+            return q, k
         if self._axes is not None:
             if not self._mrope_direct(q, k, positions, offset, seq_len, backend, inverse):
                 self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False, inverse=inverse)
@@ -733,6 +769,94 @@ class Rotary:
             np.negative(table[:, 1], out=table[:, 1])
         return table
 
+    # ------------------------------------------------------------------------- xPos
+
+    def _xpos_length(self, pos: np.ndarray, seq_len):
+        """``(total length, frequencies, attention factor, centre)`` of an xPos call: the
+        length ``seq_len``, else the largest position plus one."""
+        length = seq_len if seq_len is not None else (int(pos.max()) + 1 if pos.size else 0)
+        freqs, af = self._at(length)
+        return length, freqs, af, _xpos.center_at(self._xpos[1], length)
+
+    def _xpos_tables(self, module, pos, length, freqs, af, center, inverse: bool):
+        """The q and k tables of flat uint32 ``pos``: kept for a call of at most
+        :data:`_TABLE_ROWS` positions (a decoding step's, read again by every layer)."""
+        if pos.shape[0] > _TABLE_ROWS:
+            return _xpos.tables(module, pos, freqs, af, self._xpos, center, inverse)
+        key = None if self._values is not None else _scaling.length_key(self._spec, length)
+        tables = self._tables
+        tkey = ("xpos", module, key, center, inverse, pos.tobytes())
+        pair = tables.get(tkey)
+        if pair is None:
+            pair = _xpos.tables(module, pos, freqs, af, self._xpos, center, inverse)
+            if len(tables) >= _MAX_TABLES:
+                tables.clear()
+            tables[tkey] = pair
+        return pair
+
+    def _xpos_rotate(self, q, k, positions, offset, seq_len, backend, inverse, downscale, *, qk: bool = False):
+        """An xPos rotation: every argument checked, then the q and k tables of the positions
+        (a run of at most :data:`_CHUNK_ROWS` rows at a time) rotate ``q`` (by the keys'
+        table when ``downscale``) and ``k``."""
+        _check_flag("inverse", inverse)
+        _check_flag("downscale", downscale)
+        core, name, offset, seq_len = self._check_rotation(q, k, positions, offset, seq_len, qk)
+        _refuse_3d(positions)
+        pos = core.rotation_positions(q, positions, offset)
+        length, freqs, af, center = self._xpos_length(pos, seq_len)
+        core._check_apart(((q, name),) if k is None else ((q, name), (k, "k")), positions, pos, None)
+        _, module = _backends.resolve(backend)
+        if not pos.size:
+            return q
+        inverse, neox = bool(inverse), self._neox
+        first = 1 if downscale else 0  # the table q (or x) takes
+        n_seq = q.shape[0] if q.ndim == 3 else q.shape[2]
+        if pos.ndim == 2:  # (batch, seq): a row per (batch, index)
+            n_rows = pos.shape[0]
+            step = max(1, _CHUNK_ROWS // n_rows)
+        else:
+            n_rows, step = 0, _CHUNK_ROWS
+        for s0 in range(0, n_seq, step):
+            s1 = min(n_seq, s0 + step)
+            sub = np.ascontiguousarray(pos[:, s0:s1] if n_rows else pos[s0:s1]).reshape(-1)
+            pair = self._xpos_tables(module, sub, length, freqs, af, center, inverse)
+            stride = s1 - s0 if n_rows else 0
+            _rotate_on_table(module, backend, q, None, pair[first], stride, neox, s0=s0, s1=s1)
+            if k is not None:
+                _rotate_on_table(module, backend, k, None, pair[1], stride, neox, s0=s0, s1=s1)
+        return q
+
+    def _xpos_cos_sin(self, positions, dtype, out, seq_len, backend, *, grid: bool):
+        """The four xPos caches (:class:`~fastpe.rope._xpos.XposCosSin`), float32 or float64:
+        the tables of a block of rows at a time, each spread into its two caches."""
+        from .. import _dtypes
+
+        core = _load_core()
+        if dtype is not None:
+            _xpos_dtype(_dtypes.resolve(dtype))
+        width = self._spec.rotary_dim
+        arr = _grid(positions) if grid else None
+        if grid:
+            _refuse_3d(positions)
+        if arr is not None:
+            pos = check_position_grid(positions, (arr.shape,)).reshape(-1)
+            shape = (*arr.shape, width)
+        else:
+            pos = check_positions(positions)
+            shape = (pos.shape[0], width)
+        outs = _xpos_out(out, shape, dtype, positions, pos)
+        length, freqs, af, center = self._xpos_length(pos, _scaling.check_seq_len(seq_len))
+        _, module = _backends.resolve(backend)
+        flat = [o.reshape(-1, width) for o in outs]
+        n = pos.shape[0]
+        step = max(1, core._F64_BLOCK_BYTES // (16 * self._n_freq))
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            tq, tk = _xpos.tables(module, pos[r0:r1], freqs, af, self._xpos, center, False)
+            core._spread(tq, flat[0][r0:r1], flat[1][r0:r1], self._layout)
+            core._spread(tk, flat[2][r0:r1], flat[3][r0:r1], self._layout)
+        return _xpos.XposCosSin(*outs) if out is None else out
+
     def rerotate_(self, k, delta, *, seq_len=None, backend=None):
         """Rotate cached keys in place by a position delta and return ``k``: keys rotated
         at ``p`` become the keys of ``p + delta`` (``R(p + d) = R(d) R(p)``), for context
@@ -753,6 +877,10 @@ class Rotary:
         head_dim = self._spec.head_dim
         if k.shape[-1] != head_dim:
             raise ValueError(f"k must have head_dim = {head_dim} values in its last axis, got shape {k.shape}")
+        if self._xpos is not None:
+            raise ValueError("rerotate_ cannot move xPos keys: their scale zeta ** (-n / scale_base) depends on the "
+                             "position too, so a new position is not a rotation of the old one; rotate the keys "
+                             "again from their unrotated values")
         spec = self._spec
         if spec.rope_type == "dynamic":
             raise ValueError("rerotate_ needs frequencies that do not depend on the length: rope_type 'dynamic' "
@@ -962,6 +1090,61 @@ def _rotate_on_table(module, backend, q, k, table, stride: int, neox: bool, kern
             return
     module.rope_apply_table(q=q, k=k, table=table, stride=stride if q.ndim == 4 else 0, begin=s0, end=s1,
                             layout="neox" if neox else "gptj")
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def _xpos_key(spec: RopeSpec, scale_base, center):
+    """The checked ``(scale base, centre)`` of a Rotary's xPos arguments, or ``None``."""
+    from . import _xpos as xpos
+
+    sb = xpos.check_scale_base(scale_base)
+    c = xpos.check_center(center)
+    if sb is None:
+        if c != "torchscale":
+            raise ValueError(f"xpos_center={center!r} needs xpos_scale_base (xPos is off without it)")
+        return None
+    if spec.mrope_section is not None:
+        raise ValueError("xPos does not compose with M-RoPE (mrope_section): its centred position is defined for "
+                         "one position axis only")
+    return sb, c
+
+
+def _xpos_zeta(rotary_dim: int):
+    from ._xpos import zeta
+
+    return zeta(rotary_dim)
+
+
+def _xpos_dtype(dt) -> None:
+    if dt not in (_F32, _F64):
+        raise ValueError(f"xPos caches are float32 or float64, got dtype {dt.name}")
+
+
+def _xpos_out(out, shape, dtype, positions, pos):
+    """An xPos ``cos_sin``'s four arrays: ``out``'s (cos_q, sin_q, cos_k, sin_k), checked,
+    or new ones."""
+    from ..sinusoid import output_array
+
+    if out is None:
+        first = output_array(None, shape, dtype)
+        return first, np.empty_like(first), np.empty_like(first), np.empty_like(first)
+    if not isinstance(out, (tuple, list)) or len(out) != 4:
+        raise TypeError("out must be four arrays (cos_q, sin_q, cos_k, sin_k) for an xPos Rotary, got "
+                        f"{type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    inputs = [("positions", positions), ("positions", pos)]
+    arrays = [output_array(o, shape, dtype, inputs, name=f"out[{i}]") for i, o in enumerate(out)]
+    _xpos_dtype(arrays[0].dtype)
+    for i, a in enumerate(arrays):
+        if a.dtype != arrays[0].dtype:
+            raise ValueError(f"out[0] and out[{i}] must have one dtype, got {arrays[0].dtype.name} and {a.dtype.name}")
+        for j in range(i):
+            if np.may_share_memory(arrays[j], a):
+                raise ValueError(f"out[{j}] must not share memory with out[{i}]")
+    return tuple(arrays)
 
 
 def _refuse_3d(positions) -> None:
