@@ -189,6 +189,10 @@ ROPE_INV_FREQ = 1.0 / (10000.0 ** (np.arange(0, ROPE_HEAD_DIM, 2, dtype=np.float
 DECODE_POSITION = 4096
 
 
+#: the xPos workload's scale base (torchscale's, flash-attention's and rotary-embedding-torch's default)
+XPOS_SCALE_BASE = 512.0
+
+
 def _rope_apply_workload(b: int, h: int, s: int, d: int) -> Workload:
     return Workload(
         f"rope-apply-qk-{b}x{h}x{s}x{d}", "rope_apply_qk", 2 * b * h * s, d,
@@ -205,7 +209,8 @@ def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
 
 
 #: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial",
+                "relative_table", "sandwich")
 
 #: the backend operations each kind of workload runs (a float16/bfloat16 output adds narrow16);
 #: rope_apply's kernels read rope_table's doubles, so the apply workloads time both
@@ -223,7 +228,11 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "t5": ("t5_bucket_matrix",),
     "t5_positions": ("t5_bucket",),
     "mrope": ("mrope_plan", "mrope_fill"),
-    "axial": ("sincos_rows",),
+    "axial": ("sincos_rows", "axial_gather"),
+    # Transformer-XL's halves: sincos_rows; a Conformer's interleaved float32 rows: sinusoid_forward
+    "relative_table": ("sincos_rows", "sinusoid_forward"),
+    "sandwich": ("sandwich_bias",),
+    "xpos_qk": ("rope_xpos_table", "rope_table", "rope_apply_table"),
 }
 #: query rows the python reference computes of an ALiBi bias (all heads, all keys)
 ALIBI_REFERENCE_QUERIES = 1
@@ -240,6 +249,11 @@ MROPE_IMAGE, MROPE_START, MROPE_END = 151655, 151652, 151653
 #: per-axis widths (FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)))
 AXIAL_GRID = (1, 64, 64)
 AXIAL_DIMS = (16, 56, 56)
+#: the Sandwich workload's hidden size per head (NeMo's ``hidden_size``)
+SANDWICH_HIDDEN = 1024
+#: query rows per chunk of NeMo's Sandwich formula: its (q, k, H/2) cosine tensor in full
+#: would be 16 GiB at 2048 x 2048 x 512; the chunks compute the same values in bounded memory
+SANDWICH_PEER_ROWS = 32
 
 
 def mrope_prompt(w: "Workload") -> tuple[np.ndarray, np.ndarray]:
@@ -283,6 +297,12 @@ WORKLOADS: dict[str, Workload] = {
         ),
         _rope_apply_workload(1, 32, 4096, ROPE_HEAD_DIM),
         _rope_apply_workload(8, 32, 512, ROPE_HEAD_DIM),
+        Workload(
+            "xpos-apply-qk-1x32x4096x128", "xpos_qk", 2 * 32 * 4096, ROPE_HEAD_DIM,
+            f"xPos apply_qk_: q and k 1x32x4096x{ROPE_HEAD_DIM} float32, scale base {XPOS_SCALE_BASE:g} "
+            "(flash-attention's centring), q and k restored before each round (untimed)",
+            shape=(1, 32, 4096, ROPE_HEAD_DIM),
+        ),
         Workload(
             "rope-cos-sin-32768x128", "rope_cos_sin", 2 * 32768, ROPE_HEAD_DIM,
             "RoPE cos/sin caches: 32768 positions x 128, fresh arrays (and tensors)", shape=(32768, ROPE_HEAD_DIM),
@@ -340,6 +360,21 @@ WORKLOADS: dict[str, Workload] = {
             shape=AXIAL_GRID,
         ),
         Workload(
+            "transformer-xl-2048x512", "relative_table", 2048, 512,
+            "Transformer-XL relative embedding: klen 2048 x 512 float32 (positions 2047..0, [sin | cos])",
+            variant="transformer_xl",
+        ),
+        Workload(
+            "conformer-2048x512", "relative_table", 2 * 2048 - 1, 512,
+            "Conformer (NeMo RelPositionalEncoding): length 2048, 4095 rows x 512 float32 "
+            "(positions 2047..-2047, interleaved)", variant="conformer",
+        ),
+        Workload(
+            "sandwich-16x2048x2048", "sandwich", 16 * 2048, 2048,
+            f"Sandwich bias: 16 heads x 2048 x 2048 float32, hidden size {SANDWICH_HIDDEN} (bidirectional)",
+            shape=(16, 2048, 2048),
+        ),
+        Workload(
             "mrope-4096-2images", "mrope", 3, MROPE_SEQ,
             f"M-RoPE position ids (Qwen2-VL): a {MROPE_SEQ}-token prompt with two images of grid "
             f"{MROPE_GRID} (merge 2), batch 1, (3, 1, {MROPE_SEQ}) int64",
@@ -388,6 +423,8 @@ def _fastpe(backend: str):
             from fastpe._backends import unavailable_reason
 
             raise Unavailable(f"fastpe backend {backend!r} not available: {unavailable_reason(backend)}")
+        if w.kind == "xpos_qk":
+            return _fastpe_xpos(backend, w)
         if w.is_rope:
             return _fastpe_rope(backend, w)
         if w.is_family:
@@ -416,6 +453,62 @@ def _fastpe_rope(backend: str, w: Workload):
         rotary, offset = Rotary(ROPE_HEAD_DIM, base=10000.0), int(positions[0])
         return lambda: rotary.apply_qk_(q, k, offset=offset, backend=backend)
     return lambda: apply_qk_from_inv_freq(q, k, positions, ROPE_INV_FREQ, 1.0, backend=backend)
+
+
+def _fastpe_xpos(backend: str | None, w: Workload):
+    """xPos ``Rotary.apply_qk_`` in place, q and k restored before each round (``run.setup``)."""
+    from fastpe.rope import Rotary
+
+    rotary = Rotary(ROPE_HEAD_DIM, base=10000.0, xpos_scale_base=XPOS_SCALE_BASE, xpos_center="flash_attn")
+    q0, k0 = w.rope_qk
+    q, k = q0.copy(), k0.copy()
+
+    def run():
+        return rotary.apply_qk_(q, k, backend=backend)
+
+    def setup():  # returns None: pytest-benchmark takes a returned value as the call's arguments
+        np.copyto(q, q0)
+        np.copyto(k, k0)
+
+    run.setup = setup
+    return run
+
+
+def flash_xpos_caches(torch, seqlen: int, dim: int, scale_base: float, inv_freq):
+    """flash-attention's ``RotaryEmbedding._update_cos_sin_cache`` with ``scale_base``
+    (``flash_attn/layers/rotary.py``), float32: ``cos * scale``, ``sin * scale`` for queries,
+    ``/ scale`` for keys, ``scale = zeta ** ((arange(seqlen) - seqlen // 2) / scale_base)``;
+    returned as ``(seqlen, dim)`` halves (``cat(x, x)``, the NeoX layout)."""
+    t = torch.arange(seqlen, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    zeta = (torch.arange(0, dim, 2, dtype=torch.float32) + 0.4 * dim) / (1.4 * dim)
+    power = (torch.arange(seqlen, dtype=torch.float32) - seqlen // 2) / scale_base
+    scale = zeta ** power[:, None]
+    cos, sin = torch.cos(freqs), torch.sin(freqs)
+    caches = (cos * scale, sin * scale, cos / scale, sin / scale)
+    return tuple(torch.cat((c, c), dim=-1) for c in caches)
+
+
+def _make_flash_xpos(w: Workload):
+    """flash-attention's torch rotation (``apply_rotary_emb_torch``: ``x * cos + rotate_half(x) *
+    sin``, new tensors) with its xPos caches computed before timing; checked against fastpe once."""
+    torch = _torch()
+    b, h, s, d = w.shape
+    inv = torch.from_numpy(ROPE_INV_FREQ.astype(np.float32))
+    cq, sq, ck, sk = flash_xpos_caches(torch, s, d, XPOS_SCALE_BASE, inv)
+    q, k = (torch.from_numpy(a.copy()) for a in w.rope_qk)
+
+    @torch.no_grad()
+    def run():
+        return q * cq + hf_rotate_half(torch, q) * sq, k * ck + hf_rotate_half(torch, k) * sk
+
+    got = [t.numpy() for t in run()]
+    want = _fastpe_xpos(None, w)()
+    for g, v in zip(got, want):  # float32 angles: p * 2**-24 radians, times the row's magnitude
+        tol = 16 * s * 2.0**-24 * np.abs(v).max(axis=-1, keepdims=True)
+        if not np.all(np.abs(g.astype(np.float64) - v) <= tol):
+            raise AssertionError("the flash-attention xPos formula differs from fastpe beyond float32's error")
+    return run
 
 
 def _make_fastpe_rope_function(w: Workload):
@@ -496,6 +589,16 @@ def fastpe_family(w: Workload, backend: str | None, rows: int):
 
         ids, grids = mrope_prompt(w)
         return lambda: mrope_positions(ids, image_grid_thw=grids, model=w.variant, backend=backend)[0]
+    if w.kind == "relative_table":
+        length = (rows + 1) // 2
+        if w.variant == "transformer_xl":
+            return lambda: fastpe.transformer_xl_embedding(rows, w.d_model, backend=backend)
+        return lambda: fastpe.conformer_embedding(length, w.d_model, backend=backend)[:rows]
+    if w.kind == "sandwich":
+        from fastpe._sandwich import sandwich_bias
+
+        heads, _, k_len = w.shape
+        return lambda: sandwich_bias(heads, rows // heads, k_len, hidden_size=SANDWICH_HIDDEN, backend=backend)
     if w.kind == "t5":
         relative = _family_module(w, backend)
         k_len = w.shape[1]
@@ -813,6 +916,59 @@ def _make_torch_add(w: Workload):
     return lambda: x * scale + pe[:seq]
 
 
+def torch_transformer_xl(torch, klen: int, d_model: int):
+    """kimiyoung/transformer-xl's PositionalEmbedding (pytorch/mem_transformer.py), float32:
+    ``pos_seq = arange(klen-1, -1, -1.0)``, ``inv_freq = 1 / 10000 ** (arange(0, d, 2) / d)``,
+    ``cat([sin, cos])`` of their outer product."""
+    inv_freq = 1 / (10000 ** (torch.arange(0.0, d_model, 2.0) / d_model))
+    pos_seq = torch.arange(klen - 1, -1, -1.0)
+    sinusoid_inp = torch.ger(pos_seq, inv_freq)
+    return torch.cat([sinusoid_inp.sin(), sinusoid_inp.cos()], dim=-1)
+
+
+def torch_nemo_rel_pe(torch, length: int, d_model: int):
+    """NeMo's RelPositionalEncoding (extend_pe, then create_pe), float32: positions
+    ``length-1 .. -(length-1)``, ``div_term = exp(arange(0, d, 2) * -(ln 10000 / d))``,
+    interleaved sin/cos."""
+    positions = torch.arange(length - 1, -length, -1, dtype=torch.float32).unsqueeze(1)
+    pe = torch.zeros(positions.size(0), d_model)
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(positions * div_term)
+    pe[:, 1::2] = torch.cos(positions * div_term)
+    return pe
+
+
+def torch_nemo_sandwich(torch, n_heads: int, q_len: int, k_len: int, hidden: int, rows: int):
+    """NeMo's SandwichRelativePositionEmbedding.forward (bidirectional), float32, computed
+    ``rows`` query rows at a time (the formula's (q, k, H/2) cosines would not fit otherwise):
+    ``sum(cos(|i - j| * inv_freq)) - H/2`` over ``(h + 1) * 8 / n``."""
+    m = max(q_len, k_len)
+    rel = torch.arange(1 - m, 1)[None, :].mul(-1)
+    mem = torch.arange(1 - m, 1)[:, None].mul(-1)
+    relative_position = torch.abs(mem - rel)[-q_len:, -k_len:]
+    inv_freq = 1.0 / (10000 ** (2 * torch.arange(1, hidden / 2 + 1) / hidden))
+    scales = (torch.arange(1, n_heads + 1, 1)[:, None, None] * 8 / n_heads)
+    out = torch.empty((n_heads, q_len, k_len))
+    for r0 in range(0, q_len, rows):
+        part = relative_position[r0:r0 + rows]
+        bias = torch.sum((part[:, :, None].repeat(1, 1, len(inv_freq)) * inv_freq).cos(), axis=2)
+        out[:, r0:r0 + rows] = (bias[None] - hidden / 2) / scales
+    return out
+
+
+def _make_torch_transformer_xl(w: Workload):
+    torch = _torch()
+    if w.variant == "transformer_xl":
+        return lambda: torch_transformer_xl(torch, w.rows, w.d_model)
+    return lambda: torch_nemo_rel_pe(torch, (w.rows + 1) // 2, w.d_model)
+
+
+def _make_torch_sandwich(w: Workload):
+    torch = _torch()
+    heads, q_len, k_len = w.shape
+    return lambda: torch_nemo_sandwich(torch, heads, q_len, k_len, SANDWICH_HIDDEN, SANDWICH_PEER_ROWS)
+
+
 def alibi_slopes(n_heads: int, max_bias: float = 8.0) -> list[float]:
     """The ALiBi paper's head slopes: ``2 ** (-max_bias * (h + 1) / n)`` for ``n`` a power of
     two (the workloads use 32 heads)."""
@@ -1089,6 +1245,12 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "rotate_half(q)*sin, new tensors; the cos/sin caches computed before timing)",
         ),
         Implementation(
+            "flash-xpos-torch", "flash-attention xPos formula (torch f32, caches given)", "peer", _make_flash_xpos,
+            tuple(k for k, w in WORKLOADS.items() if w.kind == "xpos_qk"),
+            note="flash_attn/layers/rotary.py's scale_base caches (cos * scale, cos / scale) made before timing, "
+            "then x * cos + rotate_half(x) * sin for q and k (new tensors); checked against fastpe once",
+        ),
+        Implementation(
             "hf-rope-step", "HF transformers decode step: LlamaRotaryEmbedding + apply_rotary_pos_emb",
             "peer", _make_hf_rope_step, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_decode"),
             note="transformers' own LlamaRotaryEmbedding computes the step's cos/sin from position_ids "
@@ -1170,6 +1332,18 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "hf-bloom", "HF BLOOM build_alibi_tensor (torch f32)", "peer", _make_hf_bloom,
             tuple(k for k in FAMILY["alibi"] if WORKLOADS[k].variant == "bloom"),
             note="build_alibi_tensor(ones(1, k), heads, float32): slope * key index, (heads, 1, k)",
+        ),
+        Implementation(
+            "torch-relative-sinusoid", "torch f32 (Transformer-XL / NeMo formula)", "peer",
+            _make_torch_transformer_xl, FAMILY["relative_table"],
+            note="transformer-xl's PositionalEmbedding (outer product, cat of sin and cos) or NeMo's "
+            "RelPositionalEncoding (exp div_term, interleaved), float32, as published",
+        ),
+        Implementation(
+            "torch-nemo-sandwich", "torch f32 (NeMo Sandwich formula, 32 query rows at a time)", "peer",
+            _make_torch_sandwich, FAMILY["sandwich"],
+            note="NeMo's forward: |i - j| times inv_freq, cos, sum over H/2, minus H/2, over (h+1)*8/n; "
+            "its (q, k, H/2) tensor computed 32 query rows at a time (16 GiB in one piece)",
         ),
         Implementation(
             "hf-t5", "HF T5Attention._relative_position_bucket (torch)", "peer", _make_hf_t5, FAMILY["t5"] + FAMILY["t5_positions"],
