@@ -46,6 +46,7 @@ _COMMAND_SOURCES: dict[str, tuple[str, str]] = {
     "timestep": ("timestep", "timestep"),
     "alibi": ("alibi", "alibi"),
     "t5-buckets": ("t5", "t5_buckets"),
+    "calendar": ("calendar", "calendar"),
     "rope": ("rope", "rope"),
     "rope-axial": ("rope_axial", "rope_axial"),
     "plot": ("plot", "plot"),

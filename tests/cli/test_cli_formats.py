@@ -22,6 +22,7 @@ import fastpe.alibi
 import fastpe.grid
 import fastpe.relative
 import fastpe.rope
+import fastpe.time
 from fastpe import _dtypes
 from fastpe._dtypes import DTYPES
 from fastpe._io import save as _save
@@ -164,6 +165,21 @@ def _rope_axial(dtype):
     return {"cos": cos, "sin": sin}
 
 
+def _calendar_stamps():
+    """``fastpe calendar``'s input: a ``.npy`` of timestamps outside the tests' working
+    directories (which must hold only what the command writes), removed at exit."""
+    import atexit
+    import tempfile
+
+    ts = np.arange("2023-12-31T21", "2024-01-01T03", dtype="datetime64[h]").reshape(2, 3)
+    folder = tempfile.mkdtemp(prefix="fastpe-calendar-")
+    atexit.register(shutil.rmtree, folder, True)
+    np.save(os.path.join(folder, "ts.npy"), ts)
+    return ts, os.path.join(folder, "ts.npy")
+
+
+CALENDAR_STAMPS, CALENDAR_PATH = _calendar_stamps()
+
 GRID = {"base": 10000.0, "order": "mae", "cls_token": False}
 TIMESTEP = {"base": 10000.0, "flip_sin_to_cos": False, "shift": 1.0, "scale": 1.0}
 
@@ -204,6 +220,12 @@ CASES = {
         "relative.t5_bucket_matrix", {"q_len": 4, "k_len": 6, "bidirectional": False, "num_buckets": 32,
                                       "max_distance": 128, "offset": 0, "dtype": "int64"},
         "t5_buckets_4x6.npy", dtype=False),
+    "calendar": Case(
+        "calendar", ["--timestamps", CALENDAR_PATH, "--freq", "H"],
+        lambda dt: {"features": fastpe.time.calendar_features(CALENDAR_STAMPS, "H", dtype=dt, backend=DEFAULT)},
+        "time.calendar_features", {"timestamps": CALENDAR_STAMPS.astype(np.int64).tolist(), "freq": "H",
+                                   "index": False, "unit": "h"},
+        "calendar_H.npy"),
     "rope": Case(
         "rope", ["--head-dim", 8, "--max-len", 5], _rope,
         "rope.cos_sin", {"positions": {"arange": 5}, "head_dim": 8, "base": None, "rotary_dim": None, "scaling": {},
