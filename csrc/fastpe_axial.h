@@ -1,0 +1,41 @@
+/* The axial RoPE caches' copy (fastpe.rope._axial, the registry's axial_gather): the C twin of
+ * fastpe._backends.numba.axial.
+ *
+ * A pure copy on the values' bit patterns, so one kernel serves every dtype (item = 2, 4 or 8
+ * bytes per value) and writes the reference's bits: token t gets, for each piece
+ * (axis, src, col, width), the cos and sin blocks of its table row index[axis * n + t]
+ * (values src .. src + width - 1 of the row's cos half and of its sin half) at columns
+ * col .. col + width - 1 of its rows of out_cos and out_sin.  Both outputs are written in one
+ * pass over the tokens, each token's two rows once, while the pieces' table rows (a few
+ * hundred bytes per axis value) stay in cache.  No checks: the caller has validated every
+ * index and piece against the shapes.
+ */
+#ifndef FASTPE_AXIAL_H
+#define FASTPE_AXIAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* tokens [lo, hi) of n: table rows of 2 * k values (cos block, then sin block); index
+ * (n_axes, n) table rows; pieces (n_pieces, 4); out_cos and out_sin (n, d) */
+static void fastpe_axial_gather(const unsigned char *table, ptrdiff_t k, ptrdiff_t item,
+                                const int64_t *index, ptrdiff_t n, const int64_t *pieces,
+                                ptrdiff_t n_pieces, unsigned char *out_cos, unsigned char *out_sin,
+                                ptrdiff_t d, ptrdiff_t lo, ptrdiff_t hi)
+{
+    const ptrdiff_t block = k * item, row_bytes = 2 * block, out_row = d * item;
+    for (ptrdiff_t t = lo; t < hi; t++) {
+        unsigned char *oc = out_cos + t * out_row;
+        unsigned char *os = out_sin + t * out_row;
+        for (ptrdiff_t p = 0; p < n_pieces; p++) {
+            const int64_t *pc = pieces + 4 * p;
+            const unsigned char *src = table + index[pc[0] * n + t] * row_bytes + pc[1] * item;
+            const size_t bytes = (size_t)(pc[3] * item);
+            memcpy(oc + pc[2] * item, src, bytes);
+            memcpy(os + pc[2] * item, src + block, bytes);
+        }
+    }
+}
+
+#endif /* FASTPE_AXIAL_H */
