@@ -290,8 +290,11 @@ def axial_cos_sin(
     width = sum(dims)
     shape = (x.shape[0], width)
     if out is None:
-        out_cos = output_array(None, shape, dtype)
-        out_sin = np.empty_like(out_cos)
+        # one allocation for both (two halves of one buffer): two fresh arrays of a few MB
+        # each were handed back to the system and faulted in again page by page on every
+        # call (glibc trims the heap once their total passes its threshold); one buffer of
+        # twice the size stays in the heap, like any single array of that size
+        out_cos, out_sin = output_array(None, (2,) + shape, dtype)
     else:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"out must be a pair (cos, sin) of arrays, got {type(out).__name__}")
@@ -307,155 +310,44 @@ def axial_cos_sin(
     return out_cos, out_sin
 
 
-def _grid_shape(inverses: list[np.ndarray], sizes: list[int], n: int):
-    """When the tokens are a row-major product of the axes' distinct values (in some nesting
-    order: a meshgrid, as the grid builders give), ``(shape, position)``: the product's
-    shape, slowest first, and each axis's place in it; else ``None``."""
-    strides = []
-    for inv, m in zip(inverses, sizes):
-        if m == 1:
-            strides.append(n)
-            continue
-        changed = np.flatnonzero(inv != inv[0])
-        strides.append(int(changed[0]) if changed.size else n)
-    order = sorted(range(len(sizes)), key=lambda a: (-strides[a], a))
-    expected = 1
-    for a in reversed(order):
-        if sizes[a] > 1 and strides[a] != expected:
-            return None
-        expected *= sizes[a]
-    if expected != n:
-        return None
-    for a in order:
-        m = sizes[a]
-        if m > 1:
-            steps = np.arange(m, dtype=inverses[a].dtype).reshape(1, m, 1)
-            if not (inverses[a].reshape(-1, m, strides[a]) == steps).all():
-                return None
-    shape = tuple(sizes[a] for a in order)
-    return shape, {a: p for p, a in enumerate(order)}
-
-
-#: a meshgrid's rows are written this many bytes at a time (gathered, then OR-ed in cache)
-_CHUNK_BYTES = 1 << 19
-
-
-def _broadcast_into(shape, place, pieces, axes, views) -> None:
-    """Into ``views`` (``shape + (width,)``), each piece of ``axes`` (whose ``place`` indexes
-    ``shape``): its rows broadcast over the other axes."""
-    for axis, col, bc, bs in pieces:
-        if axis not in axes:
-            continue
-        where = [1] * len(shape) + [bc.shape[1]]
-        where[place[axis]] = bc.shape[0]
-        for view, block in zip(views, (bc, bs)):
-            view[..., col:col + block.shape[1]] = block.reshape(where)
-
-
-def _fill_grid(grid, pieces, out_cos, out_sin) -> None:
-    """Fill a meshgrid's rows.  A block broadcast straight into the output is a narrow
-    strided write per token (about 2x a whole-row copy each, per block); instead the axes
-    are split into slow and fast ones, the rows of each group's own (small) grid are built
-    with every other column zero, and each output row is the bitwise OR of its slow and its
-    fast row (every value's bits copied unchanged): the slow rows gathered whole, then the
-    fast group's rows OR-ed in, one contiguous run per slow row."""
-    shape, place = grid
-    m = len(shape)
-    views = [o.reshape(shape + (o.shape[1],)) for o in (out_cos, out_sin)]
-    if m == 1:
-        _broadcast_into(shape, place, pieces, set(place), views)
-        return
-    split = min(range(1, m), key=lambda s: max(math.prod(shape[:s]), math.prod(shape[s:])))
-    slow, fast = shape[:split], shape[split:]
-    width = out_cos.shape[1]
-    bits = np.dtype(f"u{out_cos.itemsize}")
-    parts = []
-    for sub, axes, shift in ((slow, {a for a, p in place.items() if p < split}, 0),
-                             (fast, {a for a, p in place.items() if p >= split}, split)):
-        rows = [np.zeros(sub + (width,), dtype=out_cos.dtype) for _ in range(2)]
-        _broadcast_into(sub, {a: place[a] - shift for a in axes}, pieces, axes, rows)
-        parts.append([r.reshape(-1, width).view(bits) for r in rows])
-    n_slow, n_fast = math.prod(slow), math.prod(fast)
-    index = np.repeat(np.arange(n_slow, dtype=np.intp), n_fast)
-    step = max(1, _CHUNK_BYTES // (n_fast * width * out_cos.itemsize))
-    for i, out in enumerate((out_cos, out_sin)):
-        flat = out.view(bits)
-        fast_rows = parts[1][i].reshape(1, n_fast * width)
-        for s0 in range(0, n_slow, step):  # a chunk at a time, OR-ed while in cache
-            s1 = min(n_slow, s0 + step)
-            chunk = flat[s0 * n_fast:s1 * n_fast]
-            np.take(parts[0][i], index[s0 * n_fast:s1 * n_fast], axis=0, out=chunk, mode="clip")
-            chunk = chunk.reshape(s1 - s0, n_fast * width)
-            np.bitwise_or(chunk, fast_rows, out=chunk)
-
-
 def _fill(module, x, dims, plans, layout, out_cos, out_sin) -> None:
-    n = x.shape[0]
-    half_width = sum(dims) // 2
+    """Each axis's cos/sin values at its distinct coordinates (one row per value, laid out
+    as the axis's columns), then every token's rows copied from its axes' rows by the
+    backend's ``axial_gather`` (on bit patterns: the values' bits unchanged)."""
+    n, width = out_cos.shape
+    axes = [a for a, d in enumerate(dims) if d]
+    gptj = layout == "gptj"
+    k = max(dims[a] if gptj else dims[a] // 2 for a in axes)
+    found = [_distinct(x[:, a]) for a in axes]
+    table = np.empty((sum(values.size for values, _ in found), 2, k), dtype=out_cos.dtype)
+    index = np.empty((len(axes), n), dtype=np.int64)
+    pieces = []    # (axis, src, col, width): what axial_gather copies
     start = 0      # the block's first column (gptj, neox)
     start_h = 0    # the axis's first column in each half (neox_head)
-    pieces = []    # (axis, column, cos block, sin block), one row per distinct value
-    inverses, sizes = [], []
-    for a, ((freqs, cols), d) in enumerate(zip(plans, dims)):
-        if d == 0:
-            continue
-        values, inverse = _distinct(x[:, a])
-        sc = np.empty((values.size, 2 * freqs.count), dtype=out_cos.dtype)
+    row = 0        # the axis's first row of the table
+    for j, (a, (values, inverse)) in enumerate(zip(axes, found)):
+        (freqs, cols), d, h, m = plans[a], dims[a], dims[a] // 2, values.size
+        sc = np.empty((m, 2 * freqs.count), dtype=out_cos.dtype)
         fill_real(module, freqs, "halves", values, sc)   # [sin | cos] of every frequency
-        s, c = sc[:, :freqs.count][:, cols], sc[:, freqs.count:][:, cols]
-        if layout == "gptj":
-            pieces.append((len(sizes), start, np.repeat(c, 2, axis=1), np.repeat(s, 2, axis=1)))
+        rows = table[row:row + m]
+        for plane, half in ((0, sc[:, freqs.count:]), (1, sc[:, :freqs.count])):
+            if gptj:  # [f0 f0 f1 f1 ...]
+                rows[:, plane, :d].reshape(m, h, 2)[...] = half[:, cols, None]
+            else:     # [f0 f1 ...], the half block placed twice
+                rows[:, plane, :h] = half[:, cols]
+        if gptj:
+            pieces.append((j, 0, start, d))
         elif layout == "neox":
-            pieces.append((len(sizes), start, np.concatenate([c, c], axis=1), np.concatenate([s, s], axis=1)))
+            pieces += [(j, 0, start, h), (j, 0, start + h, h)]
         else:
-            c, s = np.ascontiguousarray(c), np.ascontiguousarray(s)
-            pieces.append((len(sizes), start_h, c, s))
-            pieces.append((len(sizes), half_width + start_h, c, s))
-        inverses.append(inverse)
-        sizes.append(values.size)
+            pieces += [(j, 0, start_h, h), (j, 0, width // 2 + start_h, h)]
+        np.add(inverse, row, out=index[j], casting="unsafe")
+        row += m
         start += d
-        start_h += d // 2
-    grid = _grid_shape(inverses, sizes, n)
-    if grid is not None:
-        _fill_grid(grid, pieces, out_cos, out_sin)
-        return
-    if sum(sizes) * 4 <= n:  # few distinct values (a grid plus a few extra tokens): whole rows
-        _fill_rows(inverses, sizes, pieces, out_cos, out_sin)
-        return
-    for axis, col, bc, bs in pieces:  # each block gathered straight into place
-        w = bc.shape[1]
-        np.take(bc, inverses[axis], axis=0, out=out_cos[:, col:col + w], mode="clip")
-        np.take(bs, inverses[axis], axis=0, out=out_sin[:, col:col + w], mode="clip")
-
-
-def _fill_rows(inverses, sizes, pieces, out_cos, out_sin) -> None:
-    """Each output row the OR of its axes' whole rows (each axis's table as full rows, every
-    other column zero): gathered and OR-ed a chunk at a time, so every write is a whole
-    row and the scratch stays in cache."""
-    n, width = out_cos.shape
+        start_h += h
     bits = np.dtype(f"u{out_cos.itemsize}")
-    tables = [[np.zeros((m, width), dtype=bits) for m in sizes] for _ in range(2)]
-    for axis, col, bc, bs in pieces:
-        for table, block in zip(tables, (bc, bs)):
-            table[axis][:, col:col + block.shape[1]] = block.view(bits)
-    # an axis with one value is a constant row: OR-ed into another axis's table once
-    varying = [a for a, m in enumerate(sizes) if m > 1] or [0]
-    for a, m in enumerate(sizes):
-        if a not in varying:
-            for table in tables:
-                table[varying[0]] |= table[a][0]
-    step = max(1, _CHUNK_BYTES // (width * out_cos.itemsize))
-    scratch = np.empty((min(step, n), width), dtype=bits)
-    for out, table in zip((out_cos, out_sin), tables):
-        flat = out.view(bits)
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
-            chunk = flat[r0:r1]
-            np.take(table[varying[0]], inverses[varying[0]][r0:r1], axis=0, out=chunk, mode="clip")
-            for axis in varying[1:]:
-                part = scratch[:r1 - r0]
-                np.take(table[axis], inverses[axis][r0:r1], axis=0, out=part, mode="clip")
-                np.bitwise_or(chunk, part, out=chunk)
+    module.axial_gather(table=table.view(bits), index=index, pieces=np.array(pieces, dtype=np.int64),
+                        out_cos=out_cos.view(bits), out_sin=out_sin.view(bits))
 
 
 # ------------------------------------------------------------------------- grids

@@ -178,7 +178,8 @@ def test_backends_agree(dtype):
 
 @pytest.mark.parametrize("layout", ax.AXIAL_LAYOUTS)
 def test_grid_and_gather_paths_same_bits(layout):
-    """A meshgrid takes the broadcast path; the same tokens shuffled, the gather path."""
+    """A meshgrid and the same tokens shuffled (or their axes in another order) give the
+    same rows."""
     coords = ax.index_grid((3, 5, 7), centered=(False, True, True))
     perm = np.random.default_rng(0).permutation(coords.shape[0])
     dims = (8, 12, 12)
@@ -194,27 +195,36 @@ def test_grid_and_gather_paths_same_bits(layout):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
-@pytest.mark.parametrize("chunk", [1, 700, 1 << 19])
 @pytest.mark.parametrize("sizes", [(7,), (5, 6), (2, 3, 4, 5), (1, 4, 6)])
-def test_grid_chunks_same_bits(monkeypatch, dtype, chunk, sizes):
-    """The meshgrid path (slow and fast rows OR-ed a chunk at a time) gives the gather
-    path's bits for any chunk size, number of axes and layout."""
-    monkeypatch.setattr(ax, "_CHUNK_BYTES", chunk)
+def test_each_axis_block_is_its_one_axis_cache(dtype, sizes):
+    """A meshgrid, the same tokens shuffled, and each axis's columns (both halves with
+    neox_head) the one-axis cache of that axis's coordinates: the columns each layout
+    places, for any number of axes, bit for bit."""
     coords = ax.index_grid(sizes, start=tuple(range(-1, len(sizes) - 1)))
     perm = np.random.default_rng(1).permutation(coords.shape[0])
     dims = tuple(4 + 2 * a for a in range(len(sizes)))
+    half = sum(dims) // 2
     for layout in ax.AXIAL_LAYOUTS:
         grid = ax.axial_cos_sin(coords, dims, layout=layout, dtype=dtype)
         gathered = ax.axial_cos_sin(coords[perm], dims, layout=layout, dtype=dtype)
         for g, h in zip(grid, gathered):
             assert g[perm].tobytes() == h.tobytes()
+        start = 0
+        for a, d in enumerate(dims):
+            one = ax.axial_cos_sin(coords[:, a:a + 1], (d,), layout=layout, dtype=dtype)
+            for g, o in zip(grid, one):
+                if layout == "neox_head":
+                    h0 = start // 2
+                    parts = (g[:, h0:h0 + d // 2], g[:, half + h0:half + h0 + d // 2])
+                    assert np.concatenate(parts, axis=1).tobytes() == o.tobytes()
+                else:
+                    assert np.ascontiguousarray(g[:, start:start + d]).tobytes() == o.tobytes()
+            start += d
 
 
-@pytest.mark.parametrize("chunk", [1, 1 << 19])
-def test_text_plus_image_tokens_same_bits_as_row_by_row(monkeypatch, chunk):
-    """FLUX's text ids (zeros) before the image grid: whole rows OR-ed from the axes'
-    tables (a chunk at a time), the same bits as each row computed alone."""
-    monkeypatch.setattr(ax, "_CHUNK_BYTES", chunk)
+def test_text_plus_image_tokens_same_bits_as_row_by_row():
+    """FLUX's text ids (zeros) before the image grid, and a real coordinate among them:
+    the same bits as each row computed alone."""
     flux = np.concatenate([np.zeros((40, 3)), ax.index_grid((1, 6, 5))])  # axis 0 constant
     for coords, layout in itertools.product((flux, np.concatenate([flux, [[0.5, -2.0, 3.0]]])),
                                             ax.AXIAL_LAYOUTS):
