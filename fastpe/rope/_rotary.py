@@ -494,7 +494,9 @@ class Rotary:
         ``XPOS(x, downscale=...)``; see :mod:`fastpe.rope._xpos`.  Without xPos, ``downscale``
         changes nothing (the keys' scale is 1)."""
         if self._xpos is not None:
-            return self._xpos_rotate(x, None, positions, offset, seq_len, backend, inverse, downscale)
+            if not self._xpos_direct(x, None, positions, offset, seq_len, backend, inverse, downscale):
+                self._xpos_rotate(x, None, positions, offset, seq_len, backend, inverse, downscale)
+            return x
         if downscale is not False:
             _check_flag("downscale", downscale)
         if inverse is False and self._axes is None \
@@ -510,7 +512,8 @@ class Rotary:
         and ``inverse`` as :meth:`apply_`; xPos scales ``q`` up and ``k`` down (see
         :mod:`fastpe.rope._xpos`)."""
         if self._xpos is not None:
-            self._xpos_rotate(q, k, positions, offset, seq_len, backend, inverse, False, qk=True)
+            if not self._xpos_direct(q, k, positions, offset, seq_len, backend, inverse, False):
+                self._xpos_rotate(q, k, positions, offset, seq_len, backend, inverse, False, qk=True)
             return q, k
         if self._axes is not None:
             if not self._mrope_direct(q, k, positions, offset, seq_len, backend, inverse):
@@ -793,6 +796,82 @@ class Rotary:
                 tables.clear()
             tables[tkey] = pair
         return pair
+
+    def _xpos_direct(self, q, k, positions, offset, seq_len, backend, inverse, downscale) -> bool:
+        """An xPos rotation of at most :data:`_TABLE_ROWS` plainly valid positions (the
+        checks of :meth:`_rotate_direct`: exact float32 in-place arrays apart in memory, an
+        ``int`` offset or an integer ndarray of positions, a compiled backend), straight to
+        the kernel on the kept tables; False, having touched nothing, for anything else."""
+        if type(inverse) is not bool or type(downscale) is not bool or type(q) is not np.ndarray \
+                or q.dtype is not _F32 or type(offset) is not int:
+            return False
+        shape = q.shape
+        nd = len(shape)
+        if nd == 4:
+            n_batch, n_seq, d = shape[0], shape[2], shape[3]
+        elif nd == 3:
+            n_batch, n_seq, d = 1, shape[0], shape[2]
+        else:
+            return False
+        flags = q.flags
+        if d != self._head_dim or not (flags.c_contiguous and flags.writeable and flags.aligned) or not n_seq:
+            return False
+        if k is not None:
+            if type(k) is not np.ndarray or k.dtype is not _F32:
+                return False
+            ks = k.shape
+            if len(ks) != nd or ks[-1] != d or ks[0] != shape[0] or (nd == 4 and ks[2] != n_seq):
+                return False
+            flags = k.flags
+            if not (flags.c_contiguous and flags.writeable and flags.aligned) or np.may_share_memory(q, k):
+                return False
+        if positions is None:
+            if offset < 0 or offset + n_seq > _LIMIT or n_seq > _TABLE_ROWS:
+                return False
+            pos, hi, stride = None, offset + n_seq - 1, 0
+        else:
+            if offset or type(positions) is not np.ndarray:
+                return False
+            pshape = positions.shape
+            if pshape == (n_seq,):
+                stride = 0
+            elif nd == 4 and pshape == (n_batch, n_seq):
+                stride = n_seq
+            else:
+                return False
+            found = _small_positions(positions, 2)
+            if found is None or np.may_share_memory(q, positions) \
+                    or (k is not None and np.may_share_memory(k, positions)):
+                return False
+            pos, hi = found
+            if pos is None:  # one position: a run of one
+                offset = hi
+        if seq_len is not None and (type(seq_len) is not int or not 0 <= seq_len <= _LIMIT):
+            return False
+        found = _module(backend)
+        if found is None or found[1] is None:
+            return False
+        module, kernel = found
+        length = hi + 1 if seq_len is None else seq_len
+        key = None if self._values is not None else _scaling.length_key(self._spec, length)
+        center = _xpos.center_at(self._xpos[1], length)
+        tables = self._tables
+        tkey = ("xpos", module, key, center, inverse, offset, n_seq) if pos is None else \
+            ("xpos", module, key, center, inverse, pos.tobytes())
+        pair = tables.get(tkey)
+        if pair is None:
+            if pos is None:
+                pos = np.arange(offset, offset + n_seq, dtype=np.uint64).astype(_U32)
+            freqs, af = self._values if key is None else self._at_key(key)
+            pair = _xpos.tables(module, pos, freqs, af, self._xpos, center, inverse)
+            if len(tables) >= _MAX_TABLES:
+                tables.clear()
+            tables[tkey] = pair
+        neox = self._neox
+        _rotate_on_table(module, backend, q, None, pair[1 if downscale else 0], stride, neox, kernel)
+        if k is not None:
+            _rotate_on_table(module, backend, k, None, pair[1], stride, neox, kernel)
+        return True
 
     def _xpos_rotate(self, q, k, positions, offset, seq_len, backend, inverse, downscale, *, qk: bool = False):
         """An xPos rotation: every argument checked, then the q and k tables of the positions
