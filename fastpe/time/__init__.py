@@ -11,8 +11,8 @@ phase and calendar field from the integer, rounding once.  What is accepted:
 from __future__ import annotations
 
 from ._calendar import calendar_features
-from ._encoding import time_encoding
+from ._encoding import tgn_frequencies, time_encoding
 from ._fourier import fourier_features
 from ._temporal import temporal_embedding, temporal_marks
 
-__all__: list[str] = ["calendar_features", "fourier_features", "time_encoding", "temporal_embedding", "temporal_marks"]
+__all__: list[str] = ["calendar_features", "fourier_features", "time_encoding", "tgn_frequencies", "temporal_embedding", "temporal_marks"]

@@ -14,8 +14,8 @@ follows, rounded once.
 Units: ``datetime64`` / ``timedelta64`` values (and Python dates and durations) are
 measured in ``unit`` (seconds by default, the unit TGN's datasets keep their times in):
 ``t = ticks * tick / unit``, exactly.  Integers are counts of ``unit``.  Floats are taken
-at their exact binary values: the array is scaled by one power of two to integers (so it
-must not mix magnitudes more than ``2**63`` apart in their lowest set bits).
+at their exact binary values: each is a whole number of ticks of ``2**-shift`` for a range
+of shifts, and the values sharing a shift go through the kernels together.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ from ._plan import MAX_TIME_FREQS
 from ._timestamps import TICK_SECONDS, check_timestamps, check_unit
 
 __all__ = ["time_encoding", "tgn_frequencies"]
-
-_INT64_TOP = 2.0**63
-
 
 def tgn_frequencies(dim: int, float32: bool = False) -> tuple[float, ...]:
     """``1 / 10 ** np.linspace(0, 9, dim)`` as numpy computes it in float64 (the published
@@ -68,47 +65,67 @@ def _frequencies(frequencies, dim: int) -> tuple[float, ...]:
     return tuple(float(x) for x in w)
 
 
-def _float_ticks(arr: np.ndarray) -> tuple[np.ndarray, Fraction]:
-    """Finite floats as ``(int64 ticks, 2**-E)`` with ``arr = ticks 2**-E`` exactly."""
+def _float_groups(arr: np.ndarray) -> list[tuple[np.ndarray | None, np.ndarray, Fraction]]:
+    """Finite floats (flat ``float64``) as groups ``(rows, ticks, 2**-shift)`` with
+    ``arr[rows] = ticks 2**-shift`` exactly, ``ticks`` int64 (``rows`` ``None``: all).
+
+    A value ``m 2**e`` (``0.5 <= |m| < 1``) with its lowest set bit at ``2**(e - 53 + z)``
+    is a whole number times ``2**-shift`` for any ``shift >= 53 - e - z`` and stays below
+    ``2**63`` for ``shift <= 63 - e``: an interval of at least ten shifts.  One shift for the
+    intervals that share it, chosen greedily by their right ends, gives the fewest groups
+    (one for the values of any one binade or of a few neighbouring ones)."""
     if not np.isfinite(arr).all():
         raise ValueError("t must be finite, got NaN or inf")
-    nz = arr[arr != 0]
+    nz = np.flatnonzero(arr)
     if nz.size == 0:
-        return np.zeros(arr.shape, dtype=np.int64), Fraction(1)
-    m, e = np.frexp(nz)  # nz = m 2**e, 0.5 <= |m| < 1
+        return [(None, np.zeros(arr.shape, dtype=np.int64), Fraction(1))]
+    m, e = np.frexp(arr[nz])
+    e = e.astype(np.int64)
     sig = np.abs(np.ldexp(m, 53)).astype(np.int64)  # 53-bit integers
-    low = np.log2((sig & -sig).astype(np.float64)).astype(np.int64)  # trailing zero bits
-    lowest = e.astype(np.int64) - 53 + low  # the value of each one's lowest set bit, as a power
-    top = e.astype(np.int64)  # |nz| < 2**top
-    shift = -int(lowest.min())
-    if int(top.max()) + shift > 63:
-        raise ValueError("t holds floats too far apart in magnitude to share one exact binary scale "
-                         "(more than 2**63 between the largest and the finest bit); give integers "
-                         "or datetime64 values")
-    ticks = np.ldexp(arr, shift).astype(np.int64)
-    scale = Fraction(1, 1 << shift) if shift >= 0 else Fraction(1 << -shift)
-    return np.ascontiguousarray(ticks), scale
+    z = np.log2((sig & -sig).astype(np.float64)).astype(np.int64)  # trailing zero bits
+    need, cap = 53 - e - z, 63 - e
+    groups = []
+    left = np.arange(nz.size)
+    while left.size:
+        shift = int(cap[left].min())
+        take = need[left] <= shift
+        rows = nz[left[take]]
+        if not groups:  # the zeros are whole numbers at any scale
+            rows = np.sort(np.concatenate([rows, np.flatnonzero(arr == 0)]))
+        ticks = np.ldexp(arr[rows], shift).astype(np.int64)
+        scale = Fraction(1, 1 << shift) if shift >= 0 else Fraction(1 << -shift)
+        groups.append((rows, ticks, scale))
+        left = left[~take]
+    if len(groups) == 1:
+        groups = [(None, np.ascontiguousarray(groups[0][1]), groups[0][2])]
+    return groups
 
 
-def _times(t, unit: str) -> tuple[np.ndarray, Fraction]:
-    """``(ticks, scale)``: the time values are ``ticks * scale`` in ``unit``, exactly."""
+def _is_scalar(x) -> bool:
+    """A plain number (``check_timestamps`` gives its ticks a shape of ``(1,)``)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _times(t, unit: str) -> tuple[tuple[int, ...], list]:
+    """``(shape, groups)``: the time values, flat, as :func:`_float_groups` gives them
+    (``ticks * scale`` in ``unit``, exactly)."""
     if not isinstance(t, (str, bytes)) and not hasattr(t, "to_numpy"):
         if hasattr(t, "detach"):  # a torch tensor
             t = t.detach().cpu().numpy()
-        arr = np.asarray(t) if not isinstance(t, (list, tuple)) else None
-        if arr is not None and arr.dtype.kind == "f":
-            return _float_ticks(np.asarray(arr, dtype=np.float64))
-        if isinstance(t, (list, tuple)):
+        probe = None
+        if isinstance(t, np.ndarray):
+            probe = t
+        elif isinstance(t, (list, tuple, float, np.floating)):
             try:
                 probe = np.asarray(t)
             except (TypeError, ValueError):
                 probe = None
-            if probe is not None and probe.dtype.kind == "f":
-                whole = np.isfinite(probe).all() and (probe == np.floor(probe)).all()
-                if not whole:
-                    return _float_ticks(probe.astype(np.float64))
+        if probe is not None and probe.dtype.kind == "f":
+            flat = np.asarray(probe, dtype=np.float64).reshape(-1)
+            return probe.shape, _float_groups(flat)
     ticks, tick_unit = check_timestamps(t, "t", unit=unit)
-    return ticks, TICK_SECONDS[tick_unit] / TICK_SECONDS[unit]
+    shape = () if _is_scalar(t) else ticks.shape
+    return shape, [(None, np.ascontiguousarray(ticks.reshape(-1)), TICK_SECONDS[tick_unit] / TICK_SECONDS[unit])]
 
 
 def fill_time_cos(module, ticks: np.ndarray, freqs: tuple[float, ...], scale: Fraction, out: np.ndarray) -> None:
@@ -140,7 +157,8 @@ def time_encoding(t, dim, *, dtype=None, out=None, frequencies=None, unit="s", b
 
     ``t``: time values -- ``datetime64``/``timedelta64`` (or Python dates, durations,
     pandas objects), measured in ``unit`` (``'s'`` by default); integers, counts of ``unit``;
-    floats (a torch tensor too), at their exact binary values.  ``dim``: the number of
+    floats (a torch tensor too), at their exact binary values (grouped by binary scale:
+    values of a few neighbouring binades share one kernel call).  ``dim``: the number of
     frequencies, ``1 .. 65536``.  ``frequencies``: ``None`` for the published
     ``w_j = 1 / 10 ** linspace(0, 9, dim)`` (numpy's float64 values), ``"tgn"`` (or
     ``"tgat"``) for their float32 roundings, which TGN's and TGAT's modules hold, or ``dim``
@@ -155,11 +173,16 @@ def time_encoding(t, dim, *, dtype=None, out=None, frequencies=None, unit="s", b
     unit = check_unit(unit)
     dim = check_int("dim", dim, low=1, high=MAX_TIME_FREQS)
     freqs = _frequencies(frequencies, dim)
-    ticks, scale = _times(t, unit)
-    shape = ticks.shape + (dim,)
+    shape, groups = _times(t, unit)
     inputs = (("t", t),) if isinstance(t, np.ndarray) else ()
-    result = output_array(out, shape, dtype, inputs)
+    result = output_array(out, shape + (dim,), dtype, inputs)
     _, module = _backends.resolve(backend)
-    flat = np.ascontiguousarray(ticks.reshape(-1))
-    fill_time_cos(module, flat, freqs, scale, result.reshape(flat.size, dim))
+    flat = result.reshape(-1, dim)
+    for rows, ticks, scale in groups:
+        if rows is None:
+            fill_time_cos(module, ticks, freqs, scale, flat)
+        else:
+            part = np.empty((rows.size, dim), dtype=flat.dtype)
+            fill_time_cos(module, ticks, freqs, scale, part)
+            flat[rows] = part
     return result

@@ -92,6 +92,8 @@ def fourier_features(timestamps, period, order, *, unit="D", dtype=None, out=Non
     """
     unit = check_unit(unit)
     ticks, tick_unit = check_timestamps(timestamps, "timestamps", unit=unit)
+    if isinstance(timestamps, (int, np.integer)) and not isinstance(timestamps, (bool, np.bool_)):
+        ticks = ticks.reshape(())  # a plain number: check_timestamps gives it a shape of (1,)
     period = check_positive("period", period)
     order = check_int("order", order, low=1, high=MAX_ORDER)
     shape = ticks.shape + (2 * order,)

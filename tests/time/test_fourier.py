@@ -156,6 +156,7 @@ def test_shapes_out_and_narrow_dtypes():
     assert f.shape == (3, 4, 4)
     assert np.array_equal(f.reshape(12, 4), ft.fourier_features(ts.reshape(-1), 7, 2))
     assert ft.fourier_features(np.datetime64("2024-05-01"), 7, 1).shape == (2,)
+    assert ft.fourier_features(19723, 7, 1).shape == (2,)
     out = np.full((12, 4), np.nan, dtype=np.float32)
     assert ft.fourier_features(ts.reshape(-1), 7, 2, out=out) is out
     assert np.array_equal(out, ft.fourier_features(ts.reshape(-1), 7, 2, dtype="float32"))
