@@ -180,6 +180,22 @@ def _calendar_stamps():
 
 CALENDAR_STAMPS, CALENDAR_PATH = _calendar_stamps()
 
+
+def _fourier_stamps():
+    """``fastpe fourier``'s input: nanosecond timestamps on both sides of 1970, in a folder
+    of their own, removed at exit."""
+    import atexit
+    import tempfile
+
+    ts = np.arange("1969-12-31T18", "1970-01-01T06", 3, dtype="datetime64[h]").astype("datetime64[ns]")
+    folder = tempfile.mkdtemp(prefix="fastpe-fourier-")
+    atexit.register(shutil.rmtree, folder, True)
+    np.save(os.path.join(folder, "ts.npy"), ts)
+    return ts, os.path.join(folder, "ts.npy")
+
+
+FOURIER_STAMPS, FOURIER_PATH = _fourier_stamps()
+
 GRID = {"base": 10000.0, "order": "mae", "cls_token": False}
 TIMESTEP = {"base": 10000.0, "flip_sin_to_cos": False, "shift": 1.0, "scale": 1.0}
 
@@ -220,12 +236,31 @@ CASES = {
         "relative.t5_bucket_matrix", {"q_len": 4, "k_len": 6, "bidirectional": False, "num_buckets": 32,
                                       "max_distance": 128, "offset": 0, "dtype": "int64"},
         "t5_buckets_4x6.npy", dtype=False),
+    "deberta": Case(
+        "deberta", ["--q-len", 5, "--k-len", 300, "--bucket-size", 16, "--max-position", 20],
+        lambda dt: {"positions": fastpe.relative.deberta_bucket_matrix(5, 300, bucket_size=16, max_position=20,
+                                                                       backend=DEFAULT)},
+        "relative.deberta_bucket_matrix", {"q_len": 5, "k_len": 300, "bucket_size": 16, "max_position": 20,
+                                           "dtype": "int64"},
+        "deberta_5x300.npy", dtype=False),
+    "shaw": Case(
+        "shaw", ["--q-len", 4, "--k-len", 9, "--max-relative-position", 3],
+        lambda dt: {"positions": fastpe.relative.shaw_positions(4, 9, max_relative_position=3, backend=DEFAULT)},
+        "relative.shaw_positions", {"q_len": 4, "k_len": 9, "max_relative_position": 3, "cache": False,
+                                    "dtype": "int32"},
+        "shaw_4x9.npy", dtype=False),
     "calendar": Case(
         "calendar", ["--timestamps", CALENDAR_PATH, "--freq", "H"],
         lambda dt: {"features": fastpe.time.calendar_features(CALENDAR_STAMPS, "H", dtype=dt, backend=DEFAULT)},
         "time.calendar_features", {"timestamps": CALENDAR_STAMPS.astype(np.int64).tolist(), "freq": "H",
                                    "index": False, "unit": "h"},
         "calendar_H.npy"),
+    "fourier": Case(
+        "fourier", ["--timestamps", FOURIER_PATH, "--period", 365.25, "--order", 3],
+        lambda dt: {"features": fastpe.time.fourier_features(FOURIER_STAMPS, 365.25, 3, dtype=dt, backend=DEFAULT)},
+        "time.fourier_features", {"timestamps": FOURIER_STAMPS.astype(np.int64).tolist(), "period": 365.25,
+                                  "order": 3, "unit": "D", "timestamp_unit": "ns"},
+        "fourier_365_25_3.npy"),
     "rope": Case(
         "rope", ["--head-dim", 8, "--max-len", 5], _rope,
         "rope.cos_sin", {"positions": {"arange": 5}, "head_dim": 8, "base": None, "rotary_dim": None, "scaling": {},
