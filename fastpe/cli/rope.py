@@ -34,6 +34,9 @@ __all__ = ["rope", "read_scaling", "ENTRIES", "STACKED"]
 #: the arrays a file holds, in order; a .npy holds one array, STACKED (cos, sin on axis 0)
 ENTRIES = ("cos", "sin", "inv_freq", "attention_factor")
 STACKED = ("cos", "sin")
+#: with --xpos-scale-base: the queries' and the keys' caches (a .npy holds the four stacked)
+XPOS_ENTRIES = ("cos_q", "sin_q", "cos_k", "sin_k", "inv_freq", "attention_factor")
+XPOS_STACKED = ("cos_q", "sin_q", "cos_k", "sin_k")
 #: positions a spec lists at most; more are recorded by their shape and digest
 SPEC_POSITIONS = 1 << 16
 
@@ -157,6 +160,12 @@ def _positive(ctx, param, value):
 @click.option("--positions", "positions", default=None, callback=_positions_handler, metavar="NPY",
               help="M-RoPE only (a Qwen-VL config or a dict with mrope_section): a .npy of (3, seq) integer "
               "positions (time, height, width); the caches are (seq, ROTARY_DIM), in place of --max-len.")
+@click.option("--xpos-scale-base", "xpos_scale_base", type=float, default=None, metavar="SB",
+              help="xPos: queries scaled by zeta ** (n / SB), keys by its inverse; the file holds cos_q, sin_q, "
+              "cos_k, sin_k (a .npy: the four stacked on axis 0) in place of cos and sin.")
+@click.option("--xpos-center", "xpos_center", default=None, metavar="C",
+              help="xPos's centre: torchscale (default, n = p - ceil(T/2)), flash_attn (p - floor(T/2), also "
+              "rotary-embedding-torch's) or an integer; T is --seq-len (default MAX_LEN).")
 @dtype_opt
 @options.backend_opt
 @output_opt("fastpe rope", "rope_<MAX_LEN>x<ROTARY_DIM>.npz",
@@ -164,7 +173,8 @@ def _positive(ctx, param, value):
             "array, cos and sin stacked: shape (2, MAX_LEN, ROTARY_DIM), axis 0 = (cos, sin).")
 @click.pass_context
 def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scaling, layer_type,
-         max_position_embeddings, seq_len, positions, dtype, backend, output) -> None:
+         max_position_embeddings, seq_len, positions, xpos_scale_base, xpos_center, dtype, backend,
+         output) -> None:
     """Write RoPE caches for positions 0 .. MAX_LEN-1 to a .npz, .safetensors or .npy file.
 
     A .npz or .safetensors file holds cos and sin (MAX_LEN x ROTARY_DIM, --dtype, already
@@ -185,6 +195,7 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
       fastpe rope --scaling gemma-3/config.json --layer-type sliding_attention --max-len 4096
       fastpe rope --head-dim 64 --max-len 4096 --scaling '{"rope_type": "linear", "factor": 2}'
       fastpe rope --scaling qwen2-vl/config.json --positions position_ids.npy
+      fastpe rope --head-dim 64 --max-len 2048 --xpos-scale-base 512
     """
     import numpy as np
 
@@ -224,6 +235,17 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
                 rotary = fr.Rotary(head_dim, base=base, rotary_dim=rotary_dim, scaling=data,
                                    max_position_embeddings=max_position_embeddings,
                                    layout=(layout or "neox").lower())
+        if xpos_center is not None and xpos_scale_base is None:
+            raise click.UsageError("--xpos-center needs --xpos-scale-base")
+        if xpos_scale_base is not None:
+            from ..rope._rotary import _xpos_key
+
+            center = xpos_center or "torchscale"
+            if center.strip().lstrip("-").isdigit():
+                center = int(center)
+            with options.library_errors():
+                rotary = fr.Rotary._from_spec(rotary.spec, rotary.layout,
+                                              _xpos_key(rotary.spec, xpos_scale_base, center))
         mrope = rotary.spec.mrope_section is not None
         if mrope and positions is None:
             raise options.InputError(
@@ -264,31 +286,37 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
         params = dict(positions=recorded_positions, head_dim=head_dim, base=base, rotary_dim=rotary_dim,
                       scaling=data, seq_len=seq_len, max_position_embeddings=max_position_embeddings,
                       layout=rotary.layout, dtype=dtype)
+    xpos = rotary.xpos_scale_base is not None
+    if xpos:  # what cos_sin took: its four caches replay from these
+        params.update(xpos_scale_base=rotary.xpos_scale_base, xpos_center=rotary.xpos_center)
     recorded = make_spec("rope.cos_sin", params)
-    names = STACKED if writer_for(path).one_array else ENTRIES
+    one = writer_for(path).one_array
+    names = (XPOS_STACKED if one else XPOS_ENTRIES) if xpos else (STACKED if one else ENTRIES)
     shape = (n_rows, spec.rotary_dim)
-    entries = [entry("cos", shape, dtype), entry("sin", shape, dtype),
+    caches = XPOS_STACKED if xpos else STACKED
+    entries = [*(entry(c, shape, dtype) for c in caches),
                entry("inv_freq", inv.shape, inv.dtype), entry("attention_factor", (), "float64")]
     entries = [e for e in entries if e.name in names]
     # cos and sin (max_len, rotary_dim) each: refused before anything is allocated when they
     # cannot be held in memory or written (exit status 2, or 1 for the disk)
-    check_size(path, entries, recorded, held=((2, *shape), dtype),
+    check_size(path, entries, recorded, held=((len(caches), *shape), dtype),
                advice="ask for a shorter --max-len, a smaller --rotary-dim or a 16-bit --dtype")
 
     def compute():
         with warnings.catch_warnings():  # said once above
             warnings.simplefilter("ignore", fr.RopeConfigWarning)
             pos = np.arange(max_len, dtype=np.uint32) if rows is None else rows
-            cos, sin = rotary.cos_sin(pos, dtype=dtype, seq_len=seq_len, backend=name)
-        return {"cos": cos, "sin": sin, "inv_freq": np.array(inv), "attention_factor": np.float64(attention)}
+            values = rotary.cos_sin(pos, dtype=dtype, seq_len=seq_len, backend=name)
+        return {**dict(zip(caches, values)), "inv_freq": np.array(inv), "attention_factor": np.float64(attention)}
 
     arrays, compute_s, write_s = write_arrays(path, entries, compute, recorded)
-    cos = arrays["cos"]
+    cos = arrays[caches[0]]
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
-            f"wrote {path}: cos, sin {dtype_text(cos.dtype, path)} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
-            f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(2 * cos.nbytes)}, "
+            f"wrote {path}: {', '.join(caches)} {dtype_text(cos.dtype, path)} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
+            f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(len(caches) * cos.nbytes)}, "
+            f"{f'xpos_scale_base {rotary.xpos_scale_base:g} ({rotary.xpos_center}), ' if xpos else ''}"
             f"backend {name}, {options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
         )
 

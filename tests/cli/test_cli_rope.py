@@ -548,3 +548,39 @@ def test_mrope_positions_refused_with_one_error_nothing_written(qwen2_vl, args, 
     line = assert_one_line_error(run("rope", *args, "-o", "z.npz"))
     assert word in line
     assert sorted(os.listdir(".")) == before
+
+
+# ================================================================================== xPos
+
+
+@pytest.mark.parametrize("center", [None, "flash_attn", "7"])
+def test_xpos_writes_the_four_caches(in_tmp, center):
+    extra = () if center is None else ("--xpos-center", center)
+    result = run("rope", "--head-dim", 8, "--max-len", 9, "--xpos-scale-base", 64, *extra, "-o", "x.npz")
+    assert result.exit_code == 0, result.output
+    assert "cos_q, sin_q, cos_k, sin_k" in result.stdout and "xpos_scale_base 64" in result.stdout
+    want = rope.cos_sin(np.arange(9), 8, xpos_scale_base=64,
+                        xpos_center=int(center) if center == "7" else (center or "torchscale"), seq_len=9)
+    with np.load("x.npz") as got:
+        for name, value in zip(("cos_q", "sin_q", "cos_k", "sin_k"), want):
+            assert np.array_equal(got[name], value), name
+        assert "cos" not in got.files
+        assert "xpos_scale_base" in str(got["spec"])  # the spec replays through rope.cos_sin
+    stacked = run("rope", "--head-dim", 8, "--max-len", 9, "--xpos-scale-base", 64, *extra, "-o", "x.npy")
+    assert stacked.exit_code == 0, stacked.output
+    assert np.array_equal(np.load("x.npy"), np.stack(want))
+
+
+def test_xpos_refusals(in_tmp):
+    assert "needs --xpos-scale-base" in assert_one_line_error(run("rope", "--head-dim", 8, "--max-len", 4,
+                                                                  "--xpos-center", "flash_attn"))
+    for bad in ("0", "-1", "nan", "inf"):
+        line = assert_one_line_error(run("rope", "--head-dim", 8, "--max-len", 4, "--xpos-scale-base", bad))
+        assert "xpos_scale_base" in line
+    line = assert_one_line_error(run("rope", "--head-dim", 8, "--max-len", 4, "--xpos-scale-base", 512,
+                                     "--xpos-center", "middle"))
+    assert "xpos_center" in line
+    line = assert_one_line_error(run("rope", "--head-dim", 8, "--max-len", 4, "--xpos-scale-base", 512,
+                                     "--dtype", "float16"))
+    assert "float32 or float64" in line
+    assert listing() == []
