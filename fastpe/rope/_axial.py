@@ -108,9 +108,11 @@ def _per_axis(name: str, value, count: int) -> tuple[float, ...]:
     return tuple(check_finite_real(f"{name}[{a}]", v) for a, v in enumerate(items))
 
 
-def _check_coords(coords, n_axes: int) -> np.ndarray:
-    """``coords`` as a C-contiguous float64 ``(n, n_axes)`` array of finite reals below 2**32
-    in magnitude (a copy: never the caller's memory; ``-0.0`` made ``0.0``)."""
+def _check_coords(coords, n_axes: int) -> tuple[np.ndarray, list, list]:
+    """``(x, lo, hi)``: ``coords`` as a column-major (Fortran-ordered: each axis's column
+    contiguous) float64 ``(n, n_axes)`` array of finite reals below 2**32 in magnitude (a
+    copy: never the caller's memory; ``-0.0`` made ``0.0``), and each column's least and
+    greatest value (lists of floats)."""
     if isinstance(coords, (str, bytes)):
         raise TypeError(f"coords must be an array of real numbers, got {type(coords).__name__}")
     try:
@@ -131,15 +133,18 @@ def _check_coords(coords, n_axes: int) -> np.ndarray:
         big = max(abs(int(arr.min())), abs(int(arr.max())))
         if big >= POSITION_LIMIT:
             raise ValueError(f"coords must be in (-2**32, 2**32), got {big}")
-    out = np.array(arr, dtype=np.float64, order="C", copy=True)
+    out = np.empty(arr.shape, dtype=np.float64, order="F")
+    np.copyto(out, arr, casting="unsafe")  # exact: integers below 2**32, or floats
     out += 0.0  # -0.0 is the coordinate 0 (one zero, whatever path a row takes)
-    if out.size:
-        if not np.isfinite(out).all():
-            raise ValueError("coords must be finite, got NaN or inf")
-        big = float(np.abs(out).max())
-        if big >= POSITION_LIMIT:
-            raise ValueError(f"coords must be in (-2**32, 2**32), got {big!r}")
-    return out
+    if not out.size:
+        return out, [0.0] * n_axes, [0.0] * n_axes
+    lo, hi = out.min(axis=0).tolist(), out.max(axis=0).tolist()  # NaN propagates to both
+    if not all(map(math.isfinite, lo + hi)):
+        raise ValueError("coords must be finite, got NaN or inf")
+    big = max(-min(lo), max(hi))
+    if big >= POSITION_LIMIT:
+        raise ValueError(f"coords must be in (-2**32, 2**32), got {big!r}")
+    return out, lo, hi
 
 
 def _exact_product(a: float, b: float) -> float | None:
@@ -225,17 +230,23 @@ _SPAN = 4
 _SPAN_EXTRA = 1024
 
 
-def _distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, inverse)`` with ``values[inverse] == x``: for whole numbers in a narrow span
-    (grids) the whole span by subtraction; else sorted distinct values."""
-    lo, hi = float(x.min()), float(x.max())
-    if lo == math.floor(lo) and hi - lo <= _SPAN * x.size + _SPAN_EXTRA:
-        shifted = x - lo
-        index = shifted.astype(np.intp)
-        if np.array_equal(index, shifted):
-            return np.arange(int(hi - lo) + 1, dtype=np.float64) + lo, index
+def _whole_span(lo: float, hi: float, n: int) -> bool:
+    """Whether an axis of ``n`` values in ``[lo, hi]`` is indexed by subtraction (if whole)."""
+    return lo == math.floor(lo) and hi - lo <= _SPAN * n + _SPAN_EXTRA
+
+
+def _distinct(x: np.ndarray, lo: float, hi: float, row: int, index: np.ndarray) -> np.ndarray:
+    """The distinct values of ``x`` (``lo`` and ``hi`` its least and greatest), with
+    ``index`` (``int64``, one per value of ``x``) set to ``row`` plus each value's place among
+    them: for whole numbers in a narrow span (grids) the whole span, by subtraction; else the
+    sorted distinct values."""
+    if _whole_span(lo, hi, x.size):
+        np.subtract(x, lo - row, out=index, casting="unsafe")  # exact for whole numbers
+        if (index + (lo - row) == x).all():
+            return np.arange(int(hi - lo) + 1, dtype=np.float64) + lo
     values, inverse = np.unique(x, return_inverse=True)
-    return values, inverse.reshape(-1)
+    np.add(inverse.reshape(-1), row, out=index, casting="unsafe")
+    return values
 
 
 def axial_cos_sin(
@@ -284,7 +295,7 @@ def axial_cos_sin(
     written.
     """
     dims = _check_axes_dim(axes_dim)
-    x = _check_coords(coords, len(dims))
+    x, lo, hi = _check_coords(coords, len(dims))
     layout = check_choice("layout", layout, AXIAL_LAYOUTS)
     plans = _plans(dims, base, linear_factor, ntk_factor, offset)
     width = sum(dims)
@@ -306,42 +317,54 @@ def axial_cos_sin(
     _, module = _backends.resolve(backend)
     if x.shape[0] == 0:
         return out_cos, out_sin
-    _fill(module, x, dims, plans, layout, out_cos, out_sin)
+    _fill(module, x, lo, hi, dims, plans, layout, out_cos, out_sin)
     return out_cos, out_sin
 
 
-def _fill(module, x, dims, plans, layout, out_cos, out_sin) -> None:
-    """Each axis's cos/sin values at its distinct coordinates (one row per value, laid out
-    as the axis's columns), then every token's rows copied from its axes' rows by the
+#: gptj's repeated values by item size: the value's bits, the pair's, and the factor that
+#: writes the value into both halves of the pair (little- or big-endian alike)
+_PAIR_BITS = {2: (np.uint16, np.uint32, np.uint32(0x10001)), 4: (np.uint32, np.uint64, np.uint64(0x100000001))}
+
+
+def _fill(module, x, lo, hi, dims, plans, layout, out_cos, out_sin) -> None:
+    """Each axis's cos/sin values at its distinct coordinates (one table row per value, laid
+    out as the axis's columns), then every token's rows copied from its axes' rows by the
     backend's ``axial_gather`` (on bit patterns: the values' bits unchanged)."""
     n, width = out_cos.shape
     axes = [a for a, d in enumerate(dims) if d]
     gptj = layout == "gptj"
-    k = max(dims[a] if gptj else dims[a] // 2 for a in axes)
-    found = [_distinct(x[:, a]) for a in axes]
-    table = np.empty((sum(values.size for values, _ in found), 2, k), dtype=out_cos.dtype)
     index = np.empty((len(axes), n), dtype=np.int64)
+    found, row = [], 0
+    for j, a in enumerate(axes):
+        values = _distinct(x[:, a], lo[a], hi[a], row, index[j])
+        found.append(values)
+        row += values.size
+    k = max(dims[a] if gptj else dims[a] // 2 for a in axes)
+    table = np.empty((row, 2, k), dtype=out_cos.dtype)
     pieces = []    # (axis, src, col, width): what axial_gather copies
     start = 0      # the block's first column (gptj, neox)
     start_h = 0    # the axis's first column in each half (neox_head)
     row = 0        # the axis's first row of the table
-    for j, (a, (values, inverse)) in enumerate(zip(axes, found)):
+    for j, (a, values) in enumerate(zip(axes, found)):
         (freqs, cols), d, h, m = plans[a], dims[a], dims[a] // 2, values.size
         sc = np.empty((m, 2 * freqs.count), dtype=out_cos.dtype)
-        fill_real(module, freqs, "halves", values, sc)   # [sin | cos] of every frequency
+        fill_real(module, freqs, "halves_cos", values, sc)   # [cos | sin] of every frequency
+        pairs = sc.reshape(m, 2, freqs.count)[:, :, cols]      # (value, cos/sin, frequency)
         rows = table[row:row + m]
-        for plane, half in ((0, sc[:, freqs.count:]), (1, sc[:, :freqs.count])):
-            if gptj:  # [f0 f0 f1 f1 ...]
-                rows[:, plane, :d].reshape(m, h, 2)[...] = half[:, cols, None]
-            else:     # [f0 f1 ...], the half block placed twice
-                rows[:, plane, :h] = half[:, cols]
+        if not gptj:  # [f0 f1 ...], the half block placed twice
+            rows[:, :, :h] = pairs
+        elif out_cos.itemsize in _PAIR_BITS:  # [f0 f0 f1 f1 ...]: each value's bits twice,
+            # as one integer of twice the width (v * (2**bits + 1)): one pass, no broadcast
+            narrow, wide, factor = _PAIR_BITS[out_cos.itemsize]
+            np.multiply(pairs.view(narrow), factor, out=rows.view(wide)[:, :, :h], dtype=wide)
+        else:
+            rows[:, :, :d].reshape(m, 2, h, 2)[...] = pairs[..., None]
         if gptj:
             pieces.append((j, 0, start, d))
         elif layout == "neox":
             pieces += [(j, 0, start, h), (j, 0, start + h, h)]
         else:
             pieces += [(j, 0, start_h, h), (j, 0, width // 2 + start_h, h)]
-        np.add(inverse, row, out=index[j], casting="unsafe")
         row += m
         start += d
         start_h += h
