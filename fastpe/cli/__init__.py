@@ -45,6 +45,7 @@ _COMMAND_SOURCES: dict[str, tuple[str, str]] = {
     "grid": ("grid", "grid"),
     "timestep": ("timestep", "timestep"),
     "alibi": ("alibi", "alibi"),
+    "sandwich": ("sandwich", "sandwich"),
     "t5-buckets": ("t5", "t5_buckets"),
     "deberta": ("deberta", "deberta"),
     "shaw": ("deberta", "shaw"),

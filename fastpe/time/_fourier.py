@@ -72,7 +72,8 @@ def fill_fourier(module, ticks: np.ndarray, v: Fraction, order: int, out: np.nda
     narrow_into(out, fill32, exact, fill64, module)
 
 
-def fourier_features(timestamps, period, order, *, unit="D", dtype=None, out=None, backend=None) -> np.ndarray:
+def fourier_features(timestamps, period, order, *, unit="D", timestamp_unit=None, dtype=None, out=None,
+                     backend=None) -> np.ndarray:
     """Prophet's Fourier seasonality features of ``timestamps``, exact.
 
     ``timestamps``: anything :func:`fastpe.time._timestamps.check_timestamps` reads
@@ -80,7 +81,9 @@ def fourier_features(timestamps, period, order, *, unit="D", dtype=None, out=Non
     integer counts of ``unit`` since 1970-01-01).  ``period``: a positive finite real in
     units of ``unit`` (``365.25``, ``7``, ``30.5``, ``1 / 24``...), taken exactly as its
     double.  ``order``: the number of harmonics, ``1 .. 16384``.  ``unit``: the unit of
-    ``period`` and of integer timestamps (``'D'``, days, by default, as Prophet).
+    ``period`` and of integer timestamps (``'D'``, days, by default, as Prophet);
+    ``timestamp_unit``: the unit of integer timestamps when it is another (``'ns'`` for
+    pandas' ``asi8``, say).
 
     Returns ``timestamps.shape + (2 * order,)``: column ``2(k-1)`` is
     ``sin(2 pi k t / period)``, column ``2(k-1)+1`` its cosine, ``k = 1 .. order`` (Prophet's
@@ -91,7 +94,8 @@ def fourier_features(timestamps, period, order, *, unit="D", dtype=None, out=Non
     that shape to fill instead.
     """
     unit = check_unit(unit)
-    ticks, tick_unit = check_timestamps(timestamps, "timestamps", unit=unit)
+    ts_unit = unit if timestamp_unit is None else check_unit(timestamp_unit, "timestamp_unit")
+    ticks, tick_unit = check_timestamps(timestamps, "timestamps", unit=ts_unit)
     if isinstance(timestamps, (int, np.integer)) and not isinstance(timestamps, (bool, np.bool_)):
         ticks = ticks.reshape(())  # a plain number: check_timestamps gives it a shape of (1,)
     period = check_positive("period", period)
