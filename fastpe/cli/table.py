@@ -24,6 +24,7 @@ __all__ = ["table"]
 _PARAMS = ("d_model", "max_len", "base", "layout", "denominator", "min_timescale", "max_timescale", "dtype")
 #: library argument name -> option, to name the option a library error is about
 _FLAGS = {name: "--" + name.replace("_", "-") for name in _PARAMS} | {"chunk_bytes": "--chunk-mb"}
+_FLAGS |= {"start": "--start", "step": "--step"}
 
 
 def _chunk_handler(ctx, param, value):
@@ -95,14 +96,24 @@ def _wants_bar(ctx: click.Context) -> bool:
     help="Memory budget in MiB: the table is computed and written this much at a time.",
 )
 @click.option(
+    "--start", "start", type=int, default=0, show_default=True, metavar="P",
+    help="First position, in (-2**32, 2**32): negative positions are the relative sinusoids' "
+    "(a row of -p is the row of p with its sines negated).",
+)
+@click.option(
+    "--step", "step", type=int, default=1, show_default=True, metavar="S",
+    help="Position step, a non-zero integer: -1 runs backwards (Transformer-XL: --start KLEN-1 "
+    "--step -1; a Conformer: --max-len 2L-1 --start L-1 --step -1).",
+)
+@click.option(
     "--from-spec", "spec", type=click.Path(exists=True, dir_okay=False), default=None, callback=_spec_handler,
     metavar="SPEC",
     help="Re-run a recorded spec: a PATH.json sidecar, or a .npy, .npz or .safetensors written by fastpe "
     "(its table's shape and dtype must still be the spec's). Table options given as well override the spec's values.",
 )
 @click.pass_context
-def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -> None:
-    """Write the sinusoidal table for positions 0 .. MAX_LEN-1.
+def table(ctx: click.Context, output, backend, chunk_mb: float, spec, start: int, step: int, **given) -> None:
+    """Write the sinusoidal table for positions 0 .. MAX_LEN-1 (or START, START+STEP, ...).
 
     The array has shape (MAX_LEN, D_MODEL) and the chosen dtype; its values are exactly
     fastpe.table(D_MODEL, MAX_LEN, base=B, ...).  It is computed and written a chunk at a
@@ -136,6 +147,15 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, **given) -
     path = output or default_path(f"pe_{params['max_len']}x{params['d_model']}.npy", "fastpe table")
 
     chunk_bytes = max(1, int(chunk_mb * (1 << 20)))
+    for name, value, default in (("start", start, 0), ("step", step, 1)):
+        if spec is None or _given(ctx, name):
+            params[name] = value
+        params.setdefault(name, default)
+        if params[name] == default:
+            del params[name]
+    if "start" in params or "step" in params:  # a run that is not 0, 1, 2, ...: computed whole
+        _save_run(ctx, fastpe, path, params, backend)
+        return
     try:
         if _wants_bar(ctx):
             with click.progressbar(length=params["max_len"], label=f"writing {path}", file=sys.stderr) as bar:
@@ -161,3 +181,26 @@ def _save(fastpe, path, params, chunk_bytes, backend, progress):
         return fastpe.save_table(path, **params, chunk_bytes=chunk_bytes, backend=backend, progress=progress)
     except (TypeError, ValueError) as exc:  # save_table checks every parameter, once
         raise _param_error(exc) from exc
+
+
+def _save_run(ctx, fastpe, path, params, backend) -> None:
+    """``fastpe.table(..., start=START, step=STEP)`` computed in memory, then written
+    atomically with its spec (the streamed writer takes runs from 0 only)."""
+    from .. import _backends
+    from .._io.writers import make_spec
+    from ._write import check_size, entry, summary, write_arrays
+
+    try:
+        name, _ = _backends.resolve(backend)
+        spec = make_spec("table", params)
+        entries = [entry("table", (params["max_len"], params["d_model"]), params["dtype"])]
+        check_size(path, entries, spec, advice="ask for a shorter --max-len")
+        arrays, compute_s, write_s = write_arrays(
+            path, entries, lambda: {"table": fastpe.table(**params, backend=name)}, spec)
+    except (TypeError, ValueError) as exc:
+        raise _param_error(exc) from exc
+    except OSError as exc:
+        raise click.ClickException(f"could not write {path}: {exc}") from exc
+    if (ctx.obj or {}).get("verbosity", 0) >= 0:
+        where = f"positions {params.get('start', 0)}, step {params.get('step', 1)}"
+        click.echo(summary(path, arrays["table"], where, name, compute_s, write_s))
