@@ -210,7 +210,7 @@ def _grid_workload(h: int, w: int, dim: int, ref: bool = False) -> Workload:
 
 #: the families' workload kinds (``table``/``forward``/RoPE are the sinusoid's own)
 FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial",
-                "relative_table", "sandwich")
+                "relative_table", "sandwich", "calendar", "temporal")
 
 #: the backend operations each kind of workload runs (a float16/bfloat16 output adds narrow16);
 #: rope_apply's kernels read rope_table's doubles, so the apply workloads time both
@@ -233,7 +233,22 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "relative_table": ("sincos_rows", "sinusoid_forward"),
     "sandwich": ("sandwich_bias",),
     "xpos_qk": ("rope_xpos_table", "rope_table", "rope_apply_table"),
+    "calendar": ("calendar_fields",),
+    "temporal": ("calendar_fields", "sinusoid_range"),
 }
+#: DeBERTa's bucketed relative positions and Shaw's clipped ones (fastpe.relative)
+FAMILY_KINDS += ("deberta", "deberta_positions", "shaw")
+KIND_OPERATIONS.update({"deberta": ("deberta_bucket_matrix",), "deberta_positions": ("deberta_bucket",),
+                        "shaw": ("shaw_matrix",)})
+#: Prophet's Fourier seasonality features and TGAT/TGN's time encoding (fastpe.time)
+FAMILY_KINDS += ("fourier", "time_encoding")
+KIND_OPERATIONS.update({"fourier": ("fourier_ticks",), "time_encoding": ("time_cos",)})
+#: the Fourier workload's period (days: Prophet's yearly seasonality) and order (Prophet's yearly default)
+FOURIER_PERIOD, FOURIER_ORDER = 365.25, 10
+#: DeBERTa-v3's configuration, and the query rows the python reference computes (all keys)
+DEBERTA_BUCKETS, DEBERTA_MAX_POSITION, DEBERTA_REFERENCE_ROWS = 256, 512, 64
+#: the Shaw workload's clipping distance (tensor2tensor's transformer_relative hparams: 20)
+SHAW_MAX_RELATIVE = 20
 #: query rows the python reference computes of an ALiBi bias (all heads, all keys)
 ALIBI_REFERENCE_QUERIES = 1
 #: query rows the python reference computes of the T5 bucket matrix (all keys)
@@ -267,6 +282,31 @@ def mrope_prompt(w: "Workload") -> tuple[np.ndarray, np.ndarray]:
     image = [MROPE_START] + [MROPE_IMAGE] * n_image + [MROPE_END]
     row = words[:a] + image + words[a:a + b] + image + words[a + b:]
     return np.array([row], dtype=np.int64), np.array([MROPE_GRID] * 2, dtype=np.int64)
+
+
+#: the temporal-embedding workload's batch of windows: Informer's ETTh batch (32, 96), d_model 512
+TEMPORAL_SHAPE = (32, 96)
+
+
+def calendar_stamps(w: "Workload") -> np.ndarray:
+    """The calendar workloads' timestamps: hourly ``datetime64[h]`` from 2000-01-01 (1M hours
+    reach 2114, every calendar field and leap day on the way), shaped as the workload says."""
+    n = math.prod(w.shape) if w.shape else w.rows
+    return (np.datetime64("2000-01-01T00", "h") + np.arange(n)).reshape(w.shape or (n,))
+
+
+def fourier_stamps(w: "Workload") -> np.ndarray:
+    """The Fourier workload's timestamps: hourly ``datetime64[ns]`` from 2024-01-01 (1M hours
+    reach 2138), as Prophet holds a frame's ``ds`` column."""
+    return (np.datetime64("2024-01-01T00", "h") + np.arange(w.rows)).astype("datetime64[ns]")
+
+
+def time_encoding_times(w: "Workload") -> np.ndarray:
+    """The time-encoding workload's times: int64 seconds since a dataset's start, sorted,
+    spread over 30 days (TGN's Wikipedia and Reddit span ~2.7e6 s; float32 holds these
+    exactly, so the peer's error is its own arithmetic's)."""
+    rng = np.random.default_rng(SEED)
+    return np.sort(rng.integers(0, 30 * 86400, w.rows, dtype=np.int64))
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -349,6 +389,21 @@ WORKLOADS: dict[str, Workload] = {
             shape=(2048, 2048), dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS,
         ),
         Workload(
+            "deberta-buckets-512x512", "deberta", 512, 512,
+            "DeBERTa-v3 relative positions 512x512, log-bucketed (bucket_size 256, max_position 512), int64",
+            shape=(512, 512), dtype="int64", ref_rows=DEBERTA_REFERENCE_ROWS,
+        ),
+        Workload(
+            "deberta-bucket-1M", "deberta_positions", 1_000_000, 1,
+            "DeBERTa-v3 buckets of 1,000,000 random relative positions in (-2^18, 2^18) (int64)",
+            dtype="int64", ref_rows=DEBERTA_REFERENCE_ROWS * 64,
+        ),
+        Workload(
+            "shaw-2048x2048", "shaw", 2048, 2048,
+            f"Shaw clipped relative positions 2048x2048 (max_relative_position {SHAW_MAX_RELATIVE}), int32",
+            shape=(2048, 2048), dtype="int32",
+        ),
+        Workload(
             "t5-bucket-1M", "t5_positions", 1_000_000, 1,
             "T5 buckets of 1,000,000 random relative positions in (-2^20, 2^20) (int64)",
             dtype=T5_DTYPE, ref_rows=T5_REFERENCE_ROWS * 64,
@@ -373,6 +428,26 @@ WORKLOADS: dict[str, Workload] = {
             "sandwich-16x2048x2048", "sandwich", 16 * 2048, 2048,
             f"Sandwich bias: 16 heads x 2048 x 2048 float32, hidden size {SANDWICH_HIDDEN} (bidirectional)",
             shape=(16, 2048, 2048),
+        ),
+        Workload(
+            "calendar-gluonts-1M-hourly", "calendar", 1_000_000, 4,
+            "GluonTS calendar features of 1,000,000 hourly timestamps, freq H (hour of day, day of week, "
+            "day of month, day of year), float32", ref_rows=2048,
+        ),
+        Workload(
+            "temporal-informer-32x96x512", "temporal", math.prod(TEMPORAL_SHAPE), 512,
+            "Informer/Autoformer fixed TemporalEmbedding: (32, 96) hourly marks x d_model 512 float32",
+            shape=TEMPORAL_SHAPE,
+        ),
+        Workload(
+            "fourier-prophet-1M-hourly", "fourier", 1_000_000, 2 * FOURIER_ORDER,
+            f"Prophet Fourier features: 1,000,000 hourly datetime64[ns] timestamps, yearly period "
+            f"({FOURIER_PERIOD} d), order {FOURIER_ORDER}, float64", dtype="float64",
+        ),
+        Workload(
+            "time-encoding-tgn-1Mx100", "time_encoding", 1_000_000, 100,
+            "TGAT/TGN time encoding cos(t w): 1,000,000 int64 times in seconds x dim 100, float32 "
+            "(TGN's float32 weights)",
         ),
         Workload(
             "mrope-4096-2images", "mrope", 3, MROPE_SEQ,
@@ -599,6 +674,38 @@ def fastpe_family(w: Workload, backend: str | None, rows: int):
 
         heads, _, k_len = w.shape
         return lambda: sandwich_bias(heads, rows // heads, k_len, hidden_size=SANDWICH_HIDDEN, backend=backend)
+    if w.kind == "calendar":
+        import fastpe.time as ft
+
+        stamps = calendar_stamps(w)[:rows]
+        return lambda: ft.calendar_features(stamps, "H", backend=backend)
+    if w.kind == "temporal":
+        import fastpe.time as ft
+
+        stamps = calendar_stamps(w)
+        return lambda: ft.temporal_embedding(stamps, w.d_model, "h", backend=backend)
+    if w.kind == "fourier":
+        import fastpe.time as ft
+
+        stamps = fourier_stamps(w)[:rows]
+        return lambda: ft.fourier_features(stamps, FOURIER_PERIOD, FOURIER_ORDER, backend=backend)
+    if w.kind == "time_encoding":
+        import fastpe.time as ft
+
+        times = time_encoding_times(w)[:rows]
+        return lambda: ft.time_encoding(times, w.d_model, frequencies="tgn", backend=backend)
+    if w.kind == "deberta":  # the first rows of the matrix are the matrix of fewer queries
+        relative = _family_module(w, backend)
+        return lambda: relative.deberta_bucket_matrix(
+            rows, w.shape[1], bucket_size=DEBERTA_BUCKETS, max_position=DEBERTA_MAX_POSITION, backend=backend)
+    if w.kind == "deberta_positions":
+        relative = _family_module(w, backend)
+        rel = deberta_positions(w)[:rows]
+        return lambda: relative.deberta_bucket(rel, DEBERTA_BUCKETS, DEBERTA_MAX_POSITION, backend=backend)
+    if w.kind == "shaw":
+        relative = _family_module(w, backend)
+        return lambda: relative.shaw_positions(rows, w.shape[1], max_relative_position=SHAW_MAX_RELATIVE,
+                                               backend=backend)
     if w.kind == "t5":
         relative = _family_module(w, backend)
         k_len = w.shape[1]
@@ -1020,6 +1127,47 @@ def _make_hf_t5(w: Workload):
     return run
 
 
+def deberta_positions(w: Workload) -> np.ndarray:
+    """The DeBERTa workload's relative positions: the T5 workload's, a quarter as far, in
+    (-2**18, 2**18).  HF's float32 buckets with this machine's torch log first differ from the
+    correctly rounded log's at distance 403,269 (one position in a million of (-2**20, 2**20)
+    lands on such a distance); below that they are identical, so the check can ask for bits."""
+    return w.relative_positions >> 2
+
+
+def _make_hf_deberta(w: Workload):
+    """HF deberta_v2's ``build_relative_position`` (query ids minus key ids, then
+    ``make_log_bucket_position``'s float32 log buckets, then ``.to(torch.long)``), as its
+    attention calls it; the layers are only read for their lengths."""
+    build = _hf("deberta_v2.modeling_deberta_v2", "build_relative_position")
+    _family_module(w, None)
+    import torch
+
+    if w.kind == "deberta_positions":  # the bucket rule on a tensor of relative positions (float32 out)
+        bucket = _hf("deberta_v2.modeling_deberta_v2", "make_log_bucket_position")
+        rel = torch.from_numpy(deberta_positions(w))
+        return lambda: bucket(rel, DEBERTA_BUCKETS, DEBERTA_MAX_POSITION)
+    q_len, k_len = w.shape
+    query, key = torch.empty(q_len, 1), torch.empty(k_len, 1)
+    return lambda: build(query, key, DEBERTA_BUCKETS, DEBERTA_MAX_POSITION)
+
+
+def numpy_shaw(length_q: int, length_k: int, max_relative_position: int) -> np.ndarray:
+    """tensor2tensor's ``_generate_relative_positions_matrix`` (cache=False) written out in
+    NumPy: int32 ranges as ``tf.range``, the queries the last ``length_q`` keys, the distance
+    clipped to ``±max_relative_position`` and shifted."""
+    range_vec_k = np.arange(length_k, dtype=np.int32)
+    range_vec_q = range_vec_k[-length_q:]
+    distance = range_vec_k[None, :] - range_vec_q[:, None]
+    return np.clip(distance, -max_relative_position, max_relative_position) + max_relative_position
+
+
+def _make_numpy_shaw(w: Workload):
+    _family_module(w, None)
+    q_len, k_len = w.shape
+    return lambda: numpy_shaw(q_len, k_len, SHAW_MAX_RELATIVE)
+
+
 def _make_hf_mrope(w: Workload):
     """HF's ``Qwen2VLModel.get_rope_index`` on a bare object holding the config (it reads only
     ``self.config`` and its vision-position helpers), from the processor's tensors: the ids,
@@ -1049,6 +1197,101 @@ def _make_hf_mrope(w: Workload):
 
 
 _numba_fill = None
+
+
+def gluonts_hourly_numpy(stamps: np.ndarray) -> np.ndarray:
+    """GluonTS' ``time_features_from_frequency_str("H")`` (gluonts/time_feature/_base.py:
+    ``_normalize(x, num) = x / (num - 1) - 0.5`` of hour, dayofweek, day - 1, dayofyear - 1),
+    stacked as ``np.vstack`` and cast to float32 as ``AddTimeFeatures`` does; the fields from
+    NumPy datetime64 arithmetic (pandas' ``DatetimeIndex`` fields where pandas is installed).
+    Returned transposed, ``(n, 4)``, fastpe's layout (a view: the transpose costs nothing)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        pd = None
+    if pd is not None:
+        index = pd.DatetimeIndex(stamps)
+        hour, dow, day, doy = index.hour, index.dayofweek, index.day, index.dayofyear
+    else:
+        days = stamps.astype("datetime64[D]")
+        hour = (stamps - days).astype(np.int64)
+        dow = (days.astype(np.int64) + 3) % 7
+        day = (days - stamps.astype("datetime64[M]").astype("datetime64[D]")).astype(np.int64) + 1
+        doy = (days - stamps.astype("datetime64[Y]").astype("datetime64[D]")).astype(np.int64) + 1
+    feats = [np.asarray(hour) / 23.0 - 0.5, np.asarray(dow) / 6.0 - 0.5, (np.asarray(day) - 1) / 30.0 - 0.5,
+             (np.asarray(doy) - 1) / 365.0 - 0.5]
+    return np.vstack(feats).astype(np.float32).T
+
+
+def _make_gluonts_calendar(w: Workload):
+    stamps = calendar_stamps(w)
+    return lambda: gluonts_hourly_numpy(stamps)
+
+
+def prophet_fourier_numpy(dates_ns: np.ndarray, period: float, series_order: int) -> np.ndarray:
+    """Prophet's ``Prophet.fourier_series`` (prophet/forecaster.py) in NumPy float64: days since
+    1970 from whole seconds, ``x_T = t * pi * 2``, column ``2i`` ``sin(x_T (i + 1) / period)``
+    and ``2i + 1`` its cosine."""
+    t = dates_ns // 1_000_000_000 / (3600 * 24.0)
+    x_t = t * np.pi * 2
+    out = np.empty((dates_ns.shape[0], 2 * series_order))
+    for i in range(series_order):
+        c = x_t * (i + 1) / period
+        out[:, 2 * i] = np.sin(c)
+        out[:, 2 * i + 1] = np.cos(c)
+    return out
+
+
+def _make_prophet_fourier(w: Workload):
+    dates = fourier_stamps(w).view(np.int64)  # what dates.to_numpy(dtype=np.int64) gives
+    return lambda: prophet_fourier_numpy(dates, FOURIER_PERIOD, FOURIER_ORDER)
+
+
+def _make_tgn_time_encode(w: Workload):
+    """TGN's ``TimeEncode`` (model/time_encoding.py) at initialisation: ``Linear(1, dim)``
+    with the float32 ``1 / 10 ** linspace(0, 9, dim)`` weights and a zero bias, then ``cos``;
+    the times a float32 tensor ``(n, 1)`` made before timing (TGN unsqueezes its batch)."""
+    torch = _torch()
+    dim = w.d_model
+    lin = torch.nn.Linear(1, dim)
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(1 / 10 ** np.linspace(0, 9, dim)).float().reshape(dim, -1))
+        lin.bias.zero_()
+    t = torch.from_numpy(time_encoding_times(w).astype(np.float32)).unsqueeze(-1)
+
+    def run():
+        with torch.no_grad():
+            return torch.cos(lin(t))
+
+    return run
+
+
+def informer_temporal_torch(torch, tables: dict, x):
+    """Informer's ``TemporalEmbedding.forward`` (models/embed.py): FixedEmbedding lookups of the
+    marks ``x`` (month, day, weekday, hour), summed as ``hour_x + weekday_x + day_x + month_x``."""
+    emb = torch.nn.functional.embedding
+    return (emb(x[:, :, 3], tables["hour"]) + emb(x[:, :, 2], tables["weekday"]) + emb(x[:, :, 1], tables["day"])
+            + emb(x[:, :, 0], tables["month"]))
+
+
+def _make_informer_temporal(w: Workload):
+    """The module's forward on the marks of ``time_features(timeenc=0, freq='h')`` made before
+    timing (the data loader's work, once per dataset) and FixedEmbedding's tables built before
+    timing (the module builds them once, at construction): fastpe's tables are plugged in, so
+    the check compares bits; the module's own float32 tables differ by up to 1.6e-6 in value,
+    not in time."""
+    torch = _torch()
+    import fastpe.time as ft
+
+    marks = torch.from_numpy(ft.temporal_marks(calendar_stamps(w), "h"))
+    table = torch.from_numpy(fastpe.table(w.d_model, 32))
+    tables = {"hour": table[:24], "weekday": table[:7], "day": table[:32], "month": table[:13]}
+
+    def run():
+        with torch.no_grad():
+            return informer_temporal_torch(torch, tables, marks)
+
+    return run
 
 
 def numba_fill():
@@ -1350,6 +1593,16 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             note="memory - context positions (int64), then the bucket rule, as compute_bias does",
         ),
         Implementation(
+            "hf-deberta", "HF DeBERTa-v2 build_relative_position (torch)", "peer", _make_hf_deberta,
+            FAMILY["deberta"] + FAMILY["deberta_positions"],
+            note="q_ids[:, None] - k_ids[None, :] (int64), make_log_bucket_position(256, 512) in float32, "
+            "then .to(torch.long); shape (1, q, k)",
+        ),
+        Implementation(
+            "numpy-shaw", "tensor2tensor's formula in NumPy (int32)", "peer", _make_numpy_shaw, FAMILY["shaw"],
+            note="_generate_relative_positions_matrix: k[None, :] - q[:, None] clipped to +-20, plus 20",
+        ),
+        Implementation(
             "diffusers-flux", "diffusers FluxPosEmbed (torch, float64 angles)", "peer", _make_diffusers_flux,
             FAMILY["axial"],
             note="FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)) on the (4096, 3) image ids made before "
@@ -1360,6 +1613,31 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             FAMILY["mrope"],
             note="transformers' own get_rope_index on an object holding only the config; ids, grids "
             "and mm_token_type_ids as torch tensors made before timing; positions and deltas computed",
+        ),
+        Implementation(
+            "gluonts-calendar-numpy", "GluonTS time features 'H' (formula, NumPy f64 → f32)", "peer",
+            _make_gluonts_calendar, FAMILY["calendar"],
+            note="gluonts/time_feature/_base.py's formulas on the timestamps' fields (pandas' DatetimeIndex "
+            "fields if installed, else NumPy datetime64 arithmetic), np.vstack, cast to float32 as "
+            "AddTimeFeatures does; returned transposed (a view)",
+        ),
+        Implementation(
+            "informer-temporal-torch", "Informer TemporalEmbedding.forward (torch f32, tables and marks given)",
+            "peer", _make_informer_temporal, FAMILY["temporal"],
+            note="four nn.functional.embedding lookups summed in the module's order; marks (int64) and "
+            "FixedEmbedding tables (fastpe's, for a bitwise check) made before timing",
+        ),
+        Implementation(
+            "prophet-fourier-numpy", "Prophet fourier_series (formula, NumPy f64)", "peer",
+            _make_prophet_fourier, FAMILY["fourier"],
+            note="prophet/forecaster.py's fourier_series on the int64 nanoseconds (dates // 10**9 / 86400, "
+            "then sin and cos of 2 pi k t / period per column)",
+        ),
+        Implementation(
+            "tgn-time-encode-torch", "TGN TimeEncode.forward (torch f32, weights at init)", "peer",
+            _make_tgn_time_encode, FAMILY["time_encoding"],
+            note="torch.cos(Linear(1, 100)(t)) with the float32 1 / 10 ** linspace(0, 9, 100) weights and "
+            "a zero bias; the times a float32 (n, 1) tensor made before timing",
         ),
         Implementation(
             "yardstick-fill", "yardstick: np.empty + fill(0)", "yardstick", _make_fill,
