@@ -111,8 +111,8 @@ def _per_axis(name: str, value, count: int) -> tuple[float, ...]:
 def _check_coords(coords, n_axes: int) -> tuple[np.ndarray, list, list]:
     """``(x, lo, hi)``: ``coords`` as a column-major (Fortran-ordered: each axis's column
     contiguous) float64 ``(n, n_axes)`` array of finite reals below 2**32 in magnitude (a
-    copy: never the caller's memory; ``-0.0`` made ``0.0``), and each column's least and
-    greatest value (lists of floats)."""
+    copy: never the caller's memory), and each column's least and greatest value (lists of
+    floats).  ``-0.0`` stays: :func:`_distinct` makes it the coordinate ``0.0``."""
     if isinstance(coords, (str, bytes)):
         raise TypeError(f"coords must be an array of real numbers, got {type(coords).__name__}")
     try:
@@ -135,7 +135,6 @@ def _check_coords(coords, n_axes: int) -> tuple[np.ndarray, list, list]:
             raise ValueError(f"coords must be in (-2**32, 2**32), got {big}")
     out = np.empty(arr.shape, dtype=np.float64, order="F")
     np.copyto(out, arr, casting="unsafe")  # exact: integers below 2**32, or floats
-    out += 0.0  # -0.0 is the coordinate 0 (one zero, whatever path a row takes)
     if not out.size:
         return out, [0.0] * n_axes, [0.0] * n_axes
     lo, hi = out.min(axis=0).tolist(), out.max(axis=0).tolist()  # NaN propagates to both
@@ -222,6 +221,13 @@ def _plans(dims, base, linear_factor, ntk_factor, offset):
     return [_axis_plan(d, bases[a], ntks[a], linears[a], offsets[a]) for a, d in enumerate(dims)]
 
 
+#: the same checks for plain arguments (ints, floats, a tuple or list of ints: hashable,
+#: and no bool among them, which hashes as an int but is refused), remembered: a call
+#: repeated with one configuration skips ~10 us of argument checks
+_cached_axes_dim = functools.lru_cache(maxsize=64)(_check_axes_dim)
+_cached_plans = functools.lru_cache(maxsize=64)(_plans)
+
+
 # ------------------------------------------------------------------------- the caches
 
 #: a whole-number axis whose span is at most this many times its length (plus this
@@ -239,14 +245,15 @@ def _distinct(x: np.ndarray, lo: float, hi: float, row: int, index: np.ndarray) 
     """The distinct values of ``x`` (``lo`` and ``hi`` its least and greatest), with
     ``index`` (``int64``, one per value of ``x``) set to ``row`` plus each value's place among
     them: for whole numbers in a narrow span (grids) the whole span, by subtraction; else the
-    sorted distinct values."""
+    sorted distinct values.  ``-0.0`` and ``0.0`` are one value, ``0.0`` (one zero, whatever
+    path a row takes)."""
     if _whole_span(lo, hi, x.size):
         np.subtract(x, lo - row, out=index, casting="unsafe")  # exact for whole numbers
         if (index + (lo - row) == x).all():
-            return np.arange(int(hi - lo) + 1, dtype=np.float64) + lo
-    values, inverse = np.unique(x, return_inverse=True)
+            return np.arange(int(hi - lo) + 1, dtype=np.float64) + lo  # 0 + -0.0 is 0.0
+    values, inverse = np.unique(x, return_inverse=True)  # -0.0 == 0.0: one of them kept
     np.add(inverse.reshape(-1), row, out=index, casting="unsafe")
-    return values
+    return values + 0.0  # -0.0 + 0.0 is 0.0
 
 
 def axial_cos_sin(
@@ -294,10 +301,14 @@ def axial_cos_sin(
     Raises :class:`TypeError` / :class:`ValueError` naming the argument before anything is
     written.
     """
-    dims = _check_axes_dim(axes_dim)
+    plain = type(axes_dim) in (tuple, list) and all(type(d) is int for d in axes_dim)
+    dims = _cached_axes_dim(tuple(axes_dim)) if plain else _check_axes_dim(axes_dim)
     x, lo, hi = _check_coords(coords, len(dims))
     layout = check_choice("layout", layout, AXIAL_LAYOUTS)
-    plans = _plans(dims, base, linear_factor, ntk_factor, offset)
+    if all(type(v) in (int, float) for v in (base, linear_factor, ntk_factor, offset)):
+        plans = _cached_plans(dims, base, linear_factor, ntk_factor, offset)
+    else:
+        plans = _plans(dims, base, linear_factor, ntk_factor, offset)
     width = sum(dims)
     shape = (x.shape[0], width)
     if out is None:
