@@ -453,17 +453,18 @@ def mrope_fill(const int64_t[:, ::1] segments, const int64_t[::1] temporal, cons
 
 cdef extern from "fastpe_calendar.h" nogil:
     void fastpe_calendar_fields_i32(const int64_t *ticks, int64_t per_second, int64_t tick_seconds,
-                                    const int64_t *fields, Py_ssize_t n_fields, int32_t *out,
-                                    Py_ssize_t lo, Py_ssize_t hi)
+                                    const int64_t *fields, const int64_t *offsets, Py_ssize_t n_fields,
+                                    int32_t *out, Py_ssize_t lo, Py_ssize_t hi)
     void fastpe_calendar_fields_i64(const int64_t *ticks, int64_t per_second, int64_t tick_seconds,
-                                    const int64_t *fields, Py_ssize_t n_fields, int64_t *out,
-                                    Py_ssize_t lo, Py_ssize_t hi)
+                                    const int64_t *fields, const int64_t *offsets, Py_ssize_t n_fields,
+                                    int64_t *out, Py_ssize_t lo, Py_ssize_t hi)
 
 
 ctypedef struct _CalendarCtx:
     const int64_t *ticks
     int64_t per_second, tick_seconds
     const int64_t *fields
+    const int64_t *offsets
     Py_ssize_t n_fields
     void *out
     bint wide
@@ -472,27 +473,32 @@ ctypedef struct _CalendarCtx:
 cdef void _calendar_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _CalendarCtx *c = <_CalendarCtx *>ctx
     if c.wide:
-        fastpe_calendar_fields_i64(c.ticks, c.per_second, c.tick_seconds, c.fields, c.n_fields,
+        fastpe_calendar_fields_i64(c.ticks, c.per_second, c.tick_seconds, c.fields, c.offsets, c.n_fields,
                                    <int64_t *>c.out, lo, hi)
     else:
-        fastpe_calendar_fields_i32(c.ticks, c.per_second, c.tick_seconds, c.fields, c.n_fields,
+        fastpe_calendar_fields_i32(c.ticks, c.per_second, c.tick_seconds, c.fields, c.offsets, c.n_fields,
                                    <int32_t *>c.out, lo, hi)
 
 
 def calendar_fields(const int64_t[::1] ticks, int64_t per_second, int64_t tick_seconds,
-                    const int64_t[::1] fields, bucket_t[:, ::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1,
-                    int parts=1):
+                    const int64_t[::1] fields, const int64_t[::1] offsets, bucket_t[:, ::1] out,
+                    Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
     """Calendar fields of ``ticks[begin:end]`` into the same rows of ``out`` (``(n,
     len(fields))``, int32 or int64): ``per_second`` ticks a second (``> 1``, finer units) or
     ``tick_seconds`` seconds a tick (1, 60, 3600, 86400 or 604800; weeks within
-    ``+-(2**63 - 1) // 7``); ``fields`` codes ``0 .. 7``; ``parts > 1`` cuts the range into
-    that many blocks on the pool."""
+    ``+-(2**63 - 1) // 7``); ``fields`` codes ``0 .. 7``, each written plus its ``offsets``
+    value (in ``[-2**20, 2**20]``); ``parts > 1`` cuts the range into that many blocks on
+    the pool."""
     cdef Py_ssize_t n = ticks.shape[0], j
     if out.shape[0] != n or out.shape[1] != fields.shape[0]:
         raise ValueError(f"out must have shape ({n}, {fields.shape[0]}), got ({out.shape[0]}, {out.shape[1]})")
+    if offsets.shape[0] != fields.shape[0]:
+        raise ValueError(f"offsets must hold one value per field ({fields.shape[0]}), got {offsets.shape[0]}")
     for j in range(fields.shape[0]):
         if not 0 <= fields[j] < 8:
             raise ValueError(f"fields must be codes 0 .. 7, got {fields[j]}")
+        if not -(1 << 20) <= offsets[j] <= (1 << 20):
+            raise ValueError(f"offsets must be within +-2**20, got {offsets[j]}")
     if per_second < 1 or (per_second == 1 and tick_seconds not in (1, 60, 3600, 86400, 604800)):
         raise ValueError(f"per_second {per_second} and tick_seconds {tick_seconds} name no unit")
     if end < 0:
@@ -502,7 +508,7 @@ def calendar_fields(const int64_t[::1] ticks, int64_t per_second, int64_t tick_s
         return
     cdef _CalendarCtx c
     c.ticks, c.per_second, c.tick_seconds = &ticks[0], per_second, tick_seconds
-    c.fields, c.n_fields, c.out = &fields[0], fields.shape[0], <void *>&out[0, 0]
+    c.fields, c.offsets, c.n_fields, c.out = &fields[0], &offsets[0], fields.shape[0], <void *>&out[0, 0]
     if bucket_t is int64_t:
         c.wide = True
     else:

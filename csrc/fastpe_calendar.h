@@ -3,7 +3,7 @@
  * that may be negative goes through fastpe_cal_fdiv / fastpe_cal_fmod (floor, as Python's
  * // and %); C's own / and % truncate.  Fields by code (fastpe._exact.calendar.FIELDS):
  * 0 second, 1 minute, 2 hour, 3 weekday (Monday 0), 4 day of month, 5 day of year,
- * 6 month, 7 ISO week. */
+ * 6 month, 7 ISO week; each written plus its offset. */
 #ifndef FASTPE_CALENDAR_H
 #define FASTPE_CALENDAR_H
 
@@ -20,21 +20,37 @@ static inline int64_t fastpe_cal_days_in_year(int64_t y) {
     return (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)) ? 366 : 365;
 }
 
-/* every field of timestamp t into fields_out[0..7] */
-static inline void fastpe_cal_row(int64_t t, int64_t per_second, int64_t tick_seconds, int64_t v[8]) {
-    int64_t day, sod;
+/* (day, second of day) of tick t: a branch per unit, so each divisor is a constant */
+static inline void fastpe_cal_split(int64_t t, int64_t per_second, int64_t tick_seconds, int64_t *day,
+                                    int64_t *sod) {
     if (per_second > 1) {
-        int64_t secs = fastpe_cal_fdiv(t, per_second);
-        day = fastpe_cal_fdiv(secs, 86400);
-        sod = secs - day * 86400;
-    } else if (tick_seconds == 604800) {
-        day = t * 7;
-        sod = 0;
+        int64_t secs;
+        if (per_second == 1000) secs = fastpe_cal_fdiv(t, 1000);
+        else if (per_second == 1000000) secs = fastpe_cal_fdiv(t, 1000000);
+        else if (per_second == 1000000000) secs = fastpe_cal_fdiv(t, 1000000000);
+        else secs = fastpe_cal_fdiv(t, per_second);
+        *day = fastpe_cal_fdiv(secs, 86400);
+        *sod = secs - *day * 86400;
+    } else if (tick_seconds == 1) {
+        *day = fastpe_cal_fdiv(t, 86400);
+        *sod = t - *day * 86400;
+    } else if (tick_seconds == 60) {
+        *day = fastpe_cal_fdiv(t, 1440);
+        *sod = (t - *day * 1440) * 60;
+    } else if (tick_seconds == 3600) {
+        *day = fastpe_cal_fdiv(t, 24);
+        *sod = (t - *day * 24) * 3600;
+    } else if (tick_seconds == 86400) {
+        *day = t;
+        *sod = 0;
     } else {
-        int64_t per_day = 86400 / tick_seconds;
-        day = fastpe_cal_fdiv(t, per_day);
-        sod = (t - day * per_day) * tick_seconds;
+        *day = t * 7;
+        *sod = 0;
     }
+}
+
+/* the date fields of day (days since 1970-01-01) into v[3..7] */
+static inline void fastpe_cal_date(int64_t day, int64_t v[8]) {
     int64_t era = fastpe_cal_fdiv(day, 146097);
     int64_t doe = day - era * 146097 + 719468;
     era += doe / 146097;
@@ -62,9 +78,6 @@ static inline void fastpe_cal_row(int64_t t, int64_t per_second, int64_t tick_se
         int64_t diy = fastpe_cal_days_in_year(year);
         if (thursday > diy) thursday -= diy;
     }
-    v[0] = sod % 60;
-    v[1] = sod / 60 % 60;
-    v[2] = sod / 3600;
     v[3] = wd;
     v[4] = mday;
     v[5] = doy;
@@ -72,15 +85,26 @@ static inline void fastpe_cal_row(int64_t t, int64_t per_second, int64_t tick_se
     v[7] = (thursday - 1) / 7 + 1;
 }
 
+/* a run of timestamps on one day (hourly data) computes its date once */
 #define FASTPE_CAL_KERNEL(NAME, T)                                                               \
     static void NAME(const int64_t *ticks, int64_t per_second, int64_t tick_seconds,           \
-                     const int64_t *fields, ptrdiff_t n_fields, T *out, ptrdiff_t lo,           \
-                     ptrdiff_t hi) {                                                            \
-        int64_t v[8];                                                                           \
+                     const int64_t *fields, const int64_t *offsets, ptrdiff_t n_fields, T *out, \
+                     ptrdiff_t lo, ptrdiff_t hi) {                                              \
+        int64_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
+        int64_t last = 0, day, sod;                                                             \
+        int have = 0;                                                                           \
         for (ptrdiff_t k = lo; k < hi; k++) {                                                   \
-            fastpe_cal_row(ticks[k], per_second, tick_seconds, v);                              \
+            fastpe_cal_split(ticks[k], per_second, tick_seconds, &day, &sod);                   \
+            if (!have || day != last) {                                                         \
+                fastpe_cal_date(day, v);                                                        \
+                last = day;                                                                     \
+                have = 1;                                                                       \
+            }                                                                                   \
+            v[0] = sod % 60;                                                                    \
+            v[1] = sod / 60 % 60;                                                               \
+            v[2] = sod / 3600;                                                                  \
             T *row = out + k * n_fields;                                                        \
-            for (ptrdiff_t j = 0; j < n_fields; j++) row[j] = (T)v[fields[j]];                  \
+            for (ptrdiff_t j = 0; j < n_fields; j++) row[j] = (T)(v[fields[j]] + offsets[j]);   \
         }                                                                                       \
     }
 

@@ -117,7 +117,8 @@ def rope_table() -> list[Case]:
 def rope_xpos_table() -> list[Case]:
     """Scales within [0.2, 5] (the contract compares doubles to 2**-45 absolute): the whole u32
     range at a scale base of 2**32 or 3e9, the centre at 0, 2**31 or the top (2**32);
-    positions around the centre at xPos's usual 512; attention factors 1, 0.7 and 0.  The
+    positions around the centre at xPos's usual 512, crossing anchors (multiples of 64) on both
+    sides; a scale base below 2 (pow at every value); attention factors 1, 0.7 and 0.  The
     clamp and the huge powers are tested against the reference in tests/rope/test_xpos.py."""
     from .._exact.rope import xpos_zeta
 
@@ -125,7 +126,8 @@ def rope_xpos_table() -> list[Case]:
     near = np.array([724, 900, 1000, 1023, 1024, 1025, 1100, 1324], dtype=np.uint32)
     runs = (("u32-sb2**32-c2**31", wide, 2.0**32, 2**31, 1.0), ("u32-sb3e9-c0", wide, 3e9, 0, 0.7),
             ("u32-top-center", wide, 2.0**32, 2**32, 1.0), ("near-sb512", near, 512.0, 1024, 1.0),
-            ("near-sb500-af0", near, 500.0, 1000, 0.0))
+            ("near-sb500-af0", near, 500.0, 1000, 0.0),
+            ("centre-sb1.5-direct", np.array([1023, 1024, 1025], dtype=np.uint32), 1.5, 1024, 1.0))
     cases = []
     for key, inv in _INV_FREQS.items():
         zeta = xpos_zeta(2 * len(inv))
@@ -619,16 +621,23 @@ def calendar_fields() -> list[Case]:
             ticks = _calendar_ticks(unit, per_second, tick_seconds)
             cases.append(Case(f"{unit}-{np.dtype(dt).name}", dict(
                 ticks=ticks, per_second=per_second, tick_seconds=tick_seconds, fields=all_fields.copy(),
+                offsets=np.zeros(8, np.int64) if dt == np.int64 else np.array([0, 60, -5, 1 << 20, -(1 << 20), 7, -1, 3], np.int64),
                 out=np.full((ticks.size, 8), -7, dtype=dt))))
     hourly = np.arange(-40000, 40000, 7, dtype=np.int64) * 3600 + 1800  # on threads
     cases.append(Case("s-gluonts-hourly-order", dict(
         ticks=hourly, per_second=1, tick_seconds=1, fields=np.array([2, 3, 4, 5], dtype=np.int64),
-        out=np.full((hourly.size, 4), -7, dtype=np.int32))))
+        offsets=np.array([0, 24, 30, 61], dtype=np.int64), out=np.full((hourly.size, 4), -7, dtype=np.int32))))
+    seconds = np.arange(-200_000, 200_000, 997, dtype=np.int64)  # runs of one day, across midnights
+    cases.append(Case("s-runs-of-days", dict(
+        ticks=seconds, per_second=1, tick_seconds=1, fields=np.arange(8, dtype=np.int64)[::-1].copy(),
+        offsets=np.zeros(8, np.int64), out=np.full((seconds.size, 8), -7, dtype=np.int64))))
     cases.append(Case("ns-one-field-twice", dict(
         ticks=np.arange(-50, 50, dtype=np.int64) * 86_399_999_999_999, per_second=10**9, tick_seconds=1,
-        fields=np.array([7, 0, 7], dtype=np.int64), out=np.full((100, 3), -7, dtype=np.int64))))
+        fields=np.array([7, 0, 7], dtype=np.int64), offsets=np.array([-1, 0, 2], dtype=np.int64),
+        out=np.full((100, 3), -7, dtype=np.int64))))
     cases.append(Case("empty", dict(ticks=np.zeros(0, np.int64), per_second=1, tick_seconds=86400,
-                                    fields=all_fields.copy(), out=np.zeros((0, 8), np.int32))))
+                                    fields=all_fields.copy(), offsets=np.zeros(8, np.int64),
+                                    out=np.zeros((0, 8), np.int32))))
     return cases
 
 

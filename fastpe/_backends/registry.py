@@ -256,15 +256,16 @@ class Backend(Protocol):
 
     # ---------------------------------------------------------------- calendar fields
     # (see fastpe._exact.calendar for every field and fastpe.time.calendar_features)
-    def calendar_fields(self, ticks, per_second, tick_seconds, fields, out) -> None:
+    def calendar_fields(self, ticks, per_second, tick_seconds, fields, offsets, out) -> None:
         """Calendar fields (second .. ISO week) of int64 timestamps, exactly.
 
         ``ticks``: ``int64`` ``(n,)``, counts of one unit since 1970-01-01T00:00 (proleptic
         Gregorian, no leap seconds): ``per_second`` ticks a second (``10**3 .. 10**18``) for
         units finer than a second, else ``1`` and ``tick_seconds`` (1, 60, 3600, 86400 or
         604800) seconds a tick; weeks within ``+-(2**63 - 1) // 7``.  ``fields``: ``int64``
-        codes of :data:`fastpe._exact.calendar.FIELDS`; ``out``: writable ``int32`` or
-        ``int64`` ``(n, len(fields))``, ``out[r, k]`` field ``fields[k]`` of ``ticks[r]``."""
+        codes of :data:`fastpe._exact.calendar.FIELDS`, ``offsets`` ``int64`` as many (each in
+        ``[-2**20, 2**20]``); ``out``: writable ``int32`` or ``int64`` ``(n, len(fields))``,
+        ``out[r, k]`` field ``fields[k]`` of ``ticks[r]`` plus ``offsets[k]``."""
 
     # ---------------------------------------------------------------- Fourier features and
     # time encodings (see fastpe.time._plan for the kernels' two routes and their bounds,

@@ -99,11 +99,12 @@ def fields_of_ticks(tick: int, tick_seconds: Fraction) -> dict[str, int]:
     return fields_of_seconds(value.numerator // value.denominator)
 
 
-def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
+def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> None:
     """The registry operation (:meth:`fastpe._backends.registry.Backend.calendar_fields`)."""
     step = Fraction(tick_seconds, per_second)
     names = [FIELDS[int(c)] for c in fields.tolist()]
+    add = [int(o) for o in offsets.tolist()]
     for row, t in enumerate(ticks.tolist()):
         values = fields_of_ticks(t, step)
         for k, name in enumerate(names):
-            out[row, k] = values[name]
+            out[row, k] = values[name] + add[k]

@@ -79,6 +79,9 @@ _UNIT_ARGS = {"W": (1, 604800), "D": (1, 86400), "h": (1, 3600), "m": (1, 60), "
 _WEEK_LIMIT = (2**63 - 1) // 7
 
 _FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+#: timestamps whose fields are computed, then gathered into the features, at a time: the
+#: fields (int32) stay in cache between the two passes instead of a fresh array of them all
+CHUNK = 1 << 16
 _INDEX_DTYPES = ("int32", "int64")
 
 
@@ -149,18 +152,22 @@ def _cached_lut(name: str, dtype: np.dtype) -> np.ndarray:
     return lut
 
 
-def calendar_fields(ticks: np.ndarray, unit: str, fields, *, dtype=np.int32, backend=None) -> np.ndarray:
+def calendar_fields(ticks: np.ndarray, unit: str, fields, *, offsets=None, dtype=np.int32,
+                    backend=None) -> np.ndarray:
     """The calendar fields (names of :data:`fastpe._exact.calendar.FIELDS`) of checked int64
-    ``ticks`` of ``unit``: an ``(ticks.size, len(fields))`` integer array."""
+    ``ticks`` of ``unit``, each plus its ``offsets`` value (none by default): an
+    ``(ticks.size, len(fields))`` integer array."""
     flat = np.ascontiguousarray(ticks, dtype=np.int64).reshape(-1)
     if unit == "W" and flat.size and (int(flat.max()) > _WEEK_LIMIT or int(flat.min()) < -_WEEK_LIMIT):
         raise ValueError("timestamps in weeks must be within +-(2**63 - 1) // 7 weeks (their days must fit int64)")
     per_second, tick_seconds = _UNIT_ARGS[unit]
     codes = np.array([FIELD_CODES[f] for f in fields], dtype=np.int64)
+    add = np.zeros(codes.size, np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
     out = np.empty((flat.size, codes.size), dtype=dtype)
     _, module = _backends.resolve(backend)
     if flat.size and codes.size:
-        module.calendar_fields(ticks=flat, per_second=per_second, tick_seconds=tick_seconds, fields=codes, out=out)
+        module.calendar_fields(ticks=flat, per_second=per_second, tick_seconds=tick_seconds, fields=codes,
+                               offsets=add, out=out)
     return out
 
 
@@ -224,15 +231,17 @@ def calendar_features(timestamps, freq=None, *, index: bool = False, features=No
         result = out
     else:
         result = np.empty(shape, dtype=np.float32 if dtype is None else dt)
-    fields = [FEATURES[n[:-5] if n.endswith("Index") else n][0] for n in names]
-    # the fields are each feature's 0-based value a: the field minus its first value
-    raw = calendar_fields(ticks, u, fields, backend=backend)
-    if not names or not raw.size:
+    if not names or not ticks.size:
         return result
-    firsts = np.array([FEATURES[n[:-5] if n.endswith("Index") else n][1] for n in names], dtype=np.int32)
+    fields = [FEATURES[n[:-5] if n.endswith("Index") else n][0] for n in names]
+    firsts = np.array([FEATURES[n[:-5] if n.endswith("Index") else n][1] for n in names], dtype=np.int64)
+    # one table of every feature's values, feature after feature; the kernel writes each
+    # field as its row in that table: the 0-based value a = field - first, plus the start
     luts = [_cached_lut(n, result.dtype) for n in names]
-    starts = np.cumsum([0] + [len(t) for t in luts[:-1]]).astype(np.int32)
-    table = np.concatenate(luts)
-    raw += starts - firsts
-    np.take(table, raw, out=result.reshape(raw.shape), mode="clip")
+    starts = np.cumsum([0] + [len(t) for t in luts[:-1]]).astype(np.int64)
+    table, offsets = np.concatenate(luts), starts - firsts
+    flat, target = ticks.reshape(-1), result.reshape(-1, len(names))
+    for lo in range(0, flat.size, CHUNK):  # the rows of a chunk stay in cache for the gather
+        rows = calendar_fields(flat[lo:lo + CHUNK], u, fields, offsets=offsets, backend=backend)
+        np.take(table, rows, out=target[lo:lo + CHUNK], mode="clip")
     return result

@@ -35,6 +35,7 @@ from ..._plans.words import frequency_turns, sinusoid_turns
 from ..._plans.poly import COS_COEFFS, SIN_COEFFS
 from .._steps import step_plan
 from .._walk import apply_chunks, table_args
+from .. import _xpos as _xpos_plan
 from ..registry import OPERATIONS
 
 #: what the C kernels were compiled with, beside the home of each rule in fastpe._plans
@@ -49,6 +50,7 @@ _COMPILED = {
     "M-RoPE codes": (getattr(_ext_bias, "MROPE_CODES", None), _mrope.CODES),
     "M-RoPE limit": (getattr(_ext_bias, "MROPE_POSITION_LIMIT", None), _mrope.POSITION_LIMIT),
     "M-RoPE fields": (getattr(_ext_bias, "MROPE_FIELDS", None), len(_mrope.SEGMENT_FIELDS)),
+    "xPos step": (getattr(_ext, "XPOS_STEP", None), _xpos_plan.STEP),
 }
 _STALE = [name for name, (built, home) in _COMPILED.items() if built != home]
 if _STALE:
@@ -195,15 +197,16 @@ def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
     _call(_ext.rope_apply, (*args, layout == "neox"), n_batch * -(-(end - begin) // _ext.ROPE_SEQ), work)
 
 
-#: a value of the xPos scaling (two pow calls) costs about this many table values
-XPOS_COST = 8
+#: a value of the xPos scaling (anchored: two products) costs about this many table values
+XPOS_COST = 2
 
 
 def rope_xpos_table(positions, inv_freq, attention_factor, zeta, scale_base, center, out_q, out_k) -> None:
     _table(positions, inv_freq, attention_factor, out_q)
     n = out_q.shape[0]
-    _call(_ext.xpos_scale, (positions, np.asarray(zeta, dtype=np.float64), float(scale_base), float(center),
-                            out_q, out_k), n, n * len(zeta) * XPOS_COST)
+    up, down = _xpos_plan.steps_of(zeta, scale_base)
+    _call(_ext.xpos_scale, (positions, np.asarray(zeta, dtype=np.float64), float(scale_base), int(center),
+                            up, down, out_q, out_k), n, n * len(zeta) * XPOS_COST)
 
 
 def rotation_kernel():
@@ -396,9 +399,9 @@ def mrope_fill(segments, temporal, columns, out) -> None:
 CALENDAR_COST = 16
 
 
-def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
+def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> None:
     n = ticks.shape[0]
-    _call(_ext_bias.calendar_fields, (ticks, int(per_second), int(tick_seconds), fields, out), n,
+    _call(_ext_bias.calendar_fields, (ticks, int(per_second), int(tick_seconds), fields, offsets, out), n,
           n * CALENDAR_COST)
 
 

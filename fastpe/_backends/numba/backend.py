@@ -108,11 +108,14 @@ def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
 
 
 def rope_xpos_table(positions, inv_freq, attention_factor, zeta, scale_base, center, out_q, out_k) -> None:
+    from .. import _xpos
     from . import xpos as _kx
 
     rope_table(positions, inv_freq, attention_factor, out_q)
+    up, down = _xpos.steps_of(zeta, scale_base)
     _run(_kx.xpos_scale_parallel, _kx.xpos_scale_serial, out_q.size * _kx.COST, positions,
-         np.asarray(zeta, dtype=np.float64), float(scale_base), float(center), out_q, out_k)
+         np.asarray(zeta, dtype=np.float64), float(scale_base), np.int64(center), up is not _xpos.NO_STEPS, up, down,
+         out_q, out_k)
 
 
 def rotation_kernel():
@@ -254,9 +257,9 @@ def mrope_fill(segments, temporal, columns, out) -> None:
 # the kernels are in fastpe._backends.numba.calendar
 
 
-def calendar_fields(ticks, per_second, tick_seconds, fields, out) -> None:
+def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> None:
     _run(_kc.calendar_fields_parallel, _kc.calendar_fields_serial, out.size * 4,
-         ticks, np.int64(per_second), np.int64(tick_seconds), fields, out)
+         ticks, np.int64(per_second), np.int64(tick_seconds), fields, offsets, out)
 
 
 # ------------------------------------------------------------- Fourier features, time encodings

@@ -3,15 +3,17 @@
 Integer arithmetic only, every division a floor division of int64 values that cannot
 overflow for any int64 tick the public API passes:
 
-* the whole day and the second of the day: units finer than a second first floor to whole
-  seconds (``per_second`` ticks each, at most ``10**18``); units of a second or coarser that
-  divide a day (s, m, h, D) floor by the ticks per day; a week is 7 days (the API refuses
-  weeks whose days overflow int64);
-* the date from days since 1970-01-01 by counting from March 1 of 400-year eras (the leap
-  day then ends a year): era, day of era, year of era, day from March 1, month from it; the
-  era is split off before the shift to 0000-03-01 so that no sum overflows;
-* the day of year from the day counted from March 1; the weekday from 1970-01-01 a
-  Thursday; the ISO week from the day of year of the week's Thursday.
+* the whole day and the second of the day (:func:`_split`): units finer than a second first
+  floor to whole seconds (``per_second`` ticks each, at most ``10**18``); units of a second
+  or coarser that divide a day (s, m, h, D) floor by the ticks per day; a week is 7 days
+  (the API refuses weeks whose days overflow int64).  Each unit has its own branch, so
+  every divisor is a constant the compiler turns into a multiplication;
+* the date from days since 1970-01-01 (:func:`_date`) by counting from March 1 of 400-year
+  eras (the leap day then ends a year): era, day of era, year of era, day from March 1,
+  month from it; the era is split off before the shift to 0000-03-01 so that no sum
+  overflows; the day of year from the day counted from March 1; the weekday from
+  1970-01-01 a Thursday; the ISO week from the day of year of the week's Thursday.  A run
+  of timestamps on one day (hourly data: 24 in a row) computes the date once.
 
 ``csrc/fastpe_calendar.h`` is the C twin, line for line; :mod:`fastpe._exact.calendar` the
 reference, by another algorithm.
@@ -19,6 +21,7 @@ reference, by another algorithm.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import prange
 
 from ._jit import inline, kernel
@@ -30,12 +33,6 @@ BLOCK = 4096
 
 
 @inline
-def _fdiv(a, b):
-    q = a // b  # numba's // on int64 floors, as Python's
-    return q
-
-
-@inline
 def _days_in_year(y):
     if y % 4 == 0 and (y % 100 != 0 or y % 400 == 0):
         return 366
@@ -43,20 +40,37 @@ def _days_in_year(y):
 
 
 @inline
-def _row(t, per_second, tick_seconds, fields, out, k):
+def _split(t, per_second, tick_seconds):
+    """``(day, second of day)`` of tick ``t`` (numba's ``//`` on int64 floors, as Python's)."""
     if per_second > 1:
-        secs = _fdiv(t, per_second)
-        day = _fdiv(secs, 86400)
-        sod = secs - day * 86400
-    elif tick_seconds == 604800:
-        day = t * 7
-        sod = 0
-    else:
-        per_day = 86400 // tick_seconds
-        day = _fdiv(t, per_day)
-        sod = (t - day * per_day) * tick_seconds
-    # days -> civil date, counted from 0000-03-01 in eras of 400 years
-    era = _fdiv(day, 146097)
+        if per_second == 1000:
+            secs = t // 1000
+        elif per_second == 1000000:
+            secs = t // 1000000
+        elif per_second == 1000000000:
+            secs = t // 1000000000
+        else:
+            secs = t // per_second
+        day = secs // 86400
+        return day, secs - day * 86400
+    if tick_seconds == 1:
+        day = t // 86400
+        return day, t - day * 86400
+    if tick_seconds == 60:
+        day = t // 1440
+        return day, (t - day * 1440) * 60
+    if tick_seconds == 3600:
+        day = t // 24
+        return day, (t - day * 24) * 3600
+    if tick_seconds == 86400:
+        return t, t - t
+    return t * 7, t - t
+
+
+@inline
+def _date(day, v):
+    """The date fields of ``day`` (days since 1970-01-01) into ``v[3:8]``."""
+    era = day // 146097
     doe = day - era * 146097 + 719468  # 1970-01-01 is day 719468 from 0000-03-01
     era += doe // 146097
     doe = doe % 146097
@@ -67,8 +81,7 @@ def _row(t, per_second, tick_seconds, fields, out, k):
     if mp < 10:
         month = mp + 3
         year = yoe + era * 400
-        leap = 1 if _days_in_year(year) == 366 else 0
-        doy = doy_mar + 60 + leap
+        doy = doy_mar + 60 + (1 if _days_in_year(year) == 366 else 0)
     else:
         month = mp - 9
         year = yoe + era * 400 + 1
@@ -83,34 +96,32 @@ def _row(t, per_second, tick_seconds, fields, out, k):
         diy = _days_in_year(year)
         if thursday > diy:
             thursday -= diy
-    week = (thursday - 1) // 7 + 1
-    for j in range(fields.shape[0]):
-        f = fields[j]
-        if f == 0:
-            v = sod % 60
-        elif f == 1:
-            v = sod // 60 % 60
-        elif f == 2:
-            v = sod // 3600
-        elif f == 3:
-            v = wd
-        elif f == 4:
-            v = mday
-        elif f == 5:
-            v = doy
-        elif f == 6:
-            v = month
-        else:
-            v = week
-        out[k, j] = v
+    v[3] = wd
+    v[4] = mday
+    v[5] = doy
+    v[6] = month
+    v[7] = (thursday - 1) // 7 + 1
 
 
-def _calendar_fields(ticks, per_second, tick_seconds, fields, out):
+def _calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out):
     n = ticks.shape[0]
+    n_fields = fields.shape[0]
     n_blocks = (n + BLOCK - 1) // BLOCK
     for b in prange(n_blocks):
+        v = np.zeros(8, dtype=np.int64)
+        last = np.int64(0)
+        have = False
         for k in range(b * BLOCK, min(n, (b + 1) * BLOCK)):
-            _row(ticks[k], per_second, tick_seconds, fields, out, k)
+            day, sod = _split(ticks[k], per_second, tick_seconds)
+            if not have or day != last:
+                _date(day, v)
+                last = day
+                have = True
+            v[0] = sod % 60
+            v[1] = sod // 60 % 60
+            v[2] = sod // 3600
+            for j in range(n_fields):
+                out[k, j] = v[fields[j]] + offsets[j]
 
 
 calendar_fields_parallel, calendar_fields_serial = kernel(_calendar_fields)
