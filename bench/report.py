@@ -184,7 +184,9 @@ def process_table(entry: dict) -> list[str]:
 
 
 #: the families' workload kinds (``bench/peers.py``): their tables say how each row agrees
-FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial")
+FAMILY_KINDS = ("family_table", "grid", "timestep", "add", "alibi", "t5", "t5_positions", "mrope", "axial", "calendar", "temporal")
+FAMILY_KINDS += ("deberta", "deberta_positions", "shaw")
+FAMILY_KINDS += ("fourier", "time_encoding")
 
 
 def fmt_agreement(a: dict | None) -> str:
