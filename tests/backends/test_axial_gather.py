@@ -1,10 +1,14 @@
 """axial_gather on the compiled backends: the parallel and serial kernels write the same bits,
 any cut of the tokens into blocks writes every row once, the C wrapper refuses an index or a
-piece outside the arrays before writing anything, and sixteen threads calling at once each
-get the serial bits.  (The contract test compares every backend with the python one on the
+piece outside the arrays before writing anything, sixteen threads calling at once each get
+the serial bits, and a child forked after a parallel call gets the parent's.  (The contract test compares every backend with the python one on the
 registry's cases.)"""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,3 +111,41 @@ def test_sixteen_threads_at_once_get_the_serial_bits(backend):
         return c.tobytes() == wants[k][0].tobytes() and s.tobytes() == wants[k][1].tobytes()
 
     assert failures_at_once(range(16), right) == []
+
+
+#: the parent fills FLUX's caches (the parallel path), forks, and the child fills them again
+FORK_SCRIPT = r"""
+import os, sys
+import numpy as np
+from fastpe import rope
+
+BACKEND = sys.argv[1]
+coords = rope.index_grid((1, 64, 64))
+
+def caches():
+    cos, sin = rope.axial_cos_sin(coords, (16, 56, 56), backend=BACKEND)
+    return cos.tobytes() + sin.tobytes()
+
+parent = caches()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if caches() == parent else 3)
+_, status = os.waitpid(pid, 0)
+print("fork-ok" if os.waitstatus_to_exitcode(status) == 0 else f"child-status {status}")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("backend", FAST or [pytest.param("none", marks=pytest.mark.skip("no compiled backend"))])
+def test_a_forked_child_gets_the_parents_bits(backend, tmp_path):
+    from conftest import fastpe_env
+
+    script = tmp_path / "fork_axial.py"
+    script.write_text(FORK_SCRIPT)
+    try:
+        proc = subprocess.run([sys.executable, str(script), backend], capture_output=True, text=True,
+                              timeout=240, env=fastpe_env(), cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fork-ok" in proc.stdout, proc.stdout + proc.stderr
