@@ -14,7 +14,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 /* rows per block of the DeBERTa matrix whose first row is looked up (numba's ROW_BLOCK) */
 #define FASTPE_DEBERTA_ROW_BLOCK 32
@@ -22,7 +21,9 @@
 #define FASTPE_DEBERTA_UNBUCKETED INT64_MAX
 
 /* HF DeBERTa's bucket of one relative position (rp > INT64_MIN): rp itself where |rp| <= mid,
- * else sign(rp) times the value at the last plan start at or below |rp| (starts[0] = mid + 1) */
+ * else sign(rp) times the value at the last plan start at or below |rp| (starts[0] = mid + 1).
+ * The search halves its range with selects, not branches: the branches of a plain binary
+ * search mispredict on every other step for random positions (the same index either way) */
 static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t *starts,
                                          const int64_t *values, ptrdiff_t n_starts)
 {
@@ -33,17 +34,29 @@ static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t 
         d = -rp;
     else
         return rp;
-    ptrdiff_t lo = 0, hi = n_starts;
-    while (lo < hi) {
-        ptrdiff_t m = (lo + hi) >> 1;
-        if (starts[m] <= d)
-            lo = m + 1;
-        else
-            hi = m;
+    const int64_t *base = starts;
+    ptrdiff_t n = n_starts;
+    while (n > 1) { /* base[0] <= d, the answer in base[0 .. n) */
+        const ptrdiff_t half = n >> 1;
+        base = base[half] <= d ? base + half : base;
+        n -= half;
     }
-    const int64_t v = values[lo - 1];
+    const int64_t v = values[base - starts];
     return rp > 0 ? v : -v;
 }
+
+/* dst[0 .. n) = src[0 .. n): an explicit loop, not memcpy -- each row of the DeBERTa matrix is
+ * the row above shifted by one element, and the library's memmove (rep movsb) is ~8x slower
+ * on such 8-byte-shifted copies of rows 4 KiB apart than a vector loop */
+#define FASTPE_ROW_COPY(SUFFIX, T)                                                            \
+    __attribute__((optimize("no-tree-loop-distribute-patterns")))                             \
+    static void fastpe_row_copy_##SUFFIX(T *restrict dst, const T *restrict src, ptrdiff_t n) \
+    {                                                                                         \
+        for (ptrdiff_t j = 0; j < n; j++)                                                     \
+            dst[j] = src[j];                                                                  \
+    }
+FASTPE_ROW_COPY(i32, int32_t)
+FASTPE_ROW_COPY(i64, int64_t)
 
 #define FASTPE_RELATIVE(SUFFIX, T)                                                            \
     /* out[k] = bucket(rel[k]) for k in [begin, end) */                                      \
@@ -70,24 +83,30 @@ static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t 
             for (ptrdiff_t i = r0 + 1; i < r1; i++) {                                         \
                 T *next = row + k_len;                                                        \
                 next[0] = (T)fastpe_deberta_one((int64_t)i, mid, starts, values, n_starts);   \
-                memcpy(next + 1, row, (size_t)(k_len - 1) * sizeof(T));                       \
+                fastpe_row_copy_##SUFFIX(next + 1, row, k_len - 1);                           \
                 row = next;                                                                   \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    /* rows [row_begin, row_end): out[i][j] = clip(j - (i + offset), -k, k) + k */           \
+    /* rows [row_begin, row_end): out[i][j] = clip(j - (i + offset), -k, k) + k, as its three \
+     * pieces: 0 up to j = p - k, then j - p + k, then 2k from j = p + k on (p = i + offset) */ \
     static void fastpe_shaw_fill_##SUFFIX(int64_t k, int64_t offset, T *out, ptrdiff_t k_len, \
                                           ptrdiff_t row_begin, ptrdiff_t row_end)             \
     {                                                                                         \
         for (ptrdiff_t i = row_begin; i < row_end; i++) {                                     \
             T *row = out + i * k_len;                                                         \
             const int64_t p = (int64_t)i + offset;                                            \
-            for (ptrdiff_t j = 0; j < k_len; j++) {                                           \
-                int64_t d = (int64_t)j - p;                                                   \
-                d = d < -k ? -k : d;                                                          \
-                d = d > k ? k : d;                                                            \
-                row[j] = (T)(d + k);                                                          \
-            }                                                                                 \
+            const int64_t lo = p - k, hi = p + k; /* clipped below j < lo, above j > hi */    \
+            const ptrdiff_t a = lo <= 0 ? 0 : (lo < k_len ? (ptrdiff_t)lo : k_len);           \
+            const ptrdiff_t b = hi < 0 ? 0 : (hi < k_len ? (ptrdiff_t)hi + 1 : k_len);        \
+            const T top = (T)(2 * k);                                                         \
+            const int64_t shift = k - p;                                                      \
+            for (ptrdiff_t j = 0; j < a; j++)                                                 \
+                row[j] = 0;                                                                   \
+            for (ptrdiff_t j = a; j < b; j++)                                                 \
+                row[j] = (T)((int64_t)j + shift);                                             \
+            for (ptrdiff_t j = b; j < k_len; j++)                                             \
+                row[j] = top;                                                                 \
         }                                                                                     \
     }
 

@@ -8,7 +8,8 @@ by value, and every next row is the one above shifted right by one column with `
 front (``out[i, j] = out[i - 1, j - 1]``), written in place: no line, no temporaries.
 ``mid`` at its largest value means unbucketed (``i - j`` itself).
 
-Shaw: ``clip(j - (i + offset), -k, k) + k`` computed per entry, row by row.
+Shaw: ``clip(j - (i + offset), -k, k) + k`` per entry, row by row (the C twin writes each
+row as its three pieces instead: its baseline build has no 64-bit vector compare).
 
 ``csrc/fastpe_relative.h`` is the C twin: the same integers.
 """
@@ -40,15 +41,13 @@ def deberta_one(rp, mid, starts, values):
         d = -rp
     else:
         return rp
-    lo = 0
-    hi = starts.shape[0]
-    while lo < hi:  # the number of starts <= d (at least one: starts[0] = mid + 1 <= d)
-        m = (lo + hi) >> 1
-        if starts[m] <= d:
-            lo = m + 1
-        else:
-            hi = m
-    v = values[lo - 1]
+    base = 0
+    n = starts.shape[0]
+    while n > 1:  # starts[base] <= d (starts[0] = mid + 1), the answer in [base, base + n)
+        half = n >> 1
+        base += half * (starts[base + half] <= d)  # arithmetic, not a branch to mispredict
+        n -= half
+    v = values[base]
     return v if rp > 0 else -v
 
 
@@ -82,7 +81,7 @@ def _shaw_fill(k, offset, out):
     for i in prange(q_len):
         row = out[i]
         p = np.int64(i) + offset
-        for j in range(k_len):
+        for j in range(k_len):  # the compares vectorise here (LLVM targets this CPU)
             d = np.int64(j) - p
             if d < -k:
                 d = -k
