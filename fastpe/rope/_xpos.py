@@ -42,12 +42,22 @@ fastpe; a fixed integer centre avoids it.
 Error bound
 -----------
 The compiled kernels take the RoPE doubles ``C, S`` (:mod:`fastpe.rope._core`: within
-``2**-45.9 |af|`` of ``af cos theta``, ``af sin theta``), the exponent ``e = fl(n' / sb)``
-(exact when ``sb`` is a power of two, as 512 is; else within ``2**-53 |e|``), the power
-``fl(pow(zeta_i, e))`` (the C library's: glibc's is within 0.52 ULP), clamped, and round
-``C s`` and ``S s`` once more; the rotation is then the table rotation's
-``float32(x1 Cs - x2 Ss)`` in double.  With ``|ln s| <= 416`` (the clamp), the power's
-relative error is at most ``2**-52 + 417 * 2**-53 < 2**-44.2``, so
+``2**-45.9 |af|`` of ``af cos theta``, ``af sin theta``) and the power ``s`` in double:
+
+* scale bases ``>= 2`` (every published one): ``n' = a + d``, ``d = n' mod 64``, ``s =
+  pow(zeta_i, fl(a / sb)) * pow(zeta_i, fl(d / sb))`` -- an anchor's power (one ``pow`` per
+  frequency for a run of 64 positions) times a step's (kept per frequency set and scale
+  base, :mod:`fastpe._backends._xpos`); each ``pow`` is the C library's (glibc's: within
+  0.52 ULP), each exponent ``fl(m / sb)`` exact when ``sb`` is a power of two (512 is), else
+  within ``2**-53`` of itself, which moves a power ``P`` by ``2**-53 |ln P|``, relative.  With
+  ``|ln s| <= 416`` (the clamp) and ``|ln pow(zeta, d / sb)| <= 40``, the anchor's
+  ``|ln| <= 456``: relative error at most ``496 * 2**-53 + 3 * 2**-52.9 < 2**-43.9`` (for
+  ``sb = 512``: ``2**-51.3``);
+* smaller scale bases: ``s = pow(zeta_i, fl(n' / sb))``, within ``2**-52 + 417 * 2**-53``.
+
+``s`` is clamped, ``C s`` and ``S s`` rounded once more, and the rotation is the table
+rotation's ``float32(x1 Cs - x2 Ss)`` in double.  Summing (``2**-45.9 + 2**-43.9`` and the
+roundings),
 
     ``|out - y| <= ulp(y) / 2 + 2**-43.5 |af| s (|x1| + |x2|)``
 

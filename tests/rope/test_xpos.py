@@ -464,3 +464,49 @@ def test_length_dependent_rules_keep_a_table_per_length():
     Rotary(8, scaling=scaling, max_position_embeddings=16, xpos_scale_base=64, xpos_center=2).apply_(
         fresh, np.array([5]), seq_len=5000)
     assert np.array_equal(fresh, long_)
+
+
+@pytest.mark.parametrize("sb, center", [(64.0, 0), (3.0, 2**31), (1.25, 0)])
+def test_tables_relative_to_the_exact_doubles_at_large_powers(sb, center):
+    """Powers far from 1 (up to the clamp), the anchored product (scale bases >= 2) and pow at
+    every value (below 2): every double within 2**-44 of the exact one, relative."""
+    rotary = Rotary(8, xpos_scale_base=sb, xpos_center=center)
+    base = 0 if center == 0 else center - 200
+    positions = np.array([base + v for v in (0, 1, 63, 64, 65, 127, 200, 317, 400)])
+    zeta = exact.xpos_zeta(8)
+    for backend in BACKENDS:
+        c = rotary.cos_sin(positions, dtype="float64", backend=backend)
+        for r, p in enumerate(positions):
+            for i in range(4):
+                want = exact.xpos_table_f64(int(p), rotary.inv_freq[i], 1.0, zeta[i], sb, center)
+                got = (c.cos_q[r, i], c.sin_q[r, i], c.cos_k[r, i], c.sin_k[r, i])
+                for g, w in zip(got, want):
+                    assert abs(g - w) <= 2.0**-44 * abs(w) or abs(w) < 2.0**-900, (backend, p, i, g, w)
+
+
+def test_threads_sharing_a_rotary_get_the_serial_bits():
+    import threading
+
+    rotary = Rotary(16, xpos_scale_base=512)
+    q, k = _x((1, 4, 1, 16), 40), _x((1, 2, 1, 16), 41)
+    want = {}
+    for p in range(24):
+        a, b = q.copy(), k.copy()
+        Rotary(16, xpos_scale_base=512).apply_qk_(a, b, offset=p)
+        want[p] = (a, b)
+    bad = []
+
+    def work(t):
+        for rep in range(30):
+            p = (t * 7 + rep) % 24
+            a, b = q.copy(), k.copy()
+            rotary.apply_qk_(a, b, offset=p)
+            if not (np.array_equal(a, want[p][0]) and np.array_equal(b, want[p][1])):
+                bad.append(p)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not bad and not any(t.is_alive() for t in threads)
