@@ -247,6 +247,9 @@ def _distinct(x: np.ndarray, lo: float, hi: float, row: int, index: np.ndarray) 
     them: for whole numbers in a narrow span (grids) the whole span, by subtraction; else the
     sorted distinct values.  ``-0.0`` and ``0.0`` are one value, ``0.0`` (one zero, whatever
     path a row takes)."""
+    if lo == hi:  # one value (a single frame, the text tokens' zeros)
+        index.fill(row)
+        return np.array([lo + 0.0])
     if _whole_span(lo, hi, x.size):
         np.subtract(x, lo - row, out=index, casting="unsafe")  # exact for whole numbers
         if (index + (lo - row) == x).all():
@@ -345,43 +348,57 @@ def _fill(module, x, lo, hi, dims, plans, layout, out_cos, out_sin) -> None:
     axes = [a for a, d in enumerate(dims) if d]
     gptj = layout == "gptj"
     index = np.empty((len(axes), n), dtype=np.int64)
-    found, row = [], 0
+    found = []     # (values, first table row, whether its rows are its own) per axis
+    row = 0
     for j, a in enumerate(axes):
         values = _distinct(x[:, a], lo[a], hi[a], row, index[j])
-        found.append(values)
-        row += values.size
+        # an axis with an earlier one's frequencies and values (FLUX's and Wan's row and
+        # column axes of a square grid) reads that one's table rows
+        same = next((first for b, (v, first, _) in zip(axes, found)
+                     if plans[b] is plans[a] and v.size == values.size and np.array_equal(v, values)), None)
+        if same is None:
+            found.append((values, row, True))
+            row += values.size
+        else:
+            index[j] -= row - same
+            found.append((values, same, False))
     k = max(dims[a] if gptj else dims[a] // 2 for a in axes)
     table = np.empty((row, 2, k), dtype=out_cos.dtype)
     pieces = []    # (axis, src, col, width): what axial_gather copies
     start = 0      # the block's first column (gptj, neox)
     start_h = 0    # the axis's first column in each half (neox_head)
-    row = 0        # the axis's first row of the table
-    for j, (a, values) in enumerate(zip(axes, found)):
+    for j, (a, (values, row, own)) in enumerate(zip(axes, found)):
         (freqs, cols), d, h, m = plans[a], dims[a], dims[a] // 2, values.size
-        sc = np.empty((m, 2 * freqs.count), dtype=out_cos.dtype)
-        fill_real(module, freqs, "halves_cos", values, sc)   # [cos | sin] of every frequency
-        pairs = sc.reshape(m, 2, freqs.count)[:, :, cols]      # (value, cos/sin, frequency)
-        rows = table[row:row + m]
-        if not gptj:  # [f0 f1 ...], the half block placed twice
-            rows[:, :, :h] = pairs
-        elif out_cos.itemsize in _PAIR_BITS:  # [f0 f0 f1 f1 ...]: each value's bits twice,
-            # as one integer of twice the width (v * (2**bits + 1)): one pass, no broadcast
-            narrow, wide, factor = _PAIR_BITS[out_cos.itemsize]
-            np.multiply(pairs.view(narrow), factor, out=rows.view(wide)[:, :, :h], dtype=wide)
-        else:
-            rows[:, :, :d].reshape(m, 2, h, 2)[...] = pairs[..., None]
+        if own:
+            _axis_rows(module, freqs, cols, values, table[row:row + m], d, gptj)
         if gptj:
             pieces.append((j, 0, start, d))
         elif layout == "neox":
             pieces += [(j, 0, start, h), (j, 0, start + h, h)]
         else:
             pieces += [(j, 0, start_h, h), (j, 0, width // 2 + start_h, h)]
-        row += m
         start += d
         start_h += h
     bits = np.dtype(f"u{out_cos.itemsize}")
     module.axial_gather(table=table.view(bits), index=index, pieces=np.array(pieces, dtype=np.int64),
                         out_cos=out_cos.view(bits), out_sin=out_sin.view(bits))
+
+
+def _axis_rows(module, freqs, cols, values, rows, d: int, gptj: bool) -> None:
+    """An axis's table rows: ``rows[i, 0]`` the cosines, ``rows[i, 1]`` the sines of
+    ``values[i]`` at its ``d / 2`` frequencies, each twice (gptj, ``d`` values) or once."""
+    m, h = values.size, d // 2
+    sc = np.empty((m, 2 * freqs.count), dtype=rows.dtype)
+    fill_real(module, freqs, "halves_cos", values, sc)   # [cos | sin] of every frequency
+    pairs = sc.reshape(m, 2, freqs.count)[:, :, cols]      # (value, cos/sin, frequency)
+    if not gptj:  # [f0 f1 ...], the half block placed twice
+        rows[:, :, :h] = pairs
+    elif rows.itemsize in _PAIR_BITS:  # [f0 f0 f1 f1 ...]: each value's bits twice, as one
+        # integer of twice the width (v * (2**bits + 1)): one pass, no broadcast
+        narrow, wide, factor = _PAIR_BITS[rows.itemsize]
+        np.multiply(pairs.view(narrow), factor, out=rows.view(wide)[:, :, :h], dtype=wide)
+    else:
+        rows[:, :, :d].reshape(m, 2, h, 2)[...] = pairs[..., None]
 
 
 # ------------------------------------------------------------------------- grids

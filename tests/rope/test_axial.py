@@ -195,14 +195,19 @@ def test_grid_and_gather_paths_same_bits(layout):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
-@pytest.mark.parametrize("sizes", [(7,), (5, 6), (2, 3, 4, 5), (1, 4, 6)])
-def test_each_axis_block_is_its_one_axis_cache(dtype, sizes):
+@pytest.mark.parametrize("sizes, dims, start", [
+    ((7,), (4,), 0), ((5, 6), (4, 6), (-1, 0)), ((2, 3, 4, 5), (4, 6, 8, 10), (-1, 0, 1, 2)),
+    ((1, 4, 6), (4, 6, 8), (-1, 0, 1)),
+    ((1, 6, 6), (4, 8, 8), 0),         # two axes of one width and the same values (FLUX's square)
+    ((6, 6), (8, 8), (0, 1)),          # one width, as many values, other values
+    ((2, 5, 5), (6, 6, 6), (0, 0, 0)),  # one width everywhere, the last two axes alike
+])
+def test_each_axis_block_is_its_one_axis_cache(dtype, sizes, dims, start):
     """A meshgrid, the same tokens shuffled, and each axis's columns (both halves with
     neox_head) the one-axis cache of that axis's coordinates: the columns each layout
-    places, for any number of axes, bit for bit."""
-    coords = ax.index_grid(sizes, start=tuple(range(-1, len(sizes) - 1)))
+    places, for any number of axes (and axes sharing a table), bit for bit."""
+    coords = ax.index_grid(sizes, start=start)
     perm = np.random.default_rng(1).permutation(coords.shape[0])
-    dims = tuple(4 + 2 * a for a in range(len(sizes)))
     half = sum(dims) // 2
     for layout in ax.AXIAL_LAYOUTS:
         grid = ax.axial_cos_sin(coords, dims, layout=layout, dtype=dtype)
