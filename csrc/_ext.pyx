@@ -716,43 +716,63 @@ def sincos_real_rows(const double[::1] x, const double[:, ::1] turns, int layout
 # a second table), rows cut into blocks on the pool.
 
 cdef extern from "fastpe_xpos.h" nogil:
+    const int FASTPE_XPOS_STEP
     void fastpe_xpos_scale(const uint32_t *positions, const double *zeta, Py_ssize_t n_freq,
-                           double scale_base, double center, double *tq, double *tk,
-                           Py_ssize_t lo, Py_ssize_t hi)
+                           double scale_base, int64_t center, const double *up, const double *down,
+                           double *tq, double *tk, double *scratch, Py_ssize_t lo, Py_ssize_t hi)
+
+#: positions per anchor of the xPos powers (fastpe._backends._xpos.STEP)
+XPOS_STEP = FASTPE_XPOS_STEP
 
 ctypedef struct _XposCtx:
     const uint32_t *positions
     const double *zeta
     Py_ssize_t n_freq
     double scale_base
-    double center
+    int64_t center
+    const double *up
+    const double *down
     double *tq
     double *tk
+    double *scratch
 
 
 cdef void _xpos_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _XposCtx *c = <_XposCtx *>ctx
-    fastpe_xpos_scale(c.positions, c.zeta, c.n_freq, c.scale_base, c.center, c.tq, c.tk, lo, hi)
+    fastpe_xpos_scale(c.positions, c.zeta, c.n_freq, c.scale_base, c.center, c.up, c.down, c.tq, c.tk,
+                      c.scratch + 4 * part * c.n_freq, lo, hi)
 
 
-def xpos_scale(const uint32_t[::1] positions, const double[::1] zeta, double scale_base, double center,
-               double[:, :, ::1] out_q, double[:, :, ::1] out_k, int parts=1):
+def xpos_scale(const uint32_t[::1] positions, const double[::1] zeta, double scale_base, int64_t center,
+               const double[:, ::1] up, const double[:, ::1] down, double[:, :, ::1] out_q,
+               double[:, :, ::1] out_k, int parts=1):
     """``out_q`` (the RoPE table of ``positions``) times ``zeta ** ((p - center) / scale_base)``
     in place, ``out_k`` the table times ``zeta ** (-(p - center) / scale_base)``, each power
-    clamped to ``[2**-600, 2**600]`` (csrc/fastpe_xpos.h)."""
+    clamped to ``[2**-600, 2**600]`` (csrc/fastpe_xpos.h): anchored on the step tables ``up``,
+    ``down`` (``(n_freq, XPOS_STEP)``), or, when they have no rows, by ``pow`` at every value."""
     cdef Py_ssize_t n = positions.shape[0]
     cdef Py_ssize_t n_freq = zeta.shape[0]
+    cdef bint anchored = up.shape[0] != 0
     for name, t in (("out_q", out_q), ("out_k", out_k)):
         if t.shape[0] != n or t.shape[1] != 2 or t.shape[2] != n_freq:
             raise ValueError(f"{name} must have shape ({n}, 2, {n_freq})")
+    if anchored and (up.shape[0] != n_freq or down.shape[0] != n_freq or up.shape[1] != FASTPE_XPOS_STEP
+                     or down.shape[1] != FASTPE_XPOS_STEP):
+        raise ValueError(f"up and down must have shape ({n_freq}, {FASTPE_XPOS_STEP})")
     _check_parts(parts)
     if n == 0 or n_freq == 0:
         return
     cdef _XposCtx c
     c.positions, c.zeta, c.n_freq = &positions[0], &zeta[0], n_freq
     c.scale_base, c.center, c.tq, c.tk = scale_base, center, &out_q[0, 0, 0], &out_k[0, 0, 0]
-    with nogil:
-        fastpe_pool_run(_xpos_part, &c, 0, n, parts, 1, _pool_threads)
+    c.up = &up[0, 0] if anchored else NULL
+    c.down = &down[0, 0] if anchored else NULL
+    c.scratch = _scratch(4 * parts * n_freq)
+    try:
+        with nogil:
+            fastpe_pool_run(_xpos_part, &c, 0, n, parts, 1, _pool_threads)
+    finally:
+        PyMem_Free(c.scratch)
 
 
 # ----------------------------------------------------------------------- axial RoPE caches
@@ -975,13 +995,13 @@ def sincos_rows_signed(const int64_t[::1] positions, const double[:, ::1] turns,
 
 cdef extern from "fastpe_time.h" nogil:
     void fastpe_fourier_exact_f32(const int64_t *ticks, int64_t d, const int64_t *table, double dh,
-                                  double dl, Py_ssize_t order, float *out, Py_ssize_t lo, Py_ssize_t hi)
+                                  double dl, Py_ssize_t order, float *out, Py_ssize_t lo, Py_ssize_t hi, int wide)
     void fastpe_fourier_exact_f64(const int64_t *ticks, int64_t d, const int64_t *table, double dh,
-                                  double dl, Py_ssize_t order, double *out, Py_ssize_t lo, Py_ssize_t hi)
+                                  double dl, Py_ssize_t order, double *out, Py_ssize_t lo, Py_ssize_t hi, int wide)
     void fastpe_time_words_f32(const int64_t *ticks, const double *words, Py_ssize_t n_freq,
-                               int cos_only, float *out, Py_ssize_t lo, Py_ssize_t hi)
+                               int cos_only, float *out, Py_ssize_t lo, Py_ssize_t hi, int wide)
     void fastpe_time_words_f64(const int64_t *ticks, const double *words, Py_ssize_t n_freq,
-                               int cos_only, double *out, Py_ssize_t lo, Py_ssize_t hi)
+                               int cos_only, double *out, Py_ssize_t lo, Py_ssize_t hi, int wide)
 
 ctypedef struct _TimeCtx:
     const int64_t *ticks
@@ -994,26 +1014,27 @@ ctypedef struct _TimeCtx:
     int cos_only
     void *out
     int is_double
+    int wide
 
 
 cdef void _fourier_exact_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _TimeCtx *c = <_TimeCtx *>ctx
     if c.is_double:
-        fastpe_fourier_exact_f64(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <double *>c.out, lo, hi)
+        fastpe_fourier_exact_f64(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <double *>c.out, lo, hi, c.wide)
     else:
-        fastpe_fourier_exact_f32(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <float *>c.out, lo, hi)
+        fastpe_fourier_exact_f32(c.ticks, c.d, c.table, c.dh, c.dl, c.n_freq, <float *>c.out, lo, hi, c.wide)
 
 
 cdef void _time_words_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _TimeCtx *c = <_TimeCtx *>ctx
     if c.is_double:
-        fastpe_time_words_f64(c.ticks, c.words, c.n_freq, c.cos_only, <double *>c.out, lo, hi)
+        fastpe_time_words_f64(c.ticks, c.words, c.n_freq, c.cos_only, <double *>c.out, lo, hi, c.wide)
     else:
-        fastpe_time_words_f32(c.ticks, c.words, c.n_freq, c.cos_only, <float *>c.out, lo, hi)
+        fastpe_time_words_f32(c.ticks, c.words, c.n_freq, c.cos_only, <float *>c.out, lo, hi, c.wide)
 
 
 def fourier_exact(const int64_t[::1] ticks, int64_t d, const int64_t[:, ::1] table, double dh, double dl,
-                  floating[:, ::1] out, int parts=1):
+                  floating[:, ::1] out, bint wide=True, int parts=1):
     """``out`` (``(n, 2 * order)``): the sine and cosine of ``2 pi m_k / d``, ``m_k = k t N mod d``,
     from the residue ``table`` (``(16, 16)``, ``table[j, g] = g 16**j N mod d``, ``1 <= d < 2**62``)."""
     cdef Py_ssize_t n = ticks.shape[0]
@@ -1028,13 +1049,13 @@ def fourier_exact(const int64_t[::1] ticks, int64_t d, const int64_t[:, ::1] tab
         return
     cdef _TimeCtx c
     c.ticks, c.d, c.table, c.dh, c.dl = &ticks[0], d, &table[0, 0], dh, dl
-    c.n_freq, c.out, c.is_double = out.shape[1] // 2, &out[0, 0], floating is double
+    c.n_freq, c.out, c.is_double, c.wide = out.shape[1] // 2, &out[0, 0], floating is double, wide
     with nogil:
         fastpe_pool_run(_fourier_exact_part, &c, 0, n, parts, 1, _pool_threads)
 
 
 def time_words(const int64_t[::1] ticks, const double[:, ::1] words, bint cos_only, floating[:, ::1] out,
-               int parts=1):
+               bint wide=True, int parts=1):
     """``out``: the cosines (``(n, n_freq)``, ``cos_only``) or sine, cosine pairs
     (``(n, 2 n_freq)``) of ``2 pi frac(t v_j)`` from the split ``words`` (``(8, n_freq)``)."""
     cdef Py_ssize_t n = ticks.shape[0]
@@ -1048,7 +1069,7 @@ def time_words(const int64_t[::1] ticks, const double[:, ::1] words, bint cos_on
         return
     cdef _TimeCtx c
     c.ticks, c.words, c.n_freq, c.cos_only = &ticks[0], &words[0, 0], n_freq, cos_only
-    c.out, c.is_double = &out[0, 0], floating is double
+    c.out, c.is_double, c.wide = &out[0, 0], floating is double, wide
     with nogil:
         fastpe_pool_run(_time_words_part, &c, 0, n, parts, 1, _pool_threads)
 

@@ -46,10 +46,10 @@ static FASTPE_ALWAYS_INLINE void fastpe_residue_turn_(int64_t m, int64_t d, doub
 }
 
 /* rows [row_begin, row_end) of out (n x 2*order, float or double): sin, cos of harmonic k */
-#define FASTPE_DEFINE_FOURIER_EXACT(NAME, T)                                                     \
-    static void NAME(const int64_t *ticks, int64_t d, const int64_t *table, double dh,         \
-                     double dl, ptrdiff_t order, T *out, ptrdiff_t row_begin,                   \
-                     ptrdiff_t row_end)                                                         \
+#define FASTPE_DEFINE_FOURIER_EXACT(NAME, T, ATTR)                                               \
+    ATTR static void NAME(const int64_t *ticks, int64_t d, const int64_t *table, double dh,    \
+                          double dl, ptrdiff_t order, T *out, ptrdiff_t row_begin,              \
+                          ptrdiff_t row_end)                                                    \
     {                                                                                           \
         for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
             int64_t x = ticks[i] % d;                                                           \
@@ -76,8 +76,12 @@ static FASTPE_ALWAYS_INLINE void fastpe_residue_turn_(int64_t m, int64_t d, doub
         }                                                                                       \
     }
 
-FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f32, float)
-FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f64, double)
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f32_baseline, float, )
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f64_baseline, double, )
+#if FASTPE_X86_DISPATCH
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f32_avx2, float, __attribute__((target("avx2"))))
+FASTPE_DEFINE_FOURIER_EXACT(fastpe_fourier_exact_f64_avx2, double, __attribute__((target("avx2"))))
+#endif
 
 /* words: 8 rows of n_freq (A = frac(2**32 v) in rows 0-3, B = frac(v) in rows 4-7) */
 static FASTPE_ALWAYS_INLINE void fastpe_word_turn_(double th, double tl, const double *w,
@@ -95,32 +99,91 @@ static FASTPE_ALWAYS_INLINE void fastpe_word_turn_(double th, double tl, const d
     *e_out = e + (th * w[3 * n_freq + j] + tl * w[7 * n_freq + j]);
 }
 
-/* rows [row_begin, row_end) of out: cos only (n x n_freq) or sin, cos pairs (n x 2 n_freq) */
-#define FASTPE_DEFINE_TIME_WORDS(NAME, T)                                                        \
-    static void NAME(const int64_t *ticks, const double *words, ptrdiff_t n_freq, int cos_only, \
-                     T *out, ptrdiff_t row_begin, ptrdiff_t row_end)                            \
+/*
+ * rows [row_begin, row_end) of out: cos only (n x n_freq) or sin, cos pairs (n x 2 n_freq).
+ * A row whose t is below 2**32 has th = 0: its three products with A are exact zeros, and
+ * adding a zero by a two-sum changes neither the sum nor its error, so the row skips them
+ * (the same bits, half the products: times in seconds are such rows).
+ */
+#define FASTPE_TIME_PUT_(T)                                                                     \
+    do {                                                                                        \
+        fastpe_sincos_of_turn_(s, e, &sv, &cv, 1);                                              \
+        if (cos_only) {                                                                         \
+            o[j] = (T)(cv + 0.0);                                                               \
+        } else {                                                                                \
+            o[2 * j] = (T)(sv + 0.0);                                                           \
+            o[2 * j + 1] = (T)(cv + 0.0);                                                       \
+        }                                                                                       \
+    } while (0)
+
+#define FASTPE_DEFINE_TIME_WORDS(NAME, T, ATTR)                                                  \
+    ATTR static void NAME(const int64_t *ticks, const double *words, ptrdiff_t n_freq,         \
+                          int cos_only, T *out, ptrdiff_t row_begin, ptrdiff_t row_end)         \
     {                                                                                           \
         ptrdiff_t width = cos_only ? n_freq : 2 * n_freq;                                       \
+        const double *b1 = words + 4 * n_freq, *b2 = words + 5 * n_freq,                        \
+                     *b3 = words + 6 * n_freq, *b4 = words + 7 * n_freq;                        \
         for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
             int64_t t = ticks[i];                                                               \
             double th = (double)(t >> 32);                                                      \
             double tl = (double)(t & (int64_t)0xFFFFFFFF);                                      \
             T *o = out + i * width;                                                             \
-            for (ptrdiff_t j = 0; j < n_freq; j++) {                                            \
-                double s, e, sv, cv;                                                            \
-                fastpe_word_turn_(th, tl, words, n_freq, j, &s, &e);                            \
-                fastpe_sincos_of_turn_(s, e, &sv, &cv, 1);                                      \
-                if (cos_only) {                                                                 \
-                    o[j] = (T)(cv + 0.0);                                                       \
-                } else {                                                                        \
-                    o[2 * j] = (T)(sv + 0.0);                                                   \
-                    o[2 * j + 1] = (T)(cv + 0.0);                                               \
+            if ((t >> 32) == 0) {                                                               \
+                for (ptrdiff_t j = 0; j < n_freq; j++) {                                        \
+                    double s = fastpe_centred_(tl * b1[j]), e = 0.0, sv, cv;                    \
+                    fastpe_add_turns_(&s, fastpe_centred_(tl * b2[j]), &e);                     \
+                    fastpe_add_turns_(&s, fastpe_centred_(tl * b3[j]), &e);                     \
+                    e = e + tl * b4[j];                                                         \
+                    FASTPE_TIME_PUT_(T);                                                        \
+                }                                                                               \
+            } else {                                                                            \
+                for (ptrdiff_t j = 0; j < n_freq; j++) {                                        \
+                    double s, e, sv, cv;                                                        \
+                    fastpe_word_turn_(th, tl, words, n_freq, j, &s, &e);                        \
+                    FASTPE_TIME_PUT_(T);                                                        \
                 }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }
 
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32, float)
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64, double)
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32_baseline, float, )
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64_baseline, double, )
+#if FASTPE_X86_DISPATCH
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32_avx2, float, __attribute__((target("avx2"))))
+FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64_avx2, double, __attribute__((target("avx2"))))
+#endif
+
+/* the entry points: the AVX2 copy where wide and the CPU has it (FASTPE_DISPATCH_) */
+static void fastpe_fourier_exact_f32(const int64_t *ticks, int64_t d, const int64_t *table,
+                                     double dh, double dl, ptrdiff_t order, float *out,
+                                     ptrdiff_t row_begin, ptrdiff_t row_end, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_fourier_exact_f32, ticks, d, table, dh, dl, order, out, row_begin,
+                     row_end);
+}
+
+static void fastpe_fourier_exact_f64(const int64_t *ticks, int64_t d, const int64_t *table,
+                                     double dh, double dl, ptrdiff_t order, double *out,
+                                     ptrdiff_t row_begin, ptrdiff_t row_end, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_fourier_exact_f64, ticks, d, table, dh, dl, order, out, row_begin,
+                     row_end);
+}
+
+static void fastpe_time_words_f32(const int64_t *ticks, const double *words, ptrdiff_t n_freq,
+                                  int cos_only, float *out, ptrdiff_t row_begin,
+                                  ptrdiff_t row_end, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_time_words_f32, ticks, words, n_freq, cos_only, out, row_begin,
+                     row_end);
+}
+
+static void fastpe_time_words_f64(const int64_t *ticks, const double *words, ptrdiff_t n_freq,
+                                  int cos_only, double *out, ptrdiff_t row_begin,
+                                  ptrdiff_t row_end, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_time_words_f64, ticks, words, n_freq, cos_only, out, row_begin,
+                     row_end);
+}
 
 #endif /* FASTPE_TIME_H */
