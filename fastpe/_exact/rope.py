@@ -40,8 +40,8 @@ from fractions import Fraction
 from .constants import pi_fixed
 from .rounding import F32, round_fraction, round_ratio, settled, ziv
 
-__all__ = ["cos_sin_f32", "cos_sin_f64", "cos_sin_rounded", "rotate_f32", "FIRST_BITS", "xpos_zeta", "xpos_scale_bounds",
-           "xpos_table_f64", "xpos_rotate_f32", "XPOS_CLAMP"]
+__all__ = ["cos_sin_f32", "cos_sin_f64", "cos_sin_rounded", "rotate_f32", "FIRST_BITS", "xpos_zeta",
+           "xpos_scale_bounds", "xpos_table_f64", "xpos_rotate_f32", "XPOS_CLAMP"]
 
 #: fixed-point bits of the first pass; each retry doubles them
 FIRST_BITS = 96

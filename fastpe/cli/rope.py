@@ -314,7 +314,8 @@ def rope(ctx: click.Context, head_dim, max_len, base, rotary_dim, layout, scalin
 
     if (ctx.obj or {}).get("verbosity", 0) >= 0:
         click.echo(
-            f"wrote {path}: {', '.join(caches)} {dtype_text(cos.dtype, path)} {cos.shape} {rotary.layout}, rope_type {spec.rope_type}, "
+            f"wrote {path}: {', '.join(caches)} {dtype_text(cos.dtype, path)} {cos.shape} {rotary.layout}, "
+            f"rope_type {spec.rope_type}, "
             f"base {spec.base:g}, attention_factor {attention:.8g}, {options.human_size(len(caches) * cos.nbytes)}, "
             f"{f'xpos_scale_base {rotary.xpos_scale_base:g} ({rotary.xpos_center}), ' if xpos else ''}"
             f"backend {name}, {options.milliseconds(compute_s)} compute + {options.milliseconds(write_s)} write"
