@@ -510,3 +510,49 @@ def test_threads_sharing_a_rotary_get_the_serial_bits():
     for t in threads:
         t.join(60)
     assert not bad and not any(t.is_alive() for t in threads)
+
+
+FORK_SCRIPT = """
+import multiprocessing as mp, os, sys
+import numpy as np
+from fastpe.rope import Rotary
+
+BACKEND = sys.argv[1]
+ROTARY = Rotary(128, xpos_scale_base=512)
+RNG = np.random.default_rng(7)
+Q = RNG.standard_normal((1, 16, 3000, 128)).astype(np.float32)
+K = RNG.standard_normal((1, 4, 3000, 128)).astype(np.float32)
+
+def run(_=None):
+    q, k = Q.copy(), K.copy()
+    ROTARY.apply_qk_(q, k, backend=BACKEND)    # large: the backend's threads
+    return q.tobytes() + k.tobytes()
+
+WANT = run()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if run() == WANT else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+with mp.get_context("fork").Pool(2) as pool:
+    assert all(r == WANT for r in pool.map(run, range(3)))
+print("fork-ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [b for b in ("numba", "cython") if b in FAST])
+def test_fork_after_threaded_xpos_rotation(backend, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import fastpe_env
+
+    script = tmp_path / "fork_xpos.py"
+    script.write_text(FORK_SCRIPT)
+    try:
+        proc = subprocess.run([sys.executable, str(script), backend], capture_output=True, text=True, timeout=240,
+                              env=fastpe_env(), cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0 and "fork-ok" in proc.stdout, proc.stdout + proc.stderr
