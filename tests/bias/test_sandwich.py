@@ -95,3 +95,21 @@ def test_validation_and_out():
     assert sandwich_bias(2, 3, 5, hidden_size=8, out=out) is out
     assert np.array_equal(out, sandwich_bias(2, 3, 5, hidden_size=8))
     assert _dtypes.resolve("float64") == sandwich_bias(1, 2, hidden_size=2, dtype="float64").dtype
+
+
+def test_sixteen_threads_at_once():
+    from support.threads import failures_at_once
+
+    jobs = []
+    for b in FAST:
+        for k in range(8):
+            shape = (4, 150 + k, 200)
+            want = sandwich_bias(*shape, hidden_size=8 * (k + 1), bidirectional=bool(k % 2), backend=b)
+            jobs.append((b, shape, 8 * (k + 1), bool(k % 2), want))
+
+    def right(job):
+        b, shape, hidden, bidirectional, want = job
+        got = sandwich_bias(*shape, hidden_size=hidden, bidirectional=bidirectional, backend=b)
+        return np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+    assert not failures_at_once(jobs, right)

@@ -238,3 +238,67 @@ def test_conformer_validation():
                                     ((4, 0), {}, ValueError, "d_model")):
         with pytest.raises(exc, match=name):
             fastpe.conformer_embedding(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- threads and fork
+
+FORK_SCRIPT = r"""
+import os, sys
+import numpy as np
+import fastpe
+from fastpe.relative import sandwich_bias
+backend = sys.argv[1]
+pos = np.arange(2047, -2048, -1, dtype=np.int64)
+cfg = fastpe.PosEncConfig(126, layout="halves")
+before = fastpe.forward(pos, cfg, np.empty((len(pos), 126), np.float32), backend=backend)
+bias = sandwich_bias(4, 300, hidden_size=64, backend=backend)
+pid = os.fork()
+if pid == 0:
+    again = fastpe.forward(pos, cfg, np.empty((len(pos), 126), np.float32), backend=backend)
+    b2 = sandwich_bias(4, 300, hidden_size=64, backend=backend)
+    os._exit(0 if np.array_equal(again, before) and np.array_equal(b2, bias) else 3)
+_, status = os.waitpid(pid, 0)
+print("fork-ok" if os.waitstatus_to_exitcode(status) == 0 else "fork-bad")
+"""
+
+
+@pytest.mark.any_backend
+def test_signed_paths_from_sixteen_threads_at_once():
+    from support.threads import failures_at_once
+
+    rng = np.random.default_rng(11)
+    jobs = []
+    for backend in FAST:
+        for k in range(8):
+            pos = rng.integers(-TOP, TOP + 1, 600, dtype=np.int64)
+            layout = ("interleaved", "halves")[k % 2]
+            cfg = PosEncConfig(126, layout=layout)
+            want = fastpe.forward(pos, cfg, np.empty((600, 126), np.float32), backend=backend)
+            jobs.append((backend, pos, cfg, want))
+
+    def right(job):
+        backend, pos, cfg, want = job
+        out = np.full(want.shape, np.nan, np.float32)
+        fastpe.forward(pos, cfg, out, backend=backend)
+        return np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+    assert not failures_at_once(jobs, right)
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("backend_name", FAST)
+def test_signed_paths_and_sandwich_in_a_forked_child(backend_name, tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import fastpe_env
+
+    script = tmp_path / "fork_signed.py"
+    script.write_text(textwrap.dedent(FORK_SCRIPT))
+    try:
+        proc = subprocess.run([sys.executable, str(script), backend_name], capture_output=True, text=True,
+                              timeout=240, env=fastpe_env(), cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0 and "fork-ok" in proc.stdout, proc.stdout + proc.stderr
