@@ -223,3 +223,54 @@ def test_out_contract():
                        bad_input=lambda out: relative.deberta_bucket(rel, bucket_size=1, out=out))
     check_out_contract(lambda **kw: relative.deberta_bucket_matrix(9, 13, **kw), other_dtype="int32",
                        bad_input=lambda out: relative.deberta_bucket_matrix(9, 13, max_position=3, out=out))
+
+
+# ------------------------------------------------------------------ threads and fork
+
+
+@pytest.mark.any_backend
+def test_threads_at_once_get_the_serial_bits():
+    """Sixteen callers at once, each large enough for the parallel paths, plans built
+    concurrently (a configuration not seen before): every result the one computed alone."""
+    from support.threads import failures_at_once
+
+    rel = np.random.default_rng(5).integers(-(1 << 20), 1 << 20, 300_000)
+    jobs = [(b, cfg) for b in FAST for cfg in ((256, 512), (97, 300), (256, 512), (40, 22))] * 2
+    grid = np.arange(700)[:, None] - np.arange(900)[None, :]
+    # the truth by the plan's vectorised evaluator of HF's formula (no plan, no kernel)
+    want = {cfg: (plan.bucket_values(*cfg, grid), plan.bucket_values(*cfg, rel)) for _, cfg in jobs}
+    plan._plan.cache_clear()  # the threads build the plans, several at once
+
+    def right(job):
+        backend, (bs, mp) = job
+        m = relative.deberta_bucket_matrix(700, 900, bucket_size=bs, max_position=mp, backend=backend)
+        v = relative.deberta_bucket(rel, bs, mp, backend=backend)
+        return np.array_equal(m, want[bs, mp][0]) and np.array_equal(v, want[bs, mp][1])
+
+    assert not failures_at_once(jobs, right)
+
+
+def _child(conn, backend):
+    m = relative.deberta_bucket_matrix(700, 900, backend=backend)
+    s = relative.shaw_positions(700, 900, max_relative_position=16, backend=backend)
+    conn.send((m.tobytes(), s.tobytes()))
+    conn.close()
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("backend", FAST)
+def test_fork_after_parallel_fill(backend):
+    """A child forked after parallel fills of both matrices computes the parent's bits."""
+    import multiprocessing as mp
+
+    m = relative.deberta_bucket_matrix(700, 900, backend=backend)
+    s = relative.shaw_positions(700, 900, max_relative_position=16, backend=backend)
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_child, args=(child, backend))
+    proc.start()
+    assert parent.poll(120), "the forked child did not answer"
+    got = parent.recv()
+    proc.join(30)
+    assert proc.exitcode == 0
+    assert got == (m.tobytes(), s.tobytes())

@@ -78,3 +78,20 @@ def test_out_contract():
     check_out_contract(lambda **kw: relative.shaw_positions(9, 13, max_relative_position=4, **kw),
                        other_dtype="int64",
                        bad_input=lambda out: relative.shaw_positions(9, 13, max_relative_position=-4, out=out))
+
+
+@pytest.mark.any_backend
+def test_threads_at_once_get_the_formula():
+    """Sixteen callers at once, large enough for the parallel paths: tensor2tensor's values."""
+    from support.threads import failures_at_once
+
+    fast = [b for b in AVAILABLE if b != "python"]
+    jobs = [(b, m, dt) for b in fast for m in (16, 300) for dt in ("int32", "int64")] * 2
+    want = {m: t2t(1500, 2000, m) for m in (16, 300)}
+
+    def right(job):
+        backend, m, dt = job
+        got = relative.shaw_positions(1500, 2000, max_relative_position=m, dtype=dt, backend=backend)
+        return got.dtype == np.dtype(dt) and np.array_equal(got, want[m])
+
+    assert not failures_at_once(jobs, right)
