@@ -868,9 +868,26 @@ class Rotary:
                 tables.clear()
             tables[tkey] = pair
         neox = self._neox
-        _rotate_on_table(module, backend, q, None, pair[1 if downscale else 0], stride, neox, kernel)
-        if k is not None:
-            _rotate_on_table(module, backend, k, None, pair[1], stride, neox, kernel)
+        first = pair[1 if downscale else 0]
+        hq = shape[1]
+        if n_batch * n_seq * (hq + (0 if k is None else k.shape[1])) * self._n_freq >= _DIRECT_PAIRS:
+            _rotate_on_table(module, backend, q, None, first, stride, neox, kernel)
+            if k is not None:
+                _rotate_on_table(module, backend, k, None, pair[1], stride, neox, kernel)
+            return True
+        # the serial kernel on each array and its table (the arguments _rotate_direct passes)
+        if nd == 4:
+            sd = n_seq * d
+            kernel(q.reshape(-1), hq, hq * sd, sd, d, _NO_K, 0, 0, 0, 0, n_batch, 0, n_seq, first, stride, neox)
+            if k is not None:
+                hk = k.shape[1]
+                kernel(k.reshape(-1), hk, hk * sd, sd, d, _NO_K, 0, 0, 0, 0, n_batch, 0, n_seq, pair[1], stride,
+                       neox)
+        else:
+            kernel(q.reshape(-1), hq, 0, d, hq * d, _NO_K, 0, 0, 0, 0, 1, 0, n_seq, first, 0, neox)
+            if k is not None:
+                hk = k.shape[1]
+                kernel(k.reshape(-1), hk, 0, d, hk * d, _NO_K, 0, 0, 0, 0, 1, 0, n_seq, pair[1], 0, neox)
         return True
 
     def _xpos_rotate(self, q, k, positions, offset, seq_len, backend, inverse, downscale, *, qk: bool = False):
