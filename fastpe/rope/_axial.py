@@ -295,7 +295,9 @@ def axial_cos_sin(
         ``"float16"`` or ``"bfloat16"``.
     out:
         ``(cos, sin)`` arrays to fill and return: distinct, C-contiguous, writable, of one of
-        those dtypes and the result's shape, sharing no memory with ``coords``.
+        those dtypes and the result's shape, sharing no memory with ``coords``.  Without
+        ``out``, ``cos`` and ``sin`` are the two halves of one new ``(2, n, D)`` array (each
+        C-contiguous; the memory is freed when both are).
     backend:
         as everywhere in fastpe.
 
