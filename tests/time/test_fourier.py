@@ -9,6 +9,7 @@ Prophet's formula is written out here in numpy float64 as ``Prophet.fourier_seri
 from __future__ import annotations
 
 import datetime as dt
+import time
 from fractions import Fraction
 
 import mpmath
@@ -202,3 +203,43 @@ def test_bad_timestamps_and_out_leave_out_untouched():
     with pytest.raises(ValueError, match="dtype"):
         ft.fourier_features(np.arange(3), 7, 2, out=out, dtype="float32")
     assert (out == 7.0).all()
+
+
+# ------------------------------------------------------------------------- threads and fork
+
+
+@pytest.mark.parametrize("backend", [b for b in AVAILABLE if b != "python"])
+def test_threads_at_once_and_a_forked_child_get_the_same_bits(backend):
+    """Large calls (the parallel paths: the worker pool, numba's threads) from eight threads
+    at once, then in an ``os.fork`` child of this used process: the serial bits, no hang."""
+    import os
+
+    from support.threads import failures_at_once
+
+    ts = (np.datetime64("2024-01-01T00", "h") + np.arange(40_000)).astype("datetime64[ns]")
+    secs = np.arange(-20_000, 20_000, dtype=np.int64) * 977
+    want_f = ft.fourier_features(ts, 365.25, 6, backend=backend)
+    want_t = ft.time_encoding(secs, 16, backend=backend)
+    jobs = [k % 2 for k in range(8)]
+
+    def right(job):
+        if job == 0:
+            return np.array_equal(ft.fourier_features(ts, 365.25, 6, backend=backend), want_f)
+        return np.array_equal(ft.time_encoding(secs, 16, backend=backend), want_t)
+
+    assert failures_at_once(jobs, right, rounds=3) == []
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        ok = right(0) and right(1)
+        os._exit(0 if ok else 3)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
