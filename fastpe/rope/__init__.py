@@ -47,6 +47,10 @@ transpose); :func:`rerotate_` moves cached keys by a position delta.
 HunyuanVideo, CogVideoX, EVA/timm, Pixtral, Qwen2-VL's vision tower), and the grid builders
 (:func:`index_grid`, :func:`linspace_grid`, :func:`crop_grid`, :func:`timm_grid`,
 :func:`merge_window_grid`, :func:`prepend_cls`) the coordinates of each convention.
+
+xPos.  ``xpos_scale_base`` (and ``xpos_center``) on :class:`Rotary` and the module functions
+scale queries up and keys down by xPos's per-frequency powers of the centred position, as
+torchscale, flash-attention and rotary-embedding-torch do (:mod:`fastpe.rope._xpos`).
 """
 
 from __future__ import annotations

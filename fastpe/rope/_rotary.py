@@ -121,6 +121,12 @@ class Rotary:
     ``(3, seq)`` or ``(3, batch, seq)`` (:func:`fastpe.rope.mrope_positions`), and refuse
     others; a one-axis Rotary refuses 3-D positions.  Any rule composes with it (YaRN's
     attention factor multiplies every pair, as in HF and vLLM).
+
+    xPos: ``xpos_scale_base`` (``None``, or a finite real ``> 0``, 512 in the published models)
+    scales queries by ``zeta ** (n' / xpos_scale_base)`` and keys by its inverse, ``n'`` the
+    position centred as ``xpos_center`` says (``"torchscale"``, ``"flash_attn"`` or an
+    integer); ``cos_sin`` then returns four caches and ``apply_`` takes ``downscale=True`` for
+    keys.  See :mod:`fastpe.rope._xpos` for every value, its bound and what it refuses.
     """
 
     __slots__ = ("_spec", "_layout", "_values", "_hash", "_cache", "_arrays", "_tables", "_neox", "_n_freq",
