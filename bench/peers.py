@@ -234,7 +234,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "sandwich": ("sandwich_bias",),
     "xpos_qk": ("rope_xpos_table", "rope_table", "rope_apply_table"),
     "calendar": ("calendar_fields",),
-    "temporal": ("calendar_fields", "sinusoid_range"),
+    "temporal": ("calendar_fields", "sinusoid_range", "embedding_sum"),
 }
 #: DeBERTa's bucketed relative positions and Shaw's clipped ones (fastpe.relative)
 FAMILY_KINDS += ("deberta", "deberta_positions", "shaw")

@@ -522,23 +522,28 @@ def calendar_fields(const int64_t[::1] ticks, int64_t per_second, int64_t tick_s
 
 cdef extern from "fastpe_relative.h" nogil:
     int64_t FASTPE_DEBERTA_UNBUCKETED
+    enum:
+        FASTPE_DEBERTA_INDEX_BITS
+        FASTPE_DEBERTA_INDEX_SLOTS
     void fastpe_deberta_bucket_i32(const int64_t *rel, int64_t mid, const int64_t *starts,
-                                   const int64_t *values, Py_ssize_t n_starts, int32_t *out,
+                                   const int64_t *values, const int64_t *index, int32_t *out,
                                    Py_ssize_t begin, Py_ssize_t end)
     void fastpe_deberta_bucket_i64(const int64_t *rel, int64_t mid, const int64_t *starts,
-                                   const int64_t *values, Py_ssize_t n_starts, int64_t *out,
+                                   const int64_t *values, const int64_t *index, int64_t *out,
                                    Py_ssize_t begin, Py_ssize_t end)
     void fastpe_deberta_fill_i32(int64_t mid, const int64_t *starts, const int64_t *values,
-                                 Py_ssize_t n_starts, int32_t *out, Py_ssize_t k_len,
+                                 const int64_t *index, int32_t *out, Py_ssize_t k_len,
                                  Py_ssize_t row_begin, Py_ssize_t row_end)
     void fastpe_deberta_fill_i64(int64_t mid, const int64_t *starts, const int64_t *values,
-                                 Py_ssize_t n_starts, int64_t *out, Py_ssize_t k_len,
+                                 const int64_t *index, int64_t *out, Py_ssize_t k_len,
                                  Py_ssize_t row_begin, Py_ssize_t row_end)
     void fastpe_shaw_fill_i32(int64_t k, int64_t offset, int32_t *out, Py_ssize_t k_len,
                               Py_ssize_t row_begin, Py_ssize_t row_end)
     void fastpe_shaw_fill_i64(int64_t k, int64_t offset, int64_t *out, Py_ssize_t k_len,
                               Py_ssize_t row_begin, Py_ssize_t row_end)
 
+#: the search index's slots per binade (fastpe._plans.deberta.INDEX_BITS, checked)
+DEBERTA_INDEX_BITS = FASTPE_DEBERTA_INDEX_BITS
 #: the mid that leaves every relative position as it is
 DEBERTA_UNBUCKETED = FASTPE_DEBERTA_UNBUCKETED
 
@@ -556,20 +561,21 @@ ctypedef struct _RelCtx:
     int64_t mid, k, offset
     const int64_t *starts
     const int64_t *values
-    Py_ssize_t n_starts, k_len
+    const int64_t *index
+    Py_ssize_t k_len
     void *out
 
 
 cdef void _rel_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _RelCtx *c = <_RelCtx *>ctx
     if c.kind == _DEBERTA_I32:
-        fastpe_deberta_bucket_i32(c.rel, c.mid, c.starts, c.values, c.n_starts, <int32_t *>c.out, lo, hi)
+        fastpe_deberta_bucket_i32(c.rel, c.mid, c.starts, c.values, c.index, <int32_t *>c.out, lo, hi)
     elif c.kind == _DEBERTA_I64:
-        fastpe_deberta_bucket_i64(c.rel, c.mid, c.starts, c.values, c.n_starts, <int64_t *>c.out, lo, hi)
+        fastpe_deberta_bucket_i64(c.rel, c.mid, c.starts, c.values, c.index, <int64_t *>c.out, lo, hi)
     elif c.kind == _DEBERTA_FILL_I32:
-        fastpe_deberta_fill_i32(c.mid, c.starts, c.values, c.n_starts, <int32_t *>c.out, c.k_len, lo, hi)
+        fastpe_deberta_fill_i32(c.mid, c.starts, c.values, c.index, <int32_t *>c.out, c.k_len, lo, hi)
     elif c.kind == _DEBERTA_FILL_I64:
-        fastpe_deberta_fill_i64(c.mid, c.starts, c.values, c.n_starts, <int64_t *>c.out, c.k_len, lo, hi)
+        fastpe_deberta_fill_i64(c.mid, c.starts, c.values, c.index, <int64_t *>c.out, c.k_len, lo, hi)
     elif c.kind == _SHAW_I32:
         fastpe_shaw_fill_i32(c.k, c.offset, <int32_t *>c.out, c.k_len, lo, hi)
     elif c.kind == _SHAW_I64:
@@ -577,25 +583,37 @@ cdef void _rel_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
 
 
 cdef int _deberta_plan(_RelCtx *c, int64_t mid, const int64_t[::1] starts, const int64_t[::1] values,
-                       int64_t reach) except -1:
-    """The plan's checks: every distance past ``mid`` up to ``reach`` finds a start."""
-    if starts.shape[0] != values.shape[0]:
-        raise ValueError(f"{starts.shape[0]} starts for {values.shape[0]} values")
+                       const int64_t[::1] index, int64_t reach) except -1:
+    """The plan's checks (memory safety): every distance past ``mid`` up to ``reach`` finds
+    a start, and the index points inside the starts."""
+    cdef Py_ssize_t n = starts.shape[0], s
+    if values.shape[0] != n:
+        raise ValueError(f"{n} starts for {values.shape[0]} values")
     if mid < 1:
         raise ValueError(f"mid must be >= 1, got {mid}")
-    if reach > mid and (starts.shape[0] == 0 or starts[0] != mid + 1):
-        raise ValueError("the plan's first start must be mid + 1")
-    c.mid, c.n_starts = mid, starts.shape[0]
-    c.starts = &starts[0] if starts.shape[0] else NULL
-    c.values = &values[0] if values.shape[0] else NULL
+    if index.shape[0] != FASTPE_DEBERTA_INDEX_SLOTS:
+        raise ValueError(f"index has {index.shape[0]} slots, expected {FASTPE_DEBERTA_INDEX_SLOTS}")
+    if reach > mid:
+        if n == 0 or starts[0] != mid + 1:
+            raise ValueError("the plan's first start must be mid + 1")
+        if not 0 <= index[0]:
+            raise ValueError("the index must be non-decreasing, inside the starts")
+        for s in range(1, FASTPE_DEBERTA_INDEX_SLOTS):
+            if not index[s - 1] <= index[s] < n:
+                raise ValueError("the index must be non-decreasing, inside the starts")
+    c.mid = mid
+    c.starts = &starts[0] if n else NULL
+    c.values = &values[0] if n else NULL
+    c.index = &index[0]
     return 0
 
 
 def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] starts, const int64_t[::1] values,
-                   bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+                   const int64_t[::1] index, bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1,
+                   int parts=1):
     """``out[k]`` = the DeBERTa bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``mid =
-    bucket_size // 2`` and the plan's ``starts``, ``values`` (fastpe._plans.deberta), covering
-    every ``|rel[k]|``; no ``rel`` may be ``-2**63``."""
+    bucket_size // 2`` and the plan's ``starts``, ``values`` and ``index``
+    (fastpe._plans.deberta), covering every ``|rel[k]|``; no ``rel`` may be ``-2**63``."""
     if end < 0:
         end = out.shape[0]
     if rel.shape[0] != out.shape[0]:
@@ -612,14 +630,14 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
             if v == -(1 << 63):
                 raise ValueError("relative positions must be > -2**63")
             reach = v if v > 0 else -v
-    _deberta_plan(&c, mid, starts, values, reach)
+    _deberta_plan(&c, mid, starts, values, index, reach)
     c.kind = _DEBERTA_I32 if bucket_t is int32_t else _DEBERTA_I64
     c.rel, c.out = &rel[0], &out[0]
     _run(_rel_part, &c, begin, end, parts)
 
 
-def deberta_fill(int64_t mid, const int64_t[::1] starts, const int64_t[::1] values, bucket_t[:, ::1] out,
-                 Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int parts=1):
+def deberta_fill(int64_t mid, const int64_t[::1] starts, const int64_t[::1] values, const int64_t[::1] index,
+                 bucket_t[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int parts=1):
     """Rows ``[row_begin, row_end)`` of ``out`` (``(q_len, k_len)``): ``out[i, j]`` the DeBERTa
     bucket of ``i - j`` (``mid`` :data:`DEBERTA_UNBUCKETED`: ``i - j`` itself)."""
     cdef Py_ssize_t q_len = out.shape[0], k_len = out.shape[1]
@@ -629,7 +647,7 @@ def deberta_fill(int64_t mid, const int64_t[::1] starts, const int64_t[::1] valu
     if row_begin == row_end or k_len == 0:
         return
     cdef _RelCtx c
-    _deberta_plan(&c, mid, starts, values, max(q_len, k_len) - 1)
+    _deberta_plan(&c, mid, starts, values, index, max(q_len, k_len) - 1)
     c.kind = _DEBERTA_FILL_I32 if bucket_t is int32_t else _DEBERTA_FILL_I64
     c.out, c.k_len = &out[0, 0], k_len
     _run(_rel_part, &c, row_begin, row_end, parts)
@@ -651,3 +669,52 @@ def shaw_fill(int64_t k, int64_t offset, bucket_t[:, ::1] out, Py_ssize_t row_be
     c.kind = _SHAW_I32 if bucket_t is int32_t else _SHAW_I64
     c.k, c.offset, c.out, c.k_len = k, offset, &out[0, 0], k_len
     _run(_rel_part, &c, row_begin, row_end, parts)
+
+
+cdef extern from "fastpe_calendar.h" nogil:
+    void fastpe_embedding_sum_f32(const float *table, const int64_t *idx, Py_ssize_t k, float *out, Py_ssize_t d,
+                                  Py_ssize_t lo, Py_ssize_t hi)
+    void fastpe_embedding_sum_f64(const double *table, const int64_t *idx, Py_ssize_t k, double *out,
+                                  Py_ssize_t d, Py_ssize_t lo, Py_ssize_t hi)
+
+
+ctypedef struct _SumCtx:
+    const void *table
+    const int64_t *idx
+    Py_ssize_t k, d
+    void *out
+    bint wide
+
+
+cdef void _sum_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef _SumCtx *c = <_SumCtx *>ctx
+    if c.wide:
+        fastpe_embedding_sum_f64(<const double *>c.table, c.idx, c.k, <double *>c.out, c.d, lo, hi)
+    else:
+        fastpe_embedding_sum_f32(<const float *>c.table, c.idx, c.k, <float *>c.out, c.d, lo, hi)
+
+
+def embedding_sum(const real_t[:, ::1] table, const int64_t[:, ::1] indices, real_t[:, ::1] out,
+                  Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+    """Rows ``[begin, end)`` of ``out`` (``(n, d)``) as sums of ``table``'s rows picked by
+    ``indices`` (``(n, k)``, ``k >= 1``, each in ``[0, len(table))``), added left to right in
+    the dtype; ``parts > 1`` cuts the rows into that many blocks on the pool."""
+    cdef Py_ssize_t n = out.shape[0], d = out.shape[1], k = indices.shape[1], rows = table.shape[0], i, j
+    if indices.shape[0] != n or table.shape[1] != d or k < 1:
+        raise ValueError(f"indices ({indices.shape[0]}, {k}) and table (, {table.shape[1]}) do not fit out ({n}, {d})")
+    for i in range(n):
+        for j in range(k):
+            if not 0 <= indices[i, j] < rows:
+                raise ValueError(f"indices must be rows of the table, in [0, {rows}), got {indices[i, j]}")
+    if end < 0:
+        end = n
+    _check_range(n, begin, end, "rows")
+    if begin == end or d == 0:
+        return
+    cdef _SumCtx c
+    c.table, c.idx, c.k, c.d, c.out = <const void *>&table[0, 0], &indices[0, 0], k, d, <void *>&out[0, 0]
+    if real_t is double:
+        c.wide = True
+    else:
+        c.wide = False
+    _run(_sum_part, &c, begin, end, parts)

@@ -111,4 +111,24 @@ static inline void fastpe_cal_date(int64_t day, int64_t v[8]) {
 FASTPE_CAL_KERNEL(fastpe_calendar_fields_i32, int32_t)
 FASTPE_CAL_KERNEL(fastpe_calendar_fields_i64, int64_t)
 
+/* Sums of table rows, left to right in T (Informer's TemporalEmbedding): out[r] =
+ * ((table[idx[r, 0]] + table[idx[r, 1]]) + ...), each addition rounded to T (elementwise,
+ * so vectorised loops keep the order; built with -ffp-contract=off). */
+#define FASTPE_SUM_KERNEL(NAME, T)                                                               \
+    static void NAME(const T *table, const int64_t *idx, ptrdiff_t k, T *out, ptrdiff_t d,     \
+                     ptrdiff_t lo, ptrdiff_t hi) {                                              \
+        for (ptrdiff_t r = lo; r < hi; r++) {                                                   \
+            T *restrict o = out + r * d;                                                        \
+            const T *restrict first = table + idx[r * k] * d;                                   \
+            for (ptrdiff_t c = 0; c < d; c++) o[c] = first[c];                                  \
+            for (ptrdiff_t j = 1; j < k; j++) {                                                 \
+                const T *restrict src = table + idx[r * k + j] * d;                             \
+                for (ptrdiff_t c = 0; c < d; c++) o[c] = o[c] + src[c];                         \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+FASTPE_SUM_KERNEL(fastpe_embedding_sum_f32, float)
+FASTPE_SUM_KERNEL(fastpe_embedding_sum_f64, double)
+
 #endif

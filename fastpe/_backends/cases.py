@@ -722,10 +722,34 @@ def time_cos() -> list[Case]:
     return cases
 
 
+def embedding_sum() -> list[Case]:
+    cases = []
+    r = np.random.default_rng(17)
+    for dtype in (np.float32, np.float64):
+        for k, d, n, rows in ((1, 3, 5, 4), (4, 8, 40, 32), (5, 7, 33, 60), (2, 512, 300, 32)):
+            table = r.standard_normal((rows, d)).astype(dtype)
+            table[0, :3] = [0.0, -0.0, 1e-30]
+            if k == 2:  # infinities and NaN: IEEE sums, the same on every backend
+                big = 3e38 if dtype == np.float32 else 1.7e308
+                table[1, :4] = [np.inf, -np.inf, np.nan, big]
+                table[2, :4] = [-np.inf, 1.0, 0.0, big]
+            indices = r.integers(0, rows, (n, k)).astype(np.int64)
+            indices[:3] = np.arange(3)[:, None] % rows
+            cases.append(Case(f"{np.dtype(dtype).name}-k{k}-d{d}-n{n}", dict(
+                table=table, indices=indices, out=_sentinel((n, d), dtype))))
+    big = r.standard_normal((32, 512)).astype(np.float32)
+    idx = np.stack([r.integers(0, n, 3072) for n in (24, 7, 32, 13)], axis=1).astype(np.int64)
+    cases.append(Case("informer-3072x512-on-threads", dict(table=big, indices=idx,
+                                                          out=_sentinel((3072, 512), np.float32))))
+    cases.append(Case("empty", dict(table=big[:2].copy(), indices=np.zeros((0, 2), np.int64),
+                                    out=np.zeros((0, 512), np.float32))))
+    return cases
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     fn.__name__: fn
     for fn in (sinusoid_forward, sinusoid_range, rope_cos_sin, rope_table, rope_apply, rope_apply_table, rope_xpos_table, sincos_rows,
                sincos_real, grid_gather, axial_gather, add_rows, narrow16, alibi_bias, sandwich_bias, t5_bucket,
-               t5_bucket_matrix, mrope_plan, mrope_fill, calendar_fields,
+               t5_bucket_matrix, mrope_plan, mrope_fill, calendar_fields, embedding_sum,
                deberta_bucket, deberta_bucket_matrix, shaw_matrix, fourier_ticks, time_cos)
 }

@@ -20,7 +20,7 @@ from .._exact import (
 from .._exact.bias import alibi_bias, t5_bucket, t5_bucket_matrix  # noqa: F401  (operations)
 from .._exact.relative import deberta_bucket, deberta_bucket_matrix, shaw_matrix  # noqa: F401  (operations)
 from ._mrope_python import mrope_fill, mrope_plan  # noqa: F401  (operations)
-from .._exact.calendar import calendar_fields  # noqa: F401  (operations)
+from .._exact.calendar import calendar_fields, embedding_sum  # noqa: F401  (operations)
 from .._exact import time as _reference_time
 from .registry import OPERATIONS
 

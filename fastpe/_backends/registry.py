@@ -103,9 +103,10 @@ class Backend(Protocol):
         ``float64`` ``(n, 2, len(inv_freq))``: ``out_q[r, :, i]`` is :meth:`rope_table`'s
         ``C, S`` times ``s = clamp(zeta[i] ** ((positions[r] - center) / scale_base))``,
         ``out_k`` the same times ``clamp(zeta[i] ** (-(positions[r] - center) / scale_base))``,
-        the clamp to ``[2**-600, 2**600]``.  The compiled backends compute the exponent in
-        double (one division), the power by the C library's ``pow`` (correctly rounded in
-        glibc) and the products in double: the same bits on both."""
+        the clamp to ``[2**-600, 2**600]``.  The compiled backends form each power as an
+        anchor's ``pow`` times a step's (:mod:`fastpe._backends._xpos`; ``pow`` at every value
+        below a scale base of 2), every exponent one double division, every ``pow`` the C
+        library's: the same bits on both."""
 
     # ---------------------------------------------------------------- sinusoid families
     # (see fastpe._plans.frequencies and fastpe._plans.layouts).  ``freqs`` is a
@@ -267,6 +268,14 @@ class Backend(Protocol):
         ``[-2**20, 2**20]``); ``out``: writable ``int32`` or ``int64`` ``(n, len(fields))``,
         ``out[r, k]`` field ``fields[k]`` of ``ticks[r]`` plus ``offsets[k]``."""
 
+    def embedding_sum(self, table, indices, out) -> None:
+        """Sums of table rows (fixed embeddings), added left to right in out's dtype.
+
+        ``table``: ``float32`` or ``float64`` ``(rows, d)``; ``indices``: ``int64`` ``(n, k)``,
+        ``k >= 1``, every value in ``[0, rows)``; ``out``: writable, ``table``'s dtype, ``(n,
+        d)``: ``out[r] = ((table[indices[r, 0]] + table[indices[r, 1]]) + ...)``, each addition
+        rounded to the dtype (IEEE, as NumPy and torch add: Informer's TemporalEmbedding)."""
+
     # ---------------------------------------------------------------- Fourier features and
     # time encodings (see fastpe.time._plan for the kernels' two routes and their bounds,
     # fastpe._exact.time for every value)
@@ -333,6 +342,7 @@ _WRITES: dict[str, tuple[tuple[str, ...], str]] = {
     "mrope_plan": (("segments", "temporal", "deltas", "info"), "bits"),
     "mrope_fill": (("out",), "bits"),
     "calendar_fields": (("out",), "bits"),
+    "embedding_sum": (("out",), "bits"),
     "fourier_ticks": (("out",), "ulp"),
     "time_cos": (("out",), "ulp"),
 }

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["FIELDS", "FIELD_CODES", "FIELD_RANGES", "fields_of_seconds", "fields_of_ticks", "calendar_fields"]
+import numpy as np
+
+__all__ = ["FIELDS", "FIELD_CODES", "FIELD_RANGES", "fields_of_seconds", "fields_of_ticks", "calendar_fields",
+           "embedding_sum"]
 
 #: the fields, in code order
 FIELDS: tuple[str, ...] = ("second", "minute", "hour", "weekday", "day", "day_of_year", "month", "iso_week")
@@ -108,3 +111,18 @@ def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> No
         values = fields_of_ticks(t, step)
         for k, name in enumerate(names):
             out[row, k] = values[name] + add[k]
+
+
+def embedding_sum(table, indices, out) -> None:
+    """The registry operation :meth:`fastpe._backends.registry.Backend.embedding_sum`, row by
+    row and one addition at a time, each rounded to ``out``'s dtype by NumPy's scalars (the
+    sums of the embeddings a calendar's marks select: nothing to compute exactly but the
+    order of the additions)."""
+    t = out.dtype.type
+    rows = indices.tolist()
+    with np.errstate(all="ignore"):  # IEEE results (inf - inf is NaN) without warnings
+        for r, picks in enumerate(rows):
+            acc = table[picks[0]].copy()
+            for j in picks[1:]:
+                acc = (acc + table[j]).astype(t)
+            out[r] = acc

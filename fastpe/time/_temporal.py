@@ -13,7 +13,8 @@ exp(arange(0, d, 2) * -(ln 10000 / d)))`` interleaved, i.e. the sinusoid spec's 
 Here the marks come from the integer timestamps exactly (the registry's ``calendar_fields``),
 the table is fastpe's (each value the correctly rounded sinusoid, where the module's own
 float32 ``exp`` / multiply / ``sin`` are off by a few ULP), and the rows are summed in the
-module's order in the output's dtype: bit-identical to the module's own forward with
+module's order in the output's dtype (the registry's ``embedding_sum``: one pass over the
+output, each row's additions done in place): bit-identical to the module's own forward with
 fastpe's tables as its weights.
 """
 
@@ -34,11 +35,9 @@ TEMPORAL_FREQS: dict[str, tuple[str, ...]] = {
     "h": ("month", "day", "weekday", "hour"),
     "t": ("month", "day", "weekday", "hour", "minute"),
 }
-#: the module's sum, in its order: (mark, table rows)
-_ORDER = (("hour", 24), ("weekday", 7), ("day", 32), ("month", 13), ("minute", None))
-#: rows gathered and summed at a time (scratch of BLOCK x d_model values, in cache)
-BLOCK = 1024
-
+#: the module's sum, in its order (``hour_x + weekday_x + day_x + month_x + minute_x``); every
+#: table is a prefix of one sinusoid table (rows 0 .. 31, or 0 .. 59 with ``minute_size=60``)
+_SUM_ORDER = ("hour", "weekday", "day", "month", "minute")
 _TABLES: dict[tuple[int, int, str], np.ndarray] = {}
 
 
@@ -131,26 +130,13 @@ def temporal_embedding(timestamps, d_model: int, freq: str = "h", *, embed: str 
             raise ValueError("out must be C-contiguous and writable")
         if np.shares_memory(out, ticks):  # pragma: no cover - ticks is always a fresh copy
             raise ValueError("out must not overlap timestamps")
-    marks = calendar_fields(ticks, u, TEMPORAL_FREQS[f], dtype=np.int64, backend=backend)
+    # the marks in the module's order of addition: hour, weekday, day, month (, minute)
+    rows = calendar_fields(ticks, u, _SUM_ORDER[: len(TEMPORAL_FREQS[f])], dtype=np.int64, backend=backend)
     if f == "t" and minute_size == 4:
-        marks[:, 4] //= 15
+        rows[:, 4] //= 15
     table = _table(d, max(32, minute_size), dt)
     result = np.empty(shape, dtype=dt) if out is None else out
-    _gather_sum(table, marks, f == "t", result.reshape(-1, d))
+    if rows.shape[0]:
+        _, module = _backends.resolve(backend)
+        module.embedding_sum(table=table, indices=rows, out=result.reshape(-1, d))
     return result
-
-
-def _gather_sum(table: np.ndarray, marks: np.ndarray, minute: bool, out: np.ndarray) -> None:
-    """``out[r] = T[hour] + T[weekday] + T[day] + T[month] (+ T[minute])``, left to right, a
-    block of rows at a time (the gathered rows stay in cache)."""
-    cols = [3, 2, 1, 0] + ([4] if minute else [])  # the marks' columns in the module's order
-    n = out.shape[0]
-    scratch = np.empty((min(BLOCK, n), out.shape[1]), dtype=out.dtype)
-    for lo in range(0, n, BLOCK):
-        hi = min(n, lo + BLOCK)
-        o, s = out[lo:hi], scratch[:hi - lo]
-        m = marks[lo:hi]
-        np.take(table, m[:, cols[0]], axis=0, out=o, mode="clip")
-        for c in cols[1:]:
-            np.take(table, m[:, c], axis=0, out=s, mode="clip")
-            np.add(o, s, out=o)

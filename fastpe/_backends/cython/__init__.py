@@ -27,6 +27,7 @@ import numpy as np
 from . import _ext, _ext_bias
 from ..._plans import frequencies as _freq
 from ..._plans import mrope as _mrope
+from ..._plans import deberta as _deberta
 from ..._plans import words as _words
 from ..._plans.alibi import FORM_CODES
 from ..._plans.layouts import LAYOUT_CODES
@@ -50,6 +51,7 @@ _COMPILED = {
     "M-RoPE codes": (getattr(_ext_bias, "MROPE_CODES", None), _mrope.CODES),
     "M-RoPE limit": (getattr(_ext_bias, "MROPE_POSITION_LIMIT", None), _mrope.POSITION_LIMIT),
     "M-RoPE fields": (getattr(_ext_bias, "MROPE_FIELDS", None), len(_mrope.SEGMENT_FIELDS)),
+    "DeBERTa index bits": (getattr(_ext_bias, "DEBERTA_INDEX_BITS", None), _deberta.INDEX_BITS),
     "xPos step": (getattr(_ext, "XPOS_STEP", None), _xpos_plan.STEP),
 }
 _STALE = [name for name, (built, home) in _COMPILED.items() if built != home]
@@ -337,24 +339,25 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
 
 
 def _deberta_plan(bucket_size, max_position, distance):
-    from ..._plans.deberta import bucket_plan
+    from ..._plans.deberta import bucket_plan, search_index
 
     if not bucket_size:
-        empty = np.zeros(0, dtype=np.int64)
-        return _ext_bias.DEBERTA_UNBUCKETED, empty, empty
+        empty = np.zeros(0, dtype=np.int64)  # mid at its largest: every distance stays below the search
+        return _ext_bias.DEBERTA_UNBUCKETED, empty, empty, search_index(empty)
     plan = bucket_plan(bucket_size, max_position, distance)
-    return plan.mid, plan.starts, plan.values
+    return plan.mid, plan.starts, plan.values, plan.index
 
 
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
-    mid, starts, values = _deberta_plan(bucket_size, max_position, reach)
-    _call(_ext_bias.deberta_bucket, (relative_position, mid, starts, values, out), out.shape[0], out.size * 4)
+    mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
+    _call(_ext_bias.deberta_bucket, (relative_position, mid, starts, values, index, out), out.shape[0],
+          out.size * 4)
 
 
 def deberta_bucket_matrix(bucket_size, max_position, out) -> None:
-    mid, starts, values = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
-    _call(_ext_bias.deberta_fill, (mid, starts, values, out), out.shape[0], out.size)
+    mid, starts, values, index = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
+    _call(_ext_bias.deberta_fill, (mid, starts, values, index, out), out.shape[0], out.size)
 
 
 def shaw_matrix(max_relative_position, query_offset, out) -> None:
@@ -452,3 +455,8 @@ def sandwich_bias(n_heads, hidden_size, bidirectional, out) -> None:
     target = out.view(mirror.dtype)
     _call(_ext.sandwich_fill, (mirror, _sw.row_starts(q_len, k_len), not bidirectional, target),
           n_heads * q_len, out.size)
+
+
+def embedding_sum(table, indices, out) -> None:
+    n = out.shape[0]
+    _call(_ext_bias.embedding_sum, (table, indices, out), n, out.size * indices.shape[1])

@@ -208,25 +208,25 @@ def t5_bucket_matrix(query_offset, bidirectional, num_buckets, max_distance, out
 
 
 def _deberta_plan(bucket_size, max_position, distance):
-    from ..._plans.deberta import bucket_plan
+    from ..._plans.deberta import bucket_plan, search_index
 
     if not bucket_size:
-        empty = np.zeros(0, dtype=np.int64)
-        return _kr.UNBUCKETED, empty, empty
+        empty = np.zeros(0, dtype=np.int64)  # mid at its largest: every distance stays below the search
+        return _kr.UNBUCKETED, empty, empty, search_index(empty)
     plan = bucket_plan(bucket_size, max_position, distance)
-    return plan.mid, plan.starts, plan.values
+    return plan.mid, plan.starts, plan.values, plan.index
 
 
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
-    mid, starts, values = _deberta_plan(bucket_size, max_position, reach)
+    mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
     _run(_kr.deberta_bucket_parallel, _kr.deberta_bucket_serial, out.size * 4,
-         relative_position, np.int64(mid), starts, values, out)
+         relative_position, np.int64(mid), starts, values, index, out)
 
 
 def deberta_bucket_matrix(bucket_size, max_position, out) -> None:
-    mid, starts, values = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
-    _run(_kr.deberta_fill_parallel, _kr.deberta_fill_serial, out.size, np.int64(mid), starts, values, out)
+    mid, starts, values, index = _deberta_plan(bucket_size, max_position, max(out.shape) - 1)
+    _run(_kr.deberta_fill_parallel, _kr.deberta_fill_serial, out.size, np.int64(mid), starts, values, index, out)
 
 
 def shaw_matrix(max_relative_position, query_offset, out) -> None:
@@ -305,3 +305,7 @@ def sandwich_bias(n_heads, hidden_size, bidirectional, out) -> None:
     mirror = _sw.mirrored(_sw.head_lines(dsum, n_heads, out.dtype))
     _run(_ks.sandwich_fill_parallel, _ks.sandwich_fill_serial, out.size,
          mirror, np.int64(_sw.row_starts(q_len, k_len)), not bidirectional, out.view(mirror.dtype))
+
+
+def embedding_sum(table, indices, out) -> None:
+    _run(_kc.embedding_sum_parallel, _kc.embedding_sum_serial, out.size * indices.shape[1], table, indices, out)

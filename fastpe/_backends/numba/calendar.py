@@ -26,7 +26,8 @@ from numba import prange
 
 from ._jit import inline, kernel
 
-__all__ = ["calendar_fields_parallel", "calendar_fields_serial", "BLOCK"]
+__all__ = ["calendar_fields_parallel", "calendar_fields_serial", "embedding_sum_parallel", "embedding_sum_serial",
+           "BLOCK", "SUM_ROWS"]
 
 #: timestamps per work item
 BLOCK = 4096
@@ -125,3 +126,28 @@ def _calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out):
 
 
 calendar_fields_parallel, calendar_fields_serial = kernel(_calendar_fields)
+
+
+#: output rows per work item of the embedding sum
+SUM_ROWS = 64
+
+
+def _embedding_sum(table, indices, out):
+    """``out[r] = ((table[indices[r, 0]] + table[indices[r, 1]]) + ...)``, each addition in
+    ``out``'s dtype (no fastmath: the order of the additions is kept)."""
+    n, d = out.shape
+    k = indices.shape[1]
+    n_blocks = (n + SUM_ROWS - 1) // SUM_ROWS
+    for b in prange(n_blocks):
+        for r in range(b * SUM_ROWS, min(n, (b + 1) * SUM_ROWS)):
+            row = out[r]
+            first = table[indices[r, 0]]
+            for c in range(d):
+                row[c] = first[c]
+            for j in range(1, k):
+                src = table[indices[r, j]]
+                for c in range(d):
+                    row[c] = row[c] + src[c]
+
+
+embedding_sum_parallel, embedding_sum_serial = kernel(_embedding_sum)
