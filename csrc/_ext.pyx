@@ -784,6 +784,7 @@ cdef extern from "fastpe_axial.h" nogil:
                              const int64_t *index, Py_ssize_t n, const int64_t *pieces,
                              Py_ssize_t n_pieces, unsigned char *out_cos, unsigned char *out_sin,
                              Py_ssize_t d, Py_ssize_t lo, Py_ssize_t hi)
+    int fastpe_axial_rows_ok(const int64_t *index, Py_ssize_t count, int64_t rows)
 
 ctypedef fused _bits:
     uint16_t
@@ -819,7 +820,7 @@ def axial_gather(const _bits[:, :, ::1] table, const int64_t[:, ::1] index,
     (csrc/fastpe_axial.h).  Every index and piece is checked against the shapes first."""
     cdef Py_ssize_t n = out_cos.shape[0], d = out_cos.shape[1]
     cdef Py_ssize_t rows = table.shape[0], k = table.shape[2], n_axes = index.shape[0]
-    cdef Py_ssize_t p, a, t, bad = -1
+    cdef Py_ssize_t p, a, bad = -1
     if end < 0:
         end = n
     if out_sin.shape[0] != n or out_sin.shape[1] != d:
@@ -837,9 +838,8 @@ def axial_gather(const _bits[:, :, ::1] table, const int64_t[:, ::1] index,
         return
     with nogil:
         for a in range(n_axes):
-            for t in range(begin, end):
-                if not 0 <= index[a, t] < rows:
-                    bad = a
+            if bad < 0 and not fastpe_axial_rows_ok(&index[a, begin], end - begin, rows):
+                bad = a
     if bad >= 0:
         raise ValueError(f"index[{bad}] holds a row outside the table's {rows}")
     cdef _AxialCtx c

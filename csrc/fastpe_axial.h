@@ -38,4 +38,14 @@ static void fastpe_axial_gather(const unsigned char *table, ptrdiff_t k, ptrdiff
     }
 }
 
+/* whether each of the count rows in index is in [0, rows): one unsigned comparison each, no
+ * early exit (a branch-free pass the compiler can vectorise) */
+static int fastpe_axial_rows_ok(const int64_t *index, ptrdiff_t count, int64_t rows)
+{
+    uint64_t bad = 0;
+    for (ptrdiff_t i = 0; i < count; i++)
+        bad |= (uint64_t)index[i] >= (uint64_t)rows;
+    return bad == 0;
+}
+
 #endif /* FASTPE_AXIAL_H */
