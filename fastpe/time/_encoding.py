@@ -109,6 +109,8 @@ def _is_scalar(x) -> bool:
 def _times(t, unit: str) -> tuple[tuple[int, ...], list]:
     """``(shape, groups)``: the time values, flat, as :func:`_float_groups` gives them
     (``ticks * scale`` in ``unit``, exactly)."""
+    if hasattr(t, "to_numpy") and getattr(getattr(t, "dtype", None), "kind", "") == "f":
+        t = t.to_numpy()  # a pandas Series of floats: taken exactly, as a NumPy array
     if not isinstance(t, (str, bytes)) and not hasattr(t, "to_numpy"):
         if hasattr(t, "detach"):  # a torch tensor
             t = t.detach().cpu().numpy()

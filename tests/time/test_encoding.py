@@ -95,6 +95,19 @@ def test_float_times_are_taken_exactly():
     assert np.array_equal(ft.time_encoding(list(t), 8), got)
 
 
+    class SeriesLike:  # what fastpe reads of a pandas Series: its dtype and .to_numpy()
+        dtype = t.dtype
+
+        def to_numpy(self):
+            return t.copy()
+
+    assert np.array_equal(ft.time_encoding(SeriesLike(), 8), got)
+    pd = pytest.importorskip("pandas")
+    assert np.array_equal(ft.time_encoding(pd.Series(t), 8), got)
+    deltas = pd.Series(np.array([0, 1500, -250], dtype="timedelta64[ms]"))
+    assert np.array_equal(ft.time_encoding(deltas, 8), ft.time_encoding([0.0, 1.5, -0.25], 8))
+
+
 def test_units_and_frequency_choices():
     ms = np.array([0, 1500, -250, 86_400_000], dtype=np.int64)
     in_seconds = ft.time_encoding(ms.view("timedelta64[ms]"), 6, dtype="float64")
