@@ -152,7 +152,7 @@ def _cached_lut(name: str, dtype: np.dtype) -> np.ndarray:
     return lut
 
 
-def calendar_fields(ticks: np.ndarray, unit: str, fields, *, offsets=None, dtype=np.int32,
+def field_rows(ticks: np.ndarray, unit: str, fields, *, offsets=None, dtype=np.int32,
                     backend=None) -> np.ndarray:
     """The calendar fields (names of :data:`fastpe._exact.calendar.FIELDS`) of checked int64
     ``ticks`` of ``unit``, each plus its ``offsets`` value (none by default): an
@@ -242,6 +242,6 @@ def calendar_features(timestamps, freq=None, *, index: bool = False, features=No
     table, offsets = np.concatenate(luts), starts - firsts
     flat, target = ticks.reshape(-1), result.reshape(-1, len(names))
     for lo in range(0, flat.size, CHUNK):  # the rows of a chunk stay in cache for the gather
-        rows = calendar_fields(flat[lo:lo + CHUNK], u, fields, offsets=offsets, backend=backend)
+        rows = field_rows(flat[lo:lo + CHUNK], u, fields, offsets=offsets, backend=backend)
         np.take(table, rows, out=target[lo:lo + CHUNK], mode="clip")
     return result
