@@ -544,6 +544,8 @@ cdef extern from "fastpe_relative.h" nogil:
 
 #: the search index's slots per binade (fastpe._plans.deberta.INDEX_BITS, checked)
 DEBERTA_INDEX_BITS = FASTPE_DEBERTA_INDEX_BITS
+cdef int64_t _INT64_MIN = -0x7fffffffffffffff - 1
+
 #: the mid that leaves every relative position as it is
 DEBERTA_UNBUCKETED = FASTPE_DEBERTA_UNBUCKETED
 
@@ -622,15 +624,16 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
     if begin == end:
         return
     cdef _RelCtx c
-    cdef int64_t reach = 0, v
+    cdef int64_t lo = 0, hi = 0, v
     cdef Py_ssize_t k
-    for k in range(begin, end):
-        v = rel[k]
-        if v == -(1 << 63) or (v if v > 0 else -v) > reach:
-            if v == -(1 << 63):
-                raise ValueError("relative positions must be > -2**63")
-            reach = v if v > 0 else -v
-    _deberta_plan(&c, mid, starts, values, index, reach)
+    with nogil:  # the distances the plan must cover, in C integers
+        for k in range(begin, end):
+            v = rel[k]
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
+    if lo == _INT64_MIN:
+        raise ValueError("relative positions must be > -2**63")
+    _deberta_plan(&c, mid, starts, values, index, max(hi, -lo))
     c.kind = _DEBERTA_I32 if bucket_t is int32_t else _DEBERTA_I64
     c.rel, c.out = &rel[0], &out[0]
     _run(_rel_part, &c, begin, end, parts)

@@ -20,28 +20,44 @@
 /* the mid that leaves every relative position as it is (unbucketed) */
 #define FASTPE_DEBERTA_UNBUCKETED INT64_MAX
 
+/* the search index cuts each binade of distances into 2**FASTPE_DEBERTA_INDEX_BITS slots
+ * (fastpe/_plans/deberta.py's INDEX_BITS, which the cython backend compares) */
+#define FASTPE_DEBERTA_INDEX_BITS 7
+#define FASTPE_DEBERTA_INDEX_SLOTS (63 * (1 << FASTPE_DEBERTA_INDEX_BITS) + 1)
+
 /* HF DeBERTa's bucket of one relative position (rp > INT64_MIN): rp itself where |rp| <= mid,
  * else sign(rp) times the value at the last plan start at or below |rp| (starts[0] = mid + 1).
- * The search halves its range with selects, not branches: the branches of a plain binary
- * search mispredict on every other step for random positions (the same index either way) */
+ * The index gives the few starts of the distance's slot (its binade, then the next bits),
+ * searched by halving with selects, not branches (a plain binary search's branches
+ * mispredict on every other step for random positions) */
 static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t *starts,
-                                         const int64_t *values, ptrdiff_t n_starts)
+                                         const int64_t *values, const int64_t *index)
 {
-    int64_t d;
-    if (rp > mid)
-        d = rp;
-    else if (rp < -mid)
-        d = -rp;
-    else
+    const int64_t d = rp < 0 ? -rp : rp; /* a select: the sign of a random position is a coin */
+    if (d <= mid)
         return rp;
-    const int64_t *base = starts;
-    ptrdiff_t n = n_starts;
-    while (n > 1) { /* base[0] <= d, the answer in base[0 .. n) */
-        const ptrdiff_t half = n >> 1;
-        base = base[half] <= d ? base + half : base;
-        n -= half;
+    const int e = 63 - __builtin_clzll((unsigned long long)d); /* floor(log2 d), d >= 2 */
+    const int64_t frac = d - ((int64_t)1 << e);
+    const int64_t top = e >= FASTPE_DEBERTA_INDEX_BITS ? frac >> (e - FASTPE_DEBERTA_INDEX_BITS)
+                                                       : frac << (FASTPE_DEBERTA_INDEX_BITS - e);
+    const int64_t slot = (int64_t)e * (1 << FASTPE_DEBERTA_INDEX_BITS) + top;
+    int64_t base = index[slot];
+    const int64_t last = index[slot + 1];
+    if (last - base <= 3) {
+        /* a narrow slot (every slot of DeBERTa-v3's plan): count the starts after base at or
+         * below d, reads clamped to the slot, no branch */
+        const int64_t a = base + 1 < last ? base + 1 : last, b = base + 2 < last ? base + 2 : last;
+        base += (int64_t)((base + 1 <= last) & (starts[a] <= d)) + (int64_t)((base + 2 <= last) & (starts[b] <= d))
+                + (int64_t)((base + 3 <= last) & (starts[last] <= d));
+    } else {
+        int64_t n = last - base + 1;
+        while (n > 1) { /* starts[base] <= d, the answer in [base, base + n) */
+            const int64_t half = n >> 1;
+            base = starts[base + half] <= d ? base + half : base;
+            n -= half;
+        }
     }
-    const int64_t v = values[base - starts];
+    const int64_t v = values[base];
     return rp > 0 ? v : -v;
 }
 
@@ -62,15 +78,15 @@ FASTPE_ROW_COPY(i64, int64_t)
     /* out[k] = bucket(rel[k]) for k in [begin, end) */                                      \
     static void fastpe_deberta_bucket_##SUFFIX(const int64_t *rel, int64_t mid,               \
                                                const int64_t *starts, const int64_t *values,  \
-                                               ptrdiff_t n_starts, T *out, ptrdiff_t begin,   \
+                                               const int64_t *index, T *out, ptrdiff_t begin, \
                                                ptrdiff_t end)                                 \
     {                                                                                         \
         for (ptrdiff_t k = begin; k < end; k++)                                               \
-            out[k] = (T)fastpe_deberta_one(rel[k], mid, starts, values, n_starts);            \
+            out[k] = (T)fastpe_deberta_one(rel[k], mid, starts, values, index);               \
     }                                                                                         \
     /* rows [row_begin, row_end) of out (q_len x k_len): out[i][j] = bucket(i - j) */        \
     static void fastpe_deberta_fill_##SUFFIX(int64_t mid, const int64_t *starts,              \
-                                             const int64_t *values, ptrdiff_t n_starts,       \
+                                             const int64_t *values, const int64_t *index,     \
                                              T *out, ptrdiff_t k_len, ptrdiff_t row_begin,    \
                                              ptrdiff_t row_end)                               \
     {                                                                                         \
@@ -79,10 +95,10 @@ FASTPE_ROW_COPY(i64, int64_t)
                                      ? row_end : r0 + FASTPE_DEBERTA_ROW_BLOCK;               \
             T *row = out + r0 * k_len;                                                        \
             for (ptrdiff_t j = 0; j < k_len; j++)                                             \
-                row[j] = (T)fastpe_deberta_one((int64_t)r0 - j, mid, starts, values, n_starts); \
+                row[j] = (T)fastpe_deberta_one((int64_t)r0 - j, mid, starts, values, index);    \
             for (ptrdiff_t i = r0 + 1; i < r1; i++) {                                         \
                 T *next = row + k_len;                                                        \
-                next[0] = (T)fastpe_deberta_one((int64_t)i, mid, starts, values, n_starts);   \
+                next[0] = (T)fastpe_deberta_one((int64_t)i, mid, starts, values, index);      \
                 fastpe_row_copy_##SUFFIX(next + 1, row, k_len - 1);                           \
                 row = next;                                                                   \
             }                                                                                 \

@@ -37,7 +37,8 @@ import numpy as np
 
 from .t5 import log_float32
 
-__all__ = ["log32", "divisor", "bucket_plan", "bucket_values", "reach_of", "plan_size", "Plan",
+__all__ = ["log32", "divisor", "bucket_plan", "bucket_values", "reach_of", "plan_size", "Plan", "slot_of",
+           "search_index", "INDEX_BITS", "INDEX_SLOTS",
            "MAX_BUCKET_SIZE", "MAX_POSITION", "MAX_STARTS", "DEFAULT_BUCKET_SIZE", "DEFAULT_MAX_POSITION"]
 
 #: DeBERTa-v3's configuration (microsoft/deberta-v3-base config.json: "position_buckets": 256,
@@ -131,17 +132,66 @@ class _Formula:
         return self.from_log(log)
 
 
+#: the search index cuts each binade of distances into 2**INDEX_BITS slots
+INDEX_BITS = 7
+#: slots of distances below 2**63, and one past them
+INDEX_SLOTS = 63 * (1 << INDEX_BITS) + 1
+
+
+def slot_of(d: np.ndarray) -> np.ndarray:
+    """The index slot of each distance ``d >= 1``: ``e * 2**INDEX_BITS`` plus the
+    ``INDEX_BITS`` bits after the leading one, ``e = floor(log2 d)`` (non-decreasing in ``d``;
+    the kernels compute it with a count of leading zeros)."""
+    d = np.asarray(d, dtype=np.int64)
+    e = np.zeros(d.shape, dtype=np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):  # floor(log2 d), exactly, in integers
+        big = (d >> (e + shift)) > 0
+        e = np.where(big, e + shift, e)
+    frac = d - (np.int64(1) << e)
+    top = np.where(e >= INDEX_BITS, frac >> np.maximum(e - INDEX_BITS, 0), frac << np.maximum(INDEX_BITS - e, 0))
+    return e * (1 << INDEX_BITS) + top
+
+
+def _slot_starts() -> list[int]:
+    """The smallest distance of each slot (or of the first non-empty slot after it)."""
+    firsts = []
+    for s in range(INDEX_SLOTS):
+        e, top = divmod(s, 1 << INDEX_BITS)
+        if e >= 63:
+            firsts.append(_TOP)
+        elif e >= INDEX_BITS:
+            firsts.append((1 << e) + (top << (e - INDEX_BITS)))
+        else:
+            d = (1 << e) + -(-top >> (INDEX_BITS - e))  # the first d whose top bits reach top
+            firsts.append(min(d, 1 << (e + 1)))
+    return firsts
+
+
+_SLOT_STARTS = np.array(_slot_starts(), dtype=np.int64)
+
+
+def search_index(starts: np.ndarray) -> np.ndarray:
+    """``index[s]``: the plan entry of the smallest distance of slot ``s`` (0 below the first
+    start), so the entry of any distance of slot ``s`` lies in ``[index[s], index[s + 1]]``
+    and a kernel searches only there."""
+    if not starts.size:
+        return np.zeros(INDEX_SLOTS, dtype=np.int64)
+    return np.maximum(np.searchsorted(starts, _SLOT_STARTS, side="right") - 1, 0).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Plan:
     """Distances ``starts`` (int64, strictly increasing, ``starts[0] = mid + 1``) where HF's
     bucket takes the new value ``values`` (int64, strictly increasing), for distances up to
-    ``reach``; ``logs``: float32 argument -> float32 log wherever the hook's log was used
-    and differs from the correctly rounded one (empty without the hook)."""
+    ``reach``; ``index`` (:func:`search_index`, :data:`INDEX_SLOTS` int64) narrows the
+    search; ``logs``: float32 argument -> float32 log wherever the hook's log was used and
+    differs from the correctly rounded one (empty without the hook)."""
 
     mid: int
     reach: int
     starts: np.ndarray
     values: np.ndarray
+    index: np.ndarray
     logs: types.MappingProxyType
 
 
@@ -222,7 +272,9 @@ def _plan(bucket_size: int, max_position: int, reach: int) -> Plan:
     if reach <= mid:
         empty = np.zeros(0, dtype=np.int64)
         empty.setflags(write=False)
-        return Plan(mid, reach, empty, empty, types.MappingProxyType(dict(f.logs)))
+        index = search_index(empty)
+        index.setflags(write=False)
+        return Plan(mid, reach, empty, empty, index, types.MappingProxyType(dict(f.logs)))
     # one by one while f climbs at least about once per distance (up to twice
     # scale / divisor, where its slope scale / (divisor * d) falls to 1/2), then by value
     slope_end = 2 * float(f.scale) / max(float(f.divisor), 1e-30)
@@ -235,9 +287,10 @@ def _plan(bucket_size: int, max_position: int, reach: int) -> Plan:
             found = np.unique(_sparse(f, dense_last, reach, targets))
             starts = np.concatenate([starts, found])
             values = np.concatenate([values, f(found)])
-    starts.setflags(write=False)
-    values.setflags(write=False)
-    return Plan(mid, reach, starts, values, types.MappingProxyType(dict(f.logs)))
+    index = search_index(starts)
+    for a in (starts, values, index):
+        a.setflags(write=False)
+    return Plan(mid, reach, starts, values, index, types.MappingProxyType(dict(f.logs)))
 
 
 def bucket_plan(bucket_size: int, max_position: int, distance: int) -> Plan:

@@ -258,14 +258,18 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
     _split(run, shape[0], grid.size)
 
 
-#: a copied value of the axial caches counts as 1 / AXIAL_COPIES_PER_UNIT units of work
-AXIAL_COPIES_PER_UNIT = 1
+#: the axial caches' copy runs on threads from this many values copied (8 MB of float32):
+#: FLUX 64x64 (2**20 values) measured ~200-230 us serially on a 2-CPU machine with the other
+#: CPU busy, and its median on the pool as much or up to 5x more (a worker that claims a block
+#: and is then descheduled holds the call: right after torch's spinning OpenMP threads, say);
+#: the copy is ~90 us of it, so on an idle machine the pool could save ~40 us at most
+AXIAL_PARALLEL_FROM = 1 << 21
 
 
 def axial_gather(table, index, pieces, out_cos, out_sin) -> None:
     n = out_cos.shape[0]
     _call(_ext.axial_gather, (table, index, pieces, out_cos, out_sin), n,
-          out_cos.size * 2 // AXIAL_COPIES_PER_UNIT)
+          out_cos.size * 2 * PARALLEL_FROM // AXIAL_PARALLEL_FROM)
 
 
 def add_rows(x, pe, scale) -> None:

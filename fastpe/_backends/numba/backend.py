@@ -146,9 +146,14 @@ def grid_gather(table, sizes, sin_off, cos_off, first_row, out) -> None:
          table, sizes, sin_off, cos_off, int(first_row), out)
 
 
+#: the axial caches' copy runs in parallel from this many values copied (8 MB of float32;
+#: the cython backend's AXIAL_PARALLEL_FROM says why): FLUX 64x64 runs serially
+AXIAL_PARALLEL_FROM = 1 << 21
+
+
 def axial_gather(table, index, pieces, out_cos, out_sin) -> None:
-    _run(_ka.axial_gather_parallel, _ka.axial_gather_serial, out_cos.size * 2,
-         table, index, pieces, out_cos, out_sin)
+    work = out_cos.size * 2 * SERIAL_BELOW // AXIAL_PARALLEL_FROM
+    _run(_ka.axial_gather_parallel, _ka.axial_gather_serial, work, table, index, pieces, out_cos, out_sin)
 
 
 def add_rows(x, pe, scale) -> None:

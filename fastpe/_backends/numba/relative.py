@@ -1,8 +1,10 @@
 """Numba kernels of the DeBERTa log buckets and Shaw's clipped relative positions.
 
 DeBERTa: a relative position ``rp`` with ``|rp| <= mid`` is its own bucket; any other is
-``sign(rp)`` times the plan's value at the last start at or below ``|rp|`` (a binary search
-over :func:`fastpe._plans.deberta.bucket_plan`'s starts: integers only).  The matrix
+``sign(rp)`` times the plan's value at the last start at or below ``|rp|``: a search over
+:func:`fastpe._plans.deberta.bucket_plan`'s starts (integers only), narrowed by the plan's
+index to the few starts of the distance's slot (its binade and the next
+:data:`~fastpe._plans.deberta.INDEX_BITS` bits).  The matrix
 ``out[i, j] = B(i - j)`` is cut into blocks of rows: a block's first row is looked up value
 by value, and every next row is the one above shifted right by one column with ``B(i)`` in
 front (``out[i, j] = out[i - 1, j - 1]``), written in place: no line, no temporaries.
@@ -19,6 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from numba.cpython.unsafe.numbers import leading_zeros
+
+from ..._plans.deberta import INDEX_BITS
 from ._jit import inline, kernel
 
 __all__ = ["deberta_bucket_parallel", "deberta_bucket_serial", "deberta_fill_parallel", "deberta_fill_serial",
@@ -33,33 +38,43 @@ UNBUCKETED = (1 << 63) - 1
 
 
 @inline
-def deberta_one(rp, mid, starts, values):
+def deberta_one(rp, mid, starts, values, index):
     """HF DeBERTa's bucket of one relative position (``rp > -2**63``) by the plan."""
-    if rp > mid:
-        d = rp
-    elif rp < -mid:
-        d = -rp
-    else:
+    d = -rp if rp < 0 else rp  # a select: the sign of a random position is a coin
+    if d <= mid:
         return rp
-    base = 0
-    n = starts.shape[0]
-    while n > 1:  # starts[base] <= d (starts[0] = mid + 1), the answer in [base, base + n)
-        half = n >> 1
-        base += half * (starts[base + half] <= d)  # arithmetic, not a branch to mispredict
-        n -= half
+    e = 63 - leading_zeros(np.uint64(d))  # floor(log2 d)
+    frac = d - (np.int64(1) << e)
+    top = frac >> (e - INDEX_BITS) if e >= INDEX_BITS else frac << (INDEX_BITS - e)
+    slot = e * (1 << INDEX_BITS) + top
+    base = index[slot]
+    last = index[slot + 1]
+    if last - base <= 3:
+        # a narrow slot (every slot of DeBERTa-v3's plan): count the starts after base at or
+        # below d, reads clamped to the slot, no branch
+        a = min(base + 1, last)
+        b = min(base + 2, last)
+        base += ((base + 1 <= last) & (starts[a] <= d)) + ((base + 2 <= last) & (starts[b] <= d)) + (
+            (base + 3 <= last) & (starts[last] <= d))
+    else:
+        n = last - base + 1
+        while n > 1:  # starts[base] <= d, the answer in [base, base + n)
+            half = n >> 1
+            base += half * (starts[base + half] <= d)  # arithmetic, not a branch to mispredict
+            n -= half
     v = values[base]
     return v if rp > 0 else -v
 
 
-def _deberta_bucket(rel, mid, starts, values, out):
+def _deberta_bucket(rel, mid, starts, values, index, out):
     size = rel.shape[0]
     n_blocks = (size + ITEM_BLOCK - 1) // ITEM_BLOCK
     for b in prange(n_blocks):
         for k in range(b * ITEM_BLOCK, min(size, (b + 1) * ITEM_BLOCK)):
-            out[k] = deberta_one(rel[k], mid, starts, values)
+            out[k] = deberta_one(rel[k], mid, starts, values, index)
 
 
-def _deberta_fill(mid, starts, values, out):
+def _deberta_fill(mid, starts, values, index, out):
     q_len, k_len = out.shape
     n_blocks = (q_len + ROW_BLOCK - 1) // ROW_BLOCK
     for b in prange(n_blocks):
@@ -67,11 +82,11 @@ def _deberta_fill(mid, starts, values, out):
         r1 = min(q_len, r0 + ROW_BLOCK)
         row = out[r0]
         for j in range(k_len):
-            row[j] = deberta_one(np.int64(r0) - j, mid, starts, values)
+            row[j] = deberta_one(np.int64(r0) - j, mid, starts, values, index)
         for i in range(r0 + 1, r1):
             above = out[i - 1]
             row = out[i]
-            row[0] = deberta_one(np.int64(i), mid, starts, values)
+            row[0] = deberta_one(np.int64(i), mid, starts, values, index)
             for j in range(1, k_len):
                 row[j] = above[j - 1]
 
