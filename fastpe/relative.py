@@ -1,4 +1,7 @@
-"""T5 relative-position buckets, equal to Hugging Face's ``T5Attention._relative_position_bucket``.
+"""Relative positions of attention, equal to their peers': T5's buckets (Hugging Face's
+``T5Attention._relative_position_bucket``), DeBERTa's log buckets (HF deberta_v2's
+``make_log_bucket_position`` and ``build_relative_position``) and Shaw et al.'s clipped
+distances (tensor2tensor's ``_generate_relative_positions_matrix``).
 
 ::
 
@@ -7,6 +10,16 @@
     relative.t5_bucket([-200, -1, 0, 1, 1000])         # [15, 1, 0, 17, 31]
     b = relative.t5_bucket_matrix(512)                  # (512, 512) int64, as T5's compute_bias
     b = relative.t5_bucket_matrix(1, 513, bidirectional=False, offset=512)  # decoding step
+    relative.deberta_bucket([-1000, 5, 600])            # [-317, 5, 270]: DeBERTa-v3's 256 / 512
+    r = relative.deberta_bucket_matrix(512)             # (512, 512) int64: build_relative_position[0]
+    s = relative.shaw_positions(512, max_relative_position=16)   # (512, 512) int32
+
+DeBERTa's buckets are HF's float32 formula reproduced the way T5's are (below): a plan per
+configuration, built by emulating the float32 operations exactly, where the bucket changes
+(:mod:`fastpe._plans.deberta`), the correctly rounded float32 log where only torch's last bit
+would decide; the kernels compare integers.  Shaw's positions are integers throughout.
+
+The T5 buckets in detail.
 
 What HF computes.  Half of the buckets (per direction) hold the small distances one each;
 the other half cover ``[max_exact, max_distance)`` logarithmically:
