@@ -323,7 +323,8 @@ def axial_gather() -> list[Case]:
         case(f"{bits.__name__}-strided-offsets", table, index,
              [(2, 1, 0, 2), (0, 3, 2, 2), (1, 0, 5, 5)], 11, bits)
         case(f"{bits.__name__}-no-tokens", table, np.empty((3, 0), np.int64), [(0, 0, 0, 4)], 4, bits)
-    # many tokens (a threaded call on the compiled backends): 2 x 37 x 61 with FLUX's widths
+    # many tokens, odd sizes, FLUX's widths: 2 x 37 x 61 (the threaded kernels are tested in
+    # tests/backends/test_axial_gather.py)
     sizes, widths = (2, 37, 61), (16, 56, 56)
     pieces, k, width = _axial_pieces(widths, "gptj")
     table = r.integers(0, 2**32, (sum(sizes), 2, k), dtype=np.uint32)
@@ -677,6 +678,7 @@ _FOURIER_PERIODS = [
     ("D-yearly", 86400, 86400, 365.25),
     ("us-gregorian", _US, 86400, 365.2425),
     ("s-odd", 1, 3600, 0.1),
+    ("ns-1e30-days", _NS, 86400, 1e30),  # tiny phases: sines of 1e-44 (float32 subnormals)
 ]
 
 

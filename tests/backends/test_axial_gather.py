@@ -1,8 +1,8 @@
 """axial_gather on the compiled backends: the parallel and serial kernels write the same bits,
 any cut of the tokens into blocks writes every row once, the C wrapper refuses an index or a
 piece outside the arrays before writing anything, sixteen threads calling at once each get
-the serial bits, and a child forked after a parallel call gets the parent's.  (The contract test compares every backend with the python one on the
-registry's cases.)"""
+the serial bits, and a child forked after a parallel call gets the parent's.  (The contract
+test compares every backend with the python one on the registry's cases.)"""
 
 from __future__ import annotations
 
@@ -113,14 +113,15 @@ def test_sixteen_threads_at_once_get_the_serial_bits(backend):
     assert failures_at_once(range(16), right) == []
 
 
-#: the parent fills FLUX's caches (the parallel path), forks, and the child fills them again
+#: the parent fills three frames of FLUX's caches (12288 tokens: above both backends'
+#: AXIAL_PARALLEL_FROM, the parallel path), forks, and the child fills them again
 FORK_SCRIPT = r"""
 import os, sys
 import numpy as np
 from fastpe import rope
 
 BACKEND = sys.argv[1]
-coords = rope.index_grid((1, 64, 64))
+coords = rope.index_grid((3, 64, 64))
 
 def caches():
     cos, sin = rope.axial_cos_sin(coords, (16, 56, 56), backend=BACKEND)
@@ -139,6 +140,10 @@ print("fork-ok" if os.waitstatus_to_exitcode(status) == 0 else f"child-status {s
 @pytest.mark.parametrize("backend", FAST or [pytest.param("none", marks=pytest.mark.skip("no compiled backend"))])
 def test_a_forked_child_gets_the_parents_bits(backend, tmp_path):
     from conftest import fastpe_env
+
+    from fastpe import _backends
+
+    assert 3 * 64 * 64 * 128 * 2 >= _backends.load(backend).AXIAL_PARALLEL_FROM  # the parallel path
 
     script = tmp_path / "fork_axial.py"
     script.write_text(FORK_SCRIPT)
