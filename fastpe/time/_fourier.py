@@ -8,7 +8,7 @@ value ``P``, harmonic ``k`` of a timestamp of ``t`` ticks is ``frac(k t tau / (u
 turns, a rational computed without rounding (:mod:`fastpe.time._plan`: exact residues
 ``k t N mod D`` when the frequency's denominator ``D`` is below ``2**62`` -- every period
 that is a short binary fraction of days with any tick down to a nanosecond, e.g. 365.25,
-30.5, 7, 1 --, else split words within ``2**-82`` of a turn), then one ``sin`` and one
+30.5, 7, 1 --, else split words within ``2**-81`` of a turn), then one ``sin`` and one
 ``cos``: float32 within 1 ULP of the correctly rounded value (in practice correctly rounded
 but for a few in a million), float64 within ``2**-45`` (typically ``2**-52``), float16 and
 bfloat16 correctly rounded.

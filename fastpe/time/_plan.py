@@ -24,15 +24,17 @@ seasonality at hourly timestamps are zeros, not ``1e-17``.
 every time-encoding frequency ``w s / (2 pi)``).  ``t = th 2**32 + tl`` with
 ``th = t >> 32`` in ``[-2**31, 2**31)`` and ``tl`` in ``[0, 2**32)``, so
 ``frac(t v) = frac(th A + tl B)`` with ``A = frac(2**32 v)`` and ``B = frac(v)``.  Each is
-cut at fixed binary places into three 21-bit words and a 53-bit tail (bits 1-21, 22-42,
-43-63, 64-116 of the fraction: a truncation below ``2**-116``); every product of a word
-with ``th`` (31 bits) or ``tl`` (32 bits) is exact in a double, so are their centred
+cut, below its own leading bit, into three 21-bit words and a 53-bit tail (its top 116
+significant bits: a relative truncation below ``2**-115``, so a tiny ``v`` -- a period of
+``1e30`` days in nanoseconds -- keeps its sines' relative accuracy); every product of a
+word with ``th`` (31 bits) or ``tl`` (32 bits) is exact in a double, so are their centred
 fractions, summed by error-free two-sums; only the two tail products round.  The turn is
-then within ``2**-31 2**-116 + 2**-32 2**-116 + 2**-84 < 2**-82`` of ``frac(t v)``.
+then within ``2**31 2**-115 + 2**32 2**-115 + 2**-84 < 2**-81`` of ``frac(t v)`` (and
+within ``2**-50`` of it relatively when ``t v`` is tiny).
 
 Either way ``_sincos_of_turn`` (the exact path's polynomials, :mod:`fastpe._plans.poly`)
 turns the double-double into ``sin, cos`` with ~2**-52 relative accuracy (the turn's
-error of at most ``2**-82`` adds ``2**-79`` radians): a float32 within 1 ULP of the
+error of at most ``2**-81`` adds ``2**-78`` radians): a float32 within 1 ULP of the
 correctly rounded value, a float64 within ``2**-45`` absolute (the contract of
 :class:`fastpe._backends.registry.Operation`).  The one value the word route cannot give
 exactly is a cosine of a phase exactly a quarter turn, which needs ``D`` to divide
@@ -65,21 +67,33 @@ _M53 = (1 << 53) - 1
 
 
 def _words(f: int, bits: int) -> tuple[float, float, float, float]:
-    """The words of the fraction ``f / 2**bits`` (``0 <= f < 2**bits``, ``bits >= 116``),
-    truncated to 116 bits: bits 1-21, 22-42, 43-63 as 21-bit doubles, the rest a 53-bit one."""
-    b = f >> (bits - _W)
+    """The words of the fraction ``f / 2**bits`` (``0 <= f < 2**bits``) truncated to its top
+    116 significant bits: three 21-bit doubles on descending bit ranges of the fraction's own
+    exponent, and the remaining 53 bits as a fourth (``split_turns``' cut; relative, so a tiny
+    frequency keeps its 116 bits)."""
+    if f == 0:
+        return (0.0, 0.0, 0.0, 0.0)
+    shift = f.bit_length() - _W  # f = b 2**shift, 2**115 <= b < 2**116
+    b = f >> shift if shift >= 0 else f << -shift
+    e = shift - bits
     return (
-        float(b >> 95) * 2.0**-21,
-        float((b >> 74) & _M21) * 2.0**-42,
-        float((b >> 53) & _M21) * 2.0**-63,
-        float(b & _M53) * 2.0**-116,
+        math.ldexp(float(b >> 95), e + 95),
+        math.ldexp(float((b >> 74) & _M21), e + 74),
+        math.ldexp(float((b >> 53) & _M21), e + 53),
+        math.ldexp(float(b & _M53), e),
     )
+
+
+def _bits_for(num: int, den: int) -> int:
+    """Fixed-point bits that give ``num / den`` (< 1) at least 116 significant bits, and 160
+    at the least."""
+    return max(160, _W + 8 + max(0, den.bit_length() - num.bit_length()))
 
 
 def words_of_fractions(pairs) -> np.ndarray:
     """``(8, n)`` words: rows 0-3 of ``A = frac(2**32 v)``, rows 4-7 of ``B = frac(v)`` for
     each ``v`` given as ``(a, b, bits)``: the fixed-point fractions ``a / 2**bits`` of ``A``
-    and ``b / 2**bits`` of ``B`` (each known below ``2**-116``)."""
+    and ``b / 2**bits`` of ``B`` (each to 116 significant bits at least)."""
     pairs = list(pairs)
     out = np.empty((8, len(pairs)), dtype=np.float64)
     for j, (a, b, bits) in enumerate(pairs):
@@ -106,11 +120,12 @@ def fourier_plan(numerator: int, denominator: int, order: int):
         dh = float(d)
         dl = float(d - int(dh))
         return ("exact", d, table, dh, dl)
-    bits = 128 + 32
     pairs = []
     for k in range(1, order + 1):
         r = k * n % d
-        pairs.append((((r << 32) % d << bits) // d, (r << bits) // d, bits))
+        a = (r << 32) % d
+        bits = max(_bits_for(r, d), _bits_for(a, d)) if r else 160
+        pairs.append(((a << bits) // d, (r << bits) // d, bits))
     return ("words", words_of_fractions(pairs))
 
 
@@ -119,15 +134,18 @@ def time_cos_words(frequencies: tuple[float, ...], scale: Fraction) -> np.ndarra
     """``(8, n)`` words of ``v_j = w_j * scale / (2 pi)`` turns per tick (``w_j`` the exact
     doubles, ``scale`` the tick's exact length in the time unit).  ``v_j 2**bits`` is formed
     from Machin's pi (:func:`fastpe._exact.constants.pi_fixed`, within a unit of ``2**-P``)
-    with ``P`` 64 bits beyond what ``v``'s integer part and the 2**-192 kept need, so each
-    fraction is off by at most a few units of ``2**-192``."""
-    bits = 192
+    with ``P`` 64 bits beyond what ``v``'s integer part and the bits kept need (192, more for a
+    tiny ``v``: 116 significant), so each fraction is off by a few units of its last bit."""
     pairs = []
     for w in frequencies:
-        v = Fraction(w) * scale
+        v = Fraction(abs(w)) * scale
+        if w < 0:
+            v = -v
         if v == 0:
-            pairs.append((0, 0, bits))
+            pairs.append((0, 0, 192))
             continue
+        # 192 bits, and as many more as a tiny v / (2 pi) needs for 116 significant ones
+        bits = max(192, _W + 40 + abs(v.denominator.bit_length() - abs(v.numerator).bit_length()))
         whole = max(1, (v.numerator // v.denominator).bit_length())
         p = bits + whole + 64
         pi2 = 2 * pi_fixed(p)  # 2 pi 2**p, within 2 units
