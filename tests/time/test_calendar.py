@@ -230,3 +230,53 @@ def test_against_pandas_where_installed():
     want = np.stack([index.second, index.minute, index.hour, index.dayofweek, index.day - 1, index.dayofyear - 1,
                      index.month - 1, iso - 1], axis=1)
     np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------------- threads and fork
+
+
+def _wait_for(pid: int, seconds: float = 120.0) -> int:
+    """The exit status of the forked child ``pid``; fails (and kills it) if it hangs."""
+    import os
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", [b for b in AVAILABLE if b != "python"])
+def test_many_threads_and_a_forked_child_write_the_same_bits(backend):
+    """Calls large enough for the parallel paths (the worker pool, numba's threads), eight at
+    once, then in an ``os.fork`` child of this process that has run them: the bits of a call
+    made alone, no hang.  The alone call's fields are the reference's on a sample."""
+    import os
+
+    from support.threads import failures_at_once
+
+    stamps = (np.datetime64("1968-03-01T00", "m") + np.arange(300_000) * 37).astype("datetime64[s]")
+    hours = np.datetime64("2016-07-01T00", "h") + np.arange(32 * 96).reshape(32, 96)
+    want_c = ft.calendar_features(stamps, "T", backend=backend)
+    want_t = ft.temporal_embedding(hours, 512, backend=backend)
+    sample = np.arange(0, stamps.size, 9973)
+    np.testing.assert_array_equal(want_c[sample], ft.calendar_features(stamps[sample], "T", backend="python"))
+
+    def right(job):
+        if job == 0:
+            return np.array_equal(ft.calendar_features(stamps, "T", backend=backend), want_c)
+        return np.array_equal(ft.temporal_embedding(hours, 512, backend=backend).view(np.uint32),
+                              want_t.view(np.uint32))
+
+    assert failures_at_once([k % 2 for k in range(8)], right, rounds=3) == []
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child answers through its exit status
+        os._exit(0 if right(0) and right(1) else 3)
+    status = _wait_for(pid)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
