@@ -233,6 +233,7 @@ KIND_OPERATIONS: dict[str, tuple[str, ...]] = {
     "relative_table": ("sincos_rows", "sinusoid_forward"),
     "sandwich": ("sandwich_bias",),
     "xpos_qk": ("rope_xpos_table", "rope_table", "rope_apply_table"),
+    "xpos_decode": ("rope_xpos_table", "rope_table", "rope_apply_table"),
     "calendar": ("calendar_fields",),
     "temporal": ("calendar_fields", "sinusoid_range", "embedding_sum"),
 }
@@ -342,6 +343,12 @@ WORKLOADS: dict[str, Workload] = {
             f"xPos apply_qk_: q and k 1x32x4096x{ROPE_HEAD_DIM} float32, scale base {XPOS_SCALE_BASE:g} "
             "(flash-attention's centring), q and k restored before each round (untimed)",
             shape=(1, 32, 4096, ROPE_HEAD_DIM),
+        ),
+        Workload(
+            "xpos-decode-1x32x1x128", "xpos_decode", 32 + 8, ROPE_HEAD_DIM,
+            f"xPos decode step: q 1x32x1x128, k 1x8x1x128 float32, position {DECODE_POSITION}, centre there "
+            "(a scale of 1, so rounds in place keep their magnitude; the cost does not depend on the centre)",
+            shape=(1, 32, 1, ROPE_HEAD_DIM), k_shape=(1, 8, 1, ROPE_HEAD_DIM),
         ),
         Workload(
             "rope-cos-sin-32768x128", "rope_cos_sin", 2 * 32768, ROPE_HEAD_DIM,
@@ -498,7 +505,7 @@ def _fastpe(backend: str):
             from fastpe._backends import unavailable_reason
 
             raise Unavailable(f"fastpe backend {backend!r} not available: {unavailable_reason(backend)}")
-        if w.kind == "xpos_qk":
+        if w.kind in ("xpos_qk", "xpos_decode"):
             return _fastpe_xpos(backend, w)
         if w.is_rope:
             return _fastpe_rope(backend, w)
@@ -531,12 +538,16 @@ def _fastpe_rope(backend: str, w: Workload):
 
 
 def _fastpe_xpos(backend: str | None, w: Workload):
-    """xPos ``Rotary.apply_qk_`` in place, q and k restored before each round (``run.setup``)."""
+    """xPos ``Rotary.apply_qk_`` in place, q and k restored before each round (``run.setup``);
+    a decode step: the model's Rotary at the step's offset, as the plain decode workload runs."""
     from fastpe.rope import Rotary
 
-    rotary = Rotary(ROPE_HEAD_DIM, base=10000.0, xpos_scale_base=XPOS_SCALE_BASE, xpos_center="flash_attn")
     q0, k0 = w.rope_qk
     q, k = q0.copy(), k0.copy()
+    if w.kind == "xpos_decode":
+        rotary = Rotary(ROPE_HEAD_DIM, base=10000.0, xpos_scale_base=XPOS_SCALE_BASE, xpos_center=DECODE_POSITION)
+        return lambda: rotary.apply_qk_(q, k, offset=DECODE_POSITION, backend=backend)
+    rotary = Rotary(ROPE_HEAD_DIM, base=10000.0, xpos_scale_base=XPOS_SCALE_BASE, xpos_center="flash_attn")
 
     def run():
         return rotary.apply_qk_(q, k, backend=backend)
