@@ -783,7 +783,7 @@ cdef extern from "fastpe_axial.h" nogil:
     void fastpe_axial_gather(const unsigned char *table, Py_ssize_t k, Py_ssize_t item,
                              const int64_t *index, Py_ssize_t n, const int64_t *pieces,
                              Py_ssize_t n_pieces, unsigned char *out_cos, unsigned char *out_sin,
-                             Py_ssize_t d, Py_ssize_t lo, Py_ssize_t hi)
+                             Py_ssize_t d, Py_ssize_t lo, Py_ssize_t hi, int wide)
     int fastpe_axial_rows_ok(const int64_t *index, Py_ssize_t count, int64_t rows)
 
 ctypedef fused _bits:
@@ -803,21 +803,23 @@ ctypedef struct _AxialCtx:
     unsigned char *out_cos
     unsigned char *out_sin
     Py_ssize_t d
+    int wide
 
 
 cdef void _axial_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _AxialCtx *c = <_AxialCtx *>ctx
     fastpe_axial_gather(c.table, c.k, c.item, c.index, c.n, c.pieces, c.n_pieces, c.out_cos,
-                        c.out_sin, c.d, lo, hi)
+                        c.out_sin, c.d, lo, hi, c.wide)
 
 
 def axial_gather(const _bits[:, :, ::1] table, const int64_t[:, ::1] index,
                  const int64_t[:, ::1] pieces, _bits[:, ::1] out_cos, _bits[:, ::1] out_sin,
-                 Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1):
+                 Py_ssize_t begin=0, Py_ssize_t end=-1, int parts=1, bint wide=True):
     """Tokens ``[begin, end)``: for each piece ``(axis, src, col, width)``, values ``src ..
     src + width - 1`` of the cos (``table[r, 0]``) and sin (``table[r, 1]``) blocks of row
     ``r = index[axis, t]`` copied to columns ``col ..`` of ``out_cos[t]`` and ``out_sin[t]``
-    (csrc/fastpe_axial.h).  Every index and piece is checked against the shapes first."""
+    (csrc/fastpe_axial.h; ``wide`` as in :func:`sinusoid_forward`).  Every index and piece is
+    checked against the shapes first."""
     cdef Py_ssize_t n = out_cos.shape[0], d = out_cos.shape[1]
     cdef Py_ssize_t rows = table.shape[0], k = table.shape[2], n_axes = index.shape[0]
     cdef Py_ssize_t p, a, bad = -1
@@ -846,6 +848,7 @@ def axial_gather(const _bits[:, :, ::1] table, const int64_t[:, ::1] index,
     c.table, c.k, c.item = <const unsigned char *>&table[0, 0, 0], k, sizeof(_bits)
     c.index, c.n, c.pieces, c.n_pieces = &index[0, 0], n, &pieces[0, 0], pieces.shape[0]
     c.out_cos, c.out_sin, c.d = <unsigned char *>&out_cos[0, 0], <unsigned char *>&out_sin[0, 0], d
+    c.wide = wide
     with nogil:
         fastpe_pool_run(_axial_part, &c, begin, end, parts, 1, _pool_threads)
 
@@ -1080,7 +1083,7 @@ def time_words(const int64_t[::1] ticks, const double[:, ::1] words, bint cos_on
 
 cdef extern from "fastpe_sandwich.h" nogil:
     void fastpe_sandwich_line(const double *turns, Py_ssize_t n_freq, double *dsum, Py_ssize_t lo,
-                              Py_ssize_t hi)
+                              Py_ssize_t hi, int wide)
     void fastpe_sandwich_fill(const unsigned char *mirror, Py_ssize_t mirror_len, Py_ssize_t first,
                               int causal, unsigned char *out, Py_ssize_t q_len, Py_ssize_t k_len,
                               Py_ssize_t elsize, Py_ssize_t lo, Py_ssize_t hi)
@@ -1093,11 +1096,12 @@ ctypedef struct _SandwichCtx:
     Py_ssize_t mirror_len, first, q_len, k_len, elsize
     int causal
     unsigned char *out
+    int wide
 
 
 cdef void _sandwich_line_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef _SandwichCtx *c = <_SandwichCtx *>ctx
-    fastpe_sandwich_line(c.turns, c.n_freq, c.dsum, lo, hi)
+    fastpe_sandwich_line(c.turns, c.n_freq, c.dsum, lo, hi, c.wide)
 
 
 cdef void _sandwich_fill_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -1106,9 +1110,9 @@ cdef void _sandwich_fill_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi)
                          c.elsize, lo, hi)
 
 
-def sandwich_line(const double[:, ::1] turns, double[::1] dsum, int parts=1):
+def sandwich_line(const double[:, ::1] turns, double[::1] dsum, bint wide=True, int parts=1):
     """``dsum[d]``, ``d < len(dsum) <= 2**32``: the sum of squared sines of ``d`` times the
-    half-angle frequencies ``turns`` ``(4, n_freq)``."""
+    half-angle frequencies ``turns`` ``(4, n_freq)``; ``wide`` as in :func:`sinusoid_forward`."""
     if turns.shape[0] != 4 or turns.shape[1] < 1:
         raise ValueError("turns must have shape (4, n_freq), n_freq >= 1")
     if dsum.shape[0] > (<Py_ssize_t>1 << 32):
@@ -1117,7 +1121,7 @@ def sandwich_line(const double[:, ::1] turns, double[::1] dsum, int parts=1):
         return
     _check_parts(parts)
     cdef _SandwichCtx c
-    c.turns, c.n_freq, c.dsum = &turns[0, 0], turns.shape[1], &dsum[0]
+    c.turns, c.n_freq, c.dsum, c.wide = &turns[0, 0], turns.shape[1], &dsum[0], wide
     with nogil:
         fastpe_pool_run(_sandwich_line_part, &c, 0, dsum.shape[0], parts, 1, _pool_threads)
 
