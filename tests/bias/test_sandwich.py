@@ -113,3 +113,28 @@ def test_sixteen_threads_at_once():
         return np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
     assert not failures_at_once(jobs, right)
+
+
+def test_c_line_copies_and_parts_agree():
+    """The Sandwich line's baseline and AVX2 copies (csrc/fastpe_sandwich.h), numba's serial and
+    parallel kernels, and any cut into parts: the same bits."""
+    try:
+        from fastpe._backends.cython import _ext
+    except ImportError:
+        pytest.skip("the compiled extension is not built")
+    from fastpe._backends import _sandwich as plan
+
+    turns = plan.half_turns(600)  # 300 frequencies: a full chunk of 256 and a partial one
+    lines = []
+    for wide, parts in ((False, 1), (True, 1), (True, 6)):
+        d = np.full(777, np.nan)
+        _ext.sandwich_line(turns, d, wide=wide, parts=parts)
+        lines.append(d.view(np.uint64))
+    if "numba" in FAST:
+        from fastpe._backends.numba import sandwich as ks
+
+        for fn in (ks.sandwich_line_serial, ks.sandwich_line_parallel):
+            d = np.full(777, np.nan)
+            fn(turns, d)
+            lines.append(d.view(np.uint64))
+    assert all(np.array_equal(x, lines[0]) for x in lines)

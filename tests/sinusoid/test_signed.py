@@ -302,3 +302,36 @@ def test_signed_paths_and_sandwich_in_a_forked_child(backend_name, tmp_path):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"fork case hung: {exc}")
     assert proc.returncode == 0 and "fork-ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_c_kernels_baseline_and_avx2_copies_agree():
+    """The signed kernels' baseline and AVX2 copies (csrc/fastpe_signed.h), and the row cuts
+    into parts, write the same bits."""
+    try:
+        from fastpe._backends.cython import _ext, _planned
+    except ImportError:
+        pytest.skip("the compiled extension is not built")
+    from fastpe._plans import frequencies as freq_plans
+    from fastpe._plans.words import sinusoid_turns
+
+    pos = np.random.default_rng(5).integers(-TOP, TOP + 1, 700, dtype=np.int64)
+    pos[:3] = [0, -TOP, TOP]
+    turns, steps = _planned(sinusoid_turns, 67, 10000.0)
+    outs = []
+    for wide, parts in ((False, 1), (True, 1), (True, 7)):
+        out = np.full((700, 67), np.nan, np.float32)
+        _ext.sinusoid_signed(pos, turns, steps, out, wide=wide, parts=parts)
+        outs.append(out.view(np.uint32))
+    assert all(np.array_equal(o, outs[0]) for o in outs)
+    cfg = PosEncConfig(67, layout="halves")
+    turns, steps = _planned(freq_plans.turns, cfg.frequencies)
+    for dtype in (np.float32, np.float64):
+        outs = []
+        for wide, parts in ((False, 1), (True, 1), (True, 5)):
+            out = np.full((700, 67), np.nan, dtype)
+            _ext.sincos_rows_signed(pos, turns, steps, 1, out, wide=wide, parts=parts)
+            outs.append(out.view(f"u{out.itemsize}"))
+        assert all(np.array_equal(o, outs[0]) for o in outs)
+    with pytest.raises(ValueError, match="positions"):
+        _ext.sinusoid_signed(np.array([-(2**32)], np.int64), *_planned(sinusoid_turns, 4, 10000.0),
+                             np.empty((1, 4), np.float32))
