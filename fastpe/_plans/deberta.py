@@ -208,7 +208,11 @@ def reach_of(distance: int) -> int:
 def plan_size(bucket_size: int, max_position: int, distance: int) -> int:
     """An upper bound of the starts of the plan reaching ``distance``: the values ``f``
     takes up to its reach, at most one per distance."""
-    reach = reach_of(distance)
+    return _plan_size(bucket_size, max_position, reach_of(distance))
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_size(bucket_size: int, max_position: int, reach: int) -> int:
     mid = bucket_size // 2
     if reach <= mid:
         return 0
