@@ -62,15 +62,23 @@ def _ext():
     return pytest.importorskip("fastpe._backends.cython._ext")
 
 
+@pytest.mark.parametrize("wide", [True, False], ids=["best-copy", "baseline-copy"])
 @pytest.mark.parametrize("parts", [1, 2, 3, 7, 64, 5000])
-def test_every_cut_of_the_tokens_gives_the_same_bits(parts):
+def test_every_cut_of_the_tokens_gives_the_same_bits(parts, wide):
+    """Any cut, with the CPU's best copy of the kernel or the baseline one; blocks of 4 to 40
+    bytes (under, at and over a 32-byte vector, with and without a tail)."""
     ext = _ext()
     table, index, pieces, cos, sin = _grid_case(sizes=(1, 9, 7), widths=(2, 6, 10))
     want = _expected(table, index, pieces, *cos.shape, np.uint32)
-    ext.axial_gather(table, index, pieces, cos, sin, parts=parts)
+    ext.axial_gather(table, index, pieces, cos, sin, parts=parts, wide=wide)
     assert cos.tobytes() == want[0].tobytes() and sin.tobytes() == want[1].tobytes()
+    for bits, widths in ((np.uint16, (2, 16, 20)), (np.uint64, (4, 8, 6)), (np.uint32, (8, 16, 18))):
+        args = _grid_case(sizes=(2, 3, 5), widths=widths, bits=bits)
+        ext.axial_gather(*args, parts=parts, wide=wide)
+        assert args[3].tobytes() + args[4].tobytes() == b"".join(
+            w.tobytes() for w in _expected(*args[:3], *args[3].shape, bits))
     c, s = np.full_like(cos, 7), np.full_like(sin, 7)
-    ext.axial_gather(table, index, pieces, c, s, 5, 40, parts=parts)  # a sub-range of tokens
+    ext.axial_gather(table, index, pieces, c, s, 5, 40, parts=parts, wide=wide)  # a sub-range of tokens
     assert (c[:5] == 7).all() and (c[40:] == 7).all() and (s[:5] == 7).all()
     assert c[5:40].tobytes() == want[0][5:40].tobytes() and s[5:40].tobytes() == want[1][5:40].tobytes()
 
