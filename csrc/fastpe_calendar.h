@@ -112,18 +112,47 @@ FASTPE_CAL_KERNEL(fastpe_calendar_fields_i32, int32_t)
 FASTPE_CAL_KERNEL(fastpe_calendar_fields_i64, int64_t)
 
 /* Sums of table rows, left to right in T (Informer's TemporalEmbedding): out[r] =
- * ((table[idx[r, 0]] + table[idx[r, 1]]) + ...), each addition rounded to T (elementwise,
- * so vectorised loops keep the order; built with -ffp-contract=off). */
+ * ((table[idx[r, 0]] + table[idx[r, 1]]) + ...), each addition rounded to T, up to four
+ * rows added per pass over the output row (one store per value and pass).  Elementwise, so
+ * vectorised loops keep the order (built with -ffp-contract=off). */
 #define FASTPE_SUM_KERNEL(NAME, T)                                                               \
     static void NAME(const T *table, const int64_t *idx, ptrdiff_t k, T *out, ptrdiff_t d,     \
                      ptrdiff_t lo, ptrdiff_t hi) {                                              \
         for (ptrdiff_t r = lo; r < hi; r++) {                                                   \
             T *restrict o = out + r * d;                                                        \
-            const T *restrict first = table + idx[r * k] * d;                                   \
-            for (ptrdiff_t c = 0; c < d; c++) o[c] = first[c];                                  \
-            for (ptrdiff_t j = 1; j < k; j++) {                                                 \
-                const T *restrict src = table + idx[r * k + j] * d;                             \
-                for (ptrdiff_t c = 0; c < d; c++) o[c] = o[c] + src[c];                         \
+            const int64_t *p = idx + r * k;                                                     \
+            const T *restrict a = table + p[0] * d;                                             \
+            if (k == 1) {                                                                       \
+                for (ptrdiff_t c = 0; c < d; c++) o[c] = a[c];                                  \
+                continue;                                                                       \
+            }                                                                                   \
+            const T *restrict b = table + p[1] * d;                                             \
+            if (k == 2) {                                                                       \
+                for (ptrdiff_t c = 0; c < d; c++) o[c] = a[c] + b[c];                           \
+                continue;                                                                       \
+            }                                                                                   \
+            const T *restrict e = table + p[2] * d;                                             \
+            if (k == 3) {                                                                       \
+                for (ptrdiff_t c = 0; c < d; c++) o[c] = (a[c] + b[c]) + e[c];                  \
+                continue;                                                                       \
+            }                                                                                   \
+            const T *restrict f = table + p[3] * d;                                             \
+            for (ptrdiff_t c = 0; c < d; c++) o[c] = ((a[c] + b[c]) + e[c]) + f[c];             \
+            for (ptrdiff_t j = 4; j < k;) {                                                     \
+                const T *restrict x = table + p[j] * d;                                         \
+                if (k - j == 1) {                                                               \
+                    for (ptrdiff_t c = 0; c < d; c++) o[c] = o[c] + x[c];                       \
+                    j += 1;                                                                     \
+                } else if (k - j == 2) {                                                        \
+                    const T *restrict y = table + p[j + 1] * d;                                 \
+                    for (ptrdiff_t c = 0; c < d; c++) o[c] = (o[c] + x[c]) + y[c];              \
+                    j += 2;                                                                     \
+                } else {                                                                        \
+                    const T *restrict y = table + p[j + 1] * d;                                 \
+                    const T *restrict z = table + p[j + 2] * d;                                 \
+                    for (ptrdiff_t c = 0; c < d; c++) o[c] = ((o[c] + x[c]) + y[c]) + z[c];     \
+                    j += 3;                                                                     \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }

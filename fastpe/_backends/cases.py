@@ -728,7 +728,8 @@ def embedding_sum() -> list[Case]:
     cases = []
     r = np.random.default_rng(17)
     for dtype in (np.float32, np.float64):
-        for k, d, n, rows in ((1, 3, 5, 4), (4, 8, 40, 32), (5, 7, 33, 60), (2, 512, 300, 32)):
+        for k, d, n, rows in ((1, 3, 5, 4), (4, 8, 40, 32), (5, 7, 33, 60), (2, 512, 300, 32), (3, 5, 9, 6),
+                              (6, 9, 11, 7), (7, 4, 13, 60), (9, 17, 8, 5)):
             table = r.standard_normal((rows, d)).astype(dtype)
             table[0, :3] = [0.0, -0.0, 1e-30]
             if k == 2:  # infinities and NaN: IEEE sums, the same on every backend

@@ -132,22 +132,58 @@ calendar_fields_parallel, calendar_fields_serial = kernel(_calendar_fields)
 SUM_ROWS = 64
 
 
+@inline
+def _sum_row(table, picks, row):
+    """``row = ((table[picks[0]] + table[picks[1]]) + ...)``: up to four rows added per pass
+    over ``row`` (one store per value and pass), in the order of ``picks``."""
+    d = row.shape[0]
+    k = picks.shape[0]
+    a = table[picks[0]]
+    if k == 1:
+        for c in range(d):
+            row[c] = a[c]
+        return
+    b = table[picks[1]]
+    if k == 2:
+        for c in range(d):
+            row[c] = a[c] + b[c]
+        return
+    e = table[picks[2]]
+    if k == 3:
+        for c in range(d):
+            row[c] = (a[c] + b[c]) + e[c]
+        return
+    f = table[picks[3]]
+    for c in range(d):
+        row[c] = ((a[c] + b[c]) + e[c]) + f[c]
+    j = 4
+    while j < k:
+        x = table[picks[j]]
+        if k - j == 1:
+            for c in range(d):
+                row[c] = row[c] + x[c]
+            j += 1
+        elif k - j == 2:
+            y = table[picks[j + 1]]
+            for c in range(d):
+                row[c] = (row[c] + x[c]) + y[c]
+            j += 2
+        else:
+            y = table[picks[j + 1]]
+            z = table[picks[j + 2]]
+            for c in range(d):
+                row[c] = ((row[c] + x[c]) + y[c]) + z[c]
+            j += 3
+
+
 def _embedding_sum(table, indices, out):
     """``out[r] = ((table[indices[r, 0]] + table[indices[r, 1]]) + ...)``, each addition in
     ``out``'s dtype (no fastmath: the order of the additions is kept)."""
-    n, d = out.shape
-    k = indices.shape[1]
+    n = out.shape[0]
     n_blocks = (n + SUM_ROWS - 1) // SUM_ROWS
     for b in prange(n_blocks):
         for r in range(b * SUM_ROWS, min(n, (b + 1) * SUM_ROWS)):
-            row = out[r]
-            first = table[indices[r, 0]]
-            for c in range(d):
-                row[c] = first[c]
-            for j in range(1, k):
-                src = table[indices[r, j]]
-                for c in range(d):
-                    row[c] = row[c] + src[c]
+            _sum_row(table, indices[r], out[r])
 
 
 embedding_sum_parallel, embedding_sum_serial = kernel(_embedding_sum)
