@@ -194,6 +194,12 @@ class Plan:
     index: np.ndarray
     logs: types.MappingProxyType
 
+    @property
+    def narrow(self) -> bool:
+        """Every slot of the index holds at most 4 candidate starts (DeBERTa-v3's plan does):
+        a kernel may count them instead of searching."""
+        return bool((np.diff(self.index) <= 3).all())
+
 
 def reach_of(distance: int) -> int:
     """The reach a plan covering ``distance`` is built for: a power of two minus one

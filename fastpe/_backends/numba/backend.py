@@ -225,8 +225,9 @@ def _deberta_plan(bucket_size, max_position, distance):
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
     mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
+    narrow = bool((np.diff(index) <= 3).all())  # the plan's narrow (an unbucketed call never searches)
     _run(_kr.deberta_bucket_parallel, _kr.deberta_bucket_serial, out.size * 4,
-         relative_position, np.int64(mid), starts, values, index, out)
+         relative_position, np.int64(mid), starts, values, index, narrow, out)
 
 
 def deberta_bucket_matrix(bucket_size, max_position, out) -> None:

@@ -38,15 +38,21 @@ UNBUCKETED = (1 << 63) - 1
 
 
 @inline
+def slot_of(d):
+    """The plan index's slot of a distance ``d >= 1`` (fastpe._plans.deberta.slot_of)."""
+    e = 63 - leading_zeros(np.uint64(d))  # floor(log2 d)
+    frac = d - (np.int64(1) << e)
+    top = frac >> (e - INDEX_BITS) if e >= INDEX_BITS else frac << (INDEX_BITS - e)
+    return e * (1 << INDEX_BITS) + top
+
+
+@inline
 def deberta_one(rp, mid, starts, values, index):
     """HF DeBERTa's bucket of one relative position (``rp > -2**63``) by the plan."""
     d = -rp if rp < 0 else rp  # a select: the sign of a random position is a coin
     if d <= mid:
         return rp
-    e = 63 - leading_zeros(np.uint64(d))  # floor(log2 d)
-    frac = d - (np.int64(1) << e)
-    top = frac >> (e - INDEX_BITS) if e >= INDEX_BITS else frac << (INDEX_BITS - e)
-    slot = e * (1 << INDEX_BITS) + top
+    slot = slot_of(d)
     base = index[slot]
     last = index[slot + 1]
     if last - base <= 3:
@@ -66,12 +72,34 @@ def deberta_one(rp, mid, starts, values, index):
     return v if rp > 0 else -v
 
 
-def _deberta_bucket(rel, mid, starts, values, index, out):
+def _deberta_bucket(rel, mid, starts, values, index, narrow, out):
+    """``narrow``: every slot of the plan holds at most 4 candidate starts (the plan's
+    ``narrow``); the loop then counts them inline, without :func:`deberta_one`'s halving
+    search for wide slots, which LLVM would otherwise keep in the loop (1.7x the time)."""
     size = rel.shape[0]
     n_blocks = (size + ITEM_BLOCK - 1) // ITEM_BLOCK
     for b in prange(n_blocks):
-        for k in range(b * ITEM_BLOCK, min(size, (b + 1) * ITEM_BLOCK)):
-            out[k] = deberta_one(rel[k], mid, starts, values, index)
+        k0 = b * ITEM_BLOCK
+        k1 = min(size, k0 + ITEM_BLOCK)
+        if not narrow:
+            for k in range(k0, k1):
+                out[k] = deberta_one(rel[k], mid, starts, values, index)
+            continue
+        for k in range(k0, k1):
+            rp = rel[k]
+            d = -rp if rp < 0 else rp
+            if d <= mid:
+                out[k] = rp
+                continue
+            slot = slot_of(d)
+            base = index[slot]
+            last = index[slot + 1]
+            a = min(base + 1, last)
+            c = min(base + 2, last)
+            base += (np.int64((base + 1 <= last) and (starts[a] <= d)) + np.int64((base + 2 <= last) and (starts[c] <= d))
+                     + np.int64((base + 3 <= last) and (starts[last] <= d)))
+            v = values[base]
+            out[k] = v if rp > 0 else -v
 
 
 def _deberta_fill(mid, starts, values, index, out):
