@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 /* rows per block of the DeBERTa matrix whose first row is looked up (numba's ROW_BLOCK) */
-#define FASTPE_DEBERTA_ROW_BLOCK 32
+#define FASTPE_DEBERTA_ROW_BLOCK 128
 /* the mid that leaves every relative position as it is (unbucketed) */
 #define FASTPE_DEBERTA_UNBUCKETED INT64_MAX
 

@@ -32,7 +32,7 @@ __all__ = ["deberta_bucket_parallel", "deberta_bucket_serial", "deberta_fill_par
 #: relative positions per work item of the element-wise kernel
 ITEM_BLOCK = 4096
 #: rows per work item of the matrix kernel (its first row is looked up, the rest copied)
-ROW_BLOCK = 32
+ROW_BLOCK = 128
 #: the ``mid`` that leaves every relative position as it is
 UNBUCKETED = (1 << 63) - 1
 
