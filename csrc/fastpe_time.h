@@ -105,10 +105,10 @@ static FASTPE_ALWAYS_INLINE void fastpe_word_turn_(double th, double tl, const d
  * adding a zero by a two-sum changes neither the sum nor its error, so the row skips them
  * (the same bits, half the products: times in seconds are such rows).
  */
-#define FASTPE_TIME_PUT_(T)                                                                     \
+#define FASTPE_TIME_PUT_(T, COS_ONLY)                                                           \
     do {                                                                                        \
         fastpe_sincos_of_turn_(s, e, &sv, &cv, 1);                                              \
-        if (cos_only) {                                                                         \
+        if (COS_ONLY) {                                                                         \
             o[j] = (T)(cv + 0.0);                                                               \
         } else {                                                                                \
             o[2 * j] = (T)(sv + 0.0);                                                           \
@@ -116,41 +116,47 @@ static FASTPE_ALWAYS_INLINE void fastpe_word_turn_(double th, double tl, const d
         }                                                                                       \
     } while (0)
 
-#define FASTPE_DEFINE_TIME_WORDS(NAME, T, ATTR)                                                  \
-    ATTR static void NAME(const int64_t *ticks, const double *words, ptrdiff_t n_freq,         \
-                          int cos_only, T *out, ptrdiff_t row_begin, ptrdiff_t row_end)         \
+/* COS_ONLY a constant: each copy has one store pattern, which GCC's cost model vectorises
+ * (with cos_only a run-time flag it judged the loop not worth it) */
+#define FASTPE_DEFINE_TIME_WORDS(NAME, T, ATTR, COS_ONLY)                                        \
+    ATTR static void NAME(const int64_t *ticks, const double *words, ptrdiff_t n_freq, T *out, \
+                          ptrdiff_t row_begin, ptrdiff_t row_end)                               \
     {                                                                                           \
-        ptrdiff_t width = cos_only ? n_freq : 2 * n_freq;                                       \
+        ptrdiff_t width = COS_ONLY ? n_freq : 2 * n_freq;                                       \
         const double *b1 = words + 4 * n_freq, *b2 = words + 5 * n_freq,                        \
                      *b3 = words + 6 * n_freq, *b4 = words + 7 * n_freq;                        \
         for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
             int64_t t = ticks[i];                                                               \
             double th = (double)(t >> 32);                                                      \
             double tl = (double)(t & (int64_t)0xFFFFFFFF);                                      \
-            T *o = out + i * width;                                                             \
+            T *FASTPE_RESTRICT o = out + i * width;                                             \
             if ((t >> 32) == 0) {                                                               \
                 for (ptrdiff_t j = 0; j < n_freq; j++) {                                        \
                     double s = fastpe_centred_(tl * b1[j]), e = 0.0, sv, cv;                    \
                     fastpe_add_turns_(&s, fastpe_centred_(tl * b2[j]), &e);                     \
                     fastpe_add_turns_(&s, fastpe_centred_(tl * b3[j]), &e);                     \
                     e = e + tl * b4[j];                                                         \
-                    FASTPE_TIME_PUT_(T);                                                        \
+                    FASTPE_TIME_PUT_(T, COS_ONLY);                                              \
                 }                                                                               \
             } else {                                                                            \
                 for (ptrdiff_t j = 0; j < n_freq; j++) {                                        \
                     double s, e, sv, cv;                                                        \
                     fastpe_word_turn_(th, tl, words, n_freq, j, &s, &e);                        \
-                    FASTPE_TIME_PUT_(T);                                                        \
+                    FASTPE_TIME_PUT_(T, COS_ONLY);                                              \
                 }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }
 
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32_baseline, float, )
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64_baseline, double, )
+#define FASTPE_DEFINE_TIME_WORDS_ALL_(SUFFIX, ATTR)                                             \
+    FASTPE_DEFINE_TIME_WORDS(fastpe_time_cos_f32##SUFFIX, float, ATTR, 1)                       \
+    FASTPE_DEFINE_TIME_WORDS(fastpe_time_cos_f64##SUFFIX, double, ATTR, 1)                      \
+    FASTPE_DEFINE_TIME_WORDS(fastpe_time_pairs_f32##SUFFIX, float, ATTR, 0)                     \
+    FASTPE_DEFINE_TIME_WORDS(fastpe_time_pairs_f64##SUFFIX, double, ATTR, 0)
+
+FASTPE_DEFINE_TIME_WORDS_ALL_(_baseline, )
 #if FASTPE_X86_DISPATCH
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f32_avx2, float, __attribute__((target("avx2"))))
-FASTPE_DEFINE_TIME_WORDS(fastpe_time_words_f64_avx2, double, __attribute__((target("avx2"))))
+FASTPE_DEFINE_TIME_WORDS_ALL_(_avx2, __attribute__((target("avx2"))))
 #endif
 
 /* the entry points: the AVX2 copy where wide and the CPU has it (FASTPE_DISPATCH_) */
@@ -174,16 +180,20 @@ static void fastpe_time_words_f32(const int64_t *ticks, const double *words, ptr
                                   int cos_only, float *out, ptrdiff_t row_begin,
                                   ptrdiff_t row_end, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_time_words_f32, ticks, words, n_freq, cos_only, out, row_begin,
-                     row_end);
+    if (cos_only)
+        FASTPE_DISPATCH_(fastpe_time_cos_f32, ticks, words, n_freq, out, row_begin, row_end);
+    else
+        FASTPE_DISPATCH_(fastpe_time_pairs_f32, ticks, words, n_freq, out, row_begin, row_end);
 }
 
 static void fastpe_time_words_f64(const int64_t *ticks, const double *words, ptrdiff_t n_freq,
                                   int cos_only, double *out, ptrdiff_t row_begin,
                                   ptrdiff_t row_end, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_time_words_f64, ticks, words, n_freq, cos_only, out, row_begin,
-                     row_end);
+    if (cos_only)
+        FASTPE_DISPATCH_(fastpe_time_cos_f64, ticks, words, n_freq, out, row_begin, row_end);
+    else
+        FASTPE_DISPATCH_(fastpe_time_pairs_f64, ticks, words, n_freq, out, row_begin, row_end);
 }
 
 #endif /* FASTPE_TIME_H */
