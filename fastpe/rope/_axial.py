@@ -372,7 +372,7 @@ def _fill(module, x, lo, hi, dims, plans, layout, out_cos, out_sin) -> None:
         # an axis with an earlier one's frequencies and values (FLUX's and Wan's row and
         # column axes of a square grid) reads that one's table rows
         same = next((first for b, (v, first, _) in zip(axes, found)
-                     if plans[b] is plans[a] and v.size == values.size and np.array_equal(v, values)), None)
+                     if plans[b] is plans[a] and v.size == values.size and (v == values).all()), None)
         if same is None:
             found.append((values, row, True))
             row += values.size
@@ -405,6 +405,11 @@ def _axis_rows(module, freqs, cols, values, rows, d: int, gptj: bool) -> None:
     """An axis's table rows: ``rows[i, 0]`` the cosines, ``rows[i, 1]`` the sines of
     ``values[i]`` at its ``d / 2`` frequencies, each twice (gptj, ``d`` values) or once."""
     m, h = values.size, d // 2
+    if m == 1 and values[0] == 0.0:  # the coordinate 0 (a single frame, text tokens): cos(0)
+        # = 1 and sin(0) = +0.0 exactly, the kernels' bits too (tested)
+        rows[:, 0, :d if gptj else h] = 1
+        rows[:, 1, :d if gptj else h] = 0
+        return
     sc = np.empty((m, 2 * freqs.count), dtype=rows.dtype)
     fill_real(module, freqs, "halves_cos", values, sc)   # [cos | sin] of every frequency
     pairs = sc.reshape(m, 2, freqs.count)[:, :, cols]      # (value, cos/sin, frequency)

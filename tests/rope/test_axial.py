@@ -227,6 +227,30 @@ def test_each_axis_block_is_its_one_axis_cache(dtype, sizes, dims, start):
             start += d
 
 
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_the_coordinate_zero_has_the_kernels_bits(backend):
+    """An axis whose only value is 0 takes cos 1 and sin +0.0 without the kernels: their bits
+    at 0, for every dtype, layout and width."""
+    from fastpe import _backends
+    from fastpe.sinusoid import fill_real
+
+    module = _backends.load(backend)
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        for dim, offset in ((2, 0.0), (16, 0.0), (56, 0.0), (10, 0.5)):
+            freqs, cols = ax._axis_plan(dim, 10000.0, 1.0, 1.0, offset)
+            sc = np.empty((1, 2 * freqs.count), dtype=ax.axial_cos_sin(np.zeros((1, 1)), (2,), dtype=dtype)[0].dtype)
+            fill_real(module, freqs, "halves_cos", np.array([0.0]), sc)
+            want = sc.reshape(1, 2, freqs.count)[:, :, cols]
+            for layout in ax.AXIAL_LAYOUTS:
+                cos, sin = ax.axial_cos_sin(np.zeros((3, 1)), (dim,), offset=offset, layout=layout, dtype=dtype,
+                                            backend=backend)
+                h = dim // 2
+                got_cos = cos[:, :dim:2] if layout == "gptj" else cos[:, :h]
+                got_sin = sin[:, :dim:2] if layout == "gptj" else sin[:, :h]
+                assert got_cos.tobytes() == np.repeat(want[:, 0], 3, axis=0).tobytes()
+                assert got_sin.tobytes() == np.repeat(want[:, 1], 3, axis=0).tobytes()
+
+
 def test_text_plus_image_tokens_same_bits_as_row_by_row():
     """FLUX's text ids (zeros) before the image grid, and a real coordinate among them:
     the same bits as each row computed alone."""
