@@ -927,6 +927,8 @@ def sinusoid_signed(const int64_t[::1] positions, const double[:, ::1] turns,
         PyMem_Free(c.scratch)
 
 
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+
 ctypedef struct _SignedFamilyCtx:
     const int64_t *positions
     const double *turns
@@ -936,19 +938,26 @@ ctypedef struct _SignedFamilyCtx:
     void *out
     int is_double
     Py_ssize_t d
-    double *scratch  # per part: a block's table, then an anchor's 2 * n_freq
-    uint32_t *mag  # per part: a block's magnitudes
+    int failed  # a part could not allocate its scratch (reported as MemoryError)
     int wide
 
 
 cdef void _signed_family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     """As the unsigned family part: a block's doubles (sines of negative positions negated in
-    the block's table), laid out and rounded by :func:`_scatter`."""
+    the block's table), laid out and rounded by :func:`_scatter`.  Each part allocates its own
+    scratch (a block's table, an anchor, the magnitudes): one allocation of every part's at
+    once is megabytes that the C allocator maps afresh and unmaps on every call, and those
+    page faults cost ten times the kernel (2048 x 512 halves at 16 parts, measured)."""
     cdef _SignedFamilyCtx *c = <_SignedFamilyCtx *>ctx
     cdef Py_ssize_t n_freq = c.n_freq
-    cdef double *table = c.scratch + part * (_FAMILY_ROWS + 1) * 2 * n_freq
+    cdef char *buf = <char *>PyMem_RawMalloc((_FAMILY_ROWS + 1) * 2 * n_freq * sizeof(double)
+                                             + _FAMILY_ROWS * sizeof(uint32_t))
+    if buf == NULL:
+        c.failed = 1
+        return
+    cdef double *table = <double *>buf
     cdef double *anchor = table + _FAMILY_ROWS * 2 * n_freq
-    cdef uint32_t *mag = c.mag + part * _FAMILY_ROWS
+    cdef uint32_t *mag = <uint32_t *>(anchor + 2 * n_freq)
     cdef Py_ssize_t b0 = lo, b1
     while b0 < hi:
         b1 = b0 + _FAMILY_ROWS
@@ -961,6 +970,7 @@ cdef void _signed_family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi)
         else:
             _scatter(table, b1 - b0, n_freq, c.layout, <float *>c.out + b0 * c.d, c.d)
         b0 = b1
+    PyMem_RawFree(buf)
 
 
 def sincos_rows_signed(const int64_t[::1] positions, const double[:, ::1] turns,
@@ -979,17 +989,11 @@ def sincos_rows_signed(const int64_t[::1] positions, const double[:, ::1] turns,
     c.positions, c.turns, c.n_freq, c.steps = &positions[0], &turns[0, 0], turns.shape[1], &steps[0, 0, 0]
     c.layout, c.out, c.d, c.wide = layout, &out[0, 0], out.shape[1], wide
     c.is_double = floating is double
-    c.scratch = _scratch(parts * (_FAMILY_ROWS + 1) * 2 * c.n_freq)
-    c.mag = <uint32_t *>PyMem_Malloc(parts * _FAMILY_ROWS * sizeof(uint32_t))
-    if c.mag == NULL:
-        PyMem_Free(c.scratch)
+    c.failed = 0
+    with nogil:
+        fastpe_pool_run(_signed_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
+    if c.failed:
         raise MemoryError()
-    try:
-        with nogil:
-            fastpe_pool_run(_signed_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
-    finally:
-        PyMem_Free(c.scratch)
-        PyMem_Free(c.mag)
 
 
 # ------------------------------------------------------------------------------ fastpe.time

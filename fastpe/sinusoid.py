@@ -420,11 +420,11 @@ def table(
     if step == 1 and start >= 0:  # the table kernels: no positions array
         fill_config(module, config, None, start, out)
         return out
-    unsigned = min(start, last) >= 0
+    # int64 positions whatever their signs: the signed kernels (same bits as the unsigned ones
+    # at a non-negative position), whose compiled family path allocates its scratch per block
     for r0 in range(0, config.max_len, _TABLE_BLOCK):
         r1 = min(config.max_len, r0 + _TABLE_BLOCK)
-        pos = start + step * np.arange(r0, r1, dtype=np.int64)
-        fill_config(module, config, pos.astype(np.uint32) if unsigned else pos, 0, out[r0:r1])
+        fill_config(module, config, start + step * np.arange(r0, r1, dtype=np.int64), 0, out[r0:r1])
     return out
 
 
