@@ -45,12 +45,21 @@ static FASTPE_ALWAYS_INLINE void fastpe_residue_turn_(int64_t m, int64_t d, doub
     *ql_out = r / dh;
 }
 
-/* rows [row_begin, row_end) of out (n x 2*order, float or double): sin, cos of harmonic k */
+/*
+ * rows [row_begin, row_end) of out (n x 2*order, float or double): sin, cos of harmonic k.
+ * The residues m_k (a chain: each the last plus m_1, mod d) and their exact split into the
+ * doubles mh + ml (integer work, which AVX2 has no vector conversions for) are made a chunk
+ * of harmonics at a time into a small buffer; the loop that turns them into values (a
+ * division, Dekker's product, the polynomials) then vectorises.  Each value is the same
+ * operations as in fastpe_residue_turn_ (and the numba twin), so the same bits.
+ */
+#define FASTPE_FOURIER_CHUNK 64
 #define FASTPE_DEFINE_FOURIER_EXACT(NAME, T, ATTR)                                               \
     ATTR static void NAME(const int64_t *ticks, int64_t d, const int64_t *table, double dh,    \
                           double dl, ptrdiff_t order, T *out, ptrdiff_t row_begin,              \
                           ptrdiff_t row_end)                                                    \
     {                                                                                           \
+        double mhs[FASTPE_FOURIER_CHUNK], mls[FASTPE_FOURIER_CHUNK];                            \
         for (ptrdiff_t i = row_begin; i < row_end; i++) {                                       \
             int64_t x = ticks[i] % d;                                                           \
             if (x < 0)                                                                          \
@@ -62,16 +71,30 @@ static FASTPE_ALWAYS_INLINE void fastpe_residue_turn_(int64_t m, int64_t d, doub
                     m1 -= d;                                                                    \
             }                                                                                   \
             int64_t m = 0;                                                                      \
-            T *o = out + i * 2 * order;                                                         \
-            for (ptrdiff_t k = 0; k < order; k++) {                                             \
-                m += m1;                                                                        \
-                if (m >= d)                                                                     \
-                    m -= d;                                                                     \
-                double qh, ql, s, c;                                                            \
-                fastpe_residue_turn_(m, d, dh, dl, &qh, &ql);                                   \
-                fastpe_sincos_of_turn_(qh, ql, &s, &c, 1);                                      \
-                o[2 * k] = (T)(s + 0.0);                                                        \
-                o[2 * k + 1] = (T)(c + 0.0);                                                    \
+            T *FASTPE_RESTRICT o = out + i * 2 * order;                                         \
+            for (ptrdiff_t k0 = 0; k0 < order; k0 += FASTPE_FOURIER_CHUNK) {                    \
+                ptrdiff_t nk = order - k0 < FASTPE_FOURIER_CHUNK ? order - k0                   \
+                                                                 : FASTPE_FOURIER_CHUNK;        \
+                for (ptrdiff_t k = 0; k < nk; k++) {                                            \
+                    m += m1;                                                                    \
+                    if (m >= d)                                                                 \
+                        m -= d;                                                                 \
+                    int64_t mm = 2 * m > d ? m - d : m;                                         \
+                    double mh = (double)mm;                                                     \
+                    mhs[k] = mh;                                                                \
+                    mls[k] = (double)(mm - (int64_t)mh);                                        \
+                }                                                                               \
+                T *FASTPE_RESTRICT ok = o + 2 * k0;                                             \
+                for (ptrdiff_t k = 0; k < nk; k++) {                                            \
+                    double mh = mhs[k];                                                         \
+                    double qh = mh / dh;                                                        \
+                    double p, pe, s, c;                                                         \
+                    fastpe_two_prod_(qh, dh, &p, &pe);                                          \
+                    double r = (((mh - p) - pe) + mls[k]) - qh * dl;                            \
+                    fastpe_sincos_of_turn_(qh, r / dh, &s, &c, 1);                              \
+                    ok[2 * k] = (T)(s + 0.0);                                                   \
+                    ok[2 * k + 1] = (T)(c + 0.0);                                               \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }

@@ -282,8 +282,7 @@ def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
         _run(_kt.fourier_exact_parallel, _kt.fourier_exact_serial, out.size * _kt.COST,
              ticks, np.int64(d), table, dh, dl, out)
     else:
-        _run(_kt.time_words_parallel, _kt.time_words_serial, out.size * _kt.COST,
-             ticks, plan[1], False, out)
+        _run(_kt.time_pairs_parallel, _kt.time_pairs_serial, out.size * _kt.COST, ticks, plan[1], out)
 
 
 def time_cos(ticks, frequencies, scale, out) -> None:
@@ -291,7 +290,7 @@ def time_cos(ticks, frequencies, scale, out) -> None:
     from . import time as _kt
 
     words = _plan.time_cos_words(tuple(frequencies), scale)
-    _run(_kt.time_words_parallel, _kt.time_words_serial, out.size * _kt.COST, ticks, words, True, out)
+    _run(_kt.time_cos_parallel, _kt.time_cos_serial, out.size * _kt.COST, ticks, words, out)
 
 
 # ------------------------------------------------------------------------------- Sandwich

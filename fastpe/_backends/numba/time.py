@@ -15,8 +15,8 @@ from numba import prange
 from ._jit import inline, kernel
 from .kernels import _add_turns, _centred, _sincos_of_turn
 
-__all__ = ["fourier_exact_parallel", "fourier_exact_serial", "time_words_parallel",
-           "time_words_serial", "COST"]
+__all__ = ["fourier_exact_parallel", "fourier_exact_serial", "time_cos_parallel", "time_cos_serial",
+           "time_pairs_parallel", "time_pairs_serial", "COST"]
 
 #: work units of one value against a table value (one complex product), for the serial gate
 COST = 8
@@ -93,16 +93,29 @@ def _low_turn(tl, w, j):
     return s, e + tl * w[7, j]
 
 
-@inline
-def _put(sv, cv, cos_only, o, j):
-    if cos_only:
-        o[j] = cv + 0.0
-    else:
-        o[2 * j] = sv + 0.0
-        o[2 * j + 1] = cv + 0.0
+def _time_cos(ticks, words, out):
+    """Cosines only (``out`` ``(n, n_freq)``); a kernel of its own, not a flag in the loop,
+    so that LLVM vectorises the loop over the frequencies."""
+    n_freq = words.shape[1]
+    for i in prange(ticks.shape[0]):
+        t = ticks[i]
+        th = np.float64(t >> 32)
+        tl = np.float64(t & _LOW32)
+        o = out[i]
+        if (t >> 32) == 0:
+            for j in range(n_freq):
+                s, e = _low_turn(tl, words, j)
+                _, cv = _sincos_of_turn(s, e)
+                o[j] = cv + 0.0
+        else:
+            for j in range(n_freq):
+                s, e = _word_turn(th, tl, words, j)
+                _, cv = _sincos_of_turn(s, e)
+                o[j] = cv + 0.0
 
 
-def _time_words(ticks, words, cos_only, out):
+def _time_pairs(ticks, words, out):
+    """Sine-cosine pairs (``out`` ``(n, 2 n_freq)``): the Fourier features' word route."""
     n_freq = words.shape[1]
     for i in prange(ticks.shape[0]):
         t = ticks[i]
@@ -113,13 +126,16 @@ def _time_words(ticks, words, cos_only, out):
             for j in range(n_freq):
                 s, e = _low_turn(tl, words, j)
                 sv, cv = _sincos_of_turn(s, e)
-                _put(sv, cv, cos_only, o, j)
+                o[2 * j] = sv + 0.0
+                o[2 * j + 1] = cv + 0.0
         else:
             for j in range(n_freq):
                 s, e = _word_turn(th, tl, words, j)
                 sv, cv = _sincos_of_turn(s, e)
-                _put(sv, cv, cos_only, o, j)
+                o[2 * j] = sv + 0.0
+                o[2 * j + 1] = cv + 0.0
 
 
 fourier_exact_parallel, fourier_exact_serial = kernel(_fourier_exact)
-time_words_parallel, time_words_serial = kernel(_time_words)
+time_cos_parallel, time_cos_serial = kernel(_time_cos)
+time_pairs_parallel, time_pairs_serial = kernel(_time_pairs)
