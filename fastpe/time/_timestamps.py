@@ -180,7 +180,7 @@ def _from_numbers(arr: np.ndarray, name: str, unit, original) -> tuple[np.ndarra
     if kind in "iu":
         if kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
             raise ValueError(f"{name} must fit int64, got {int(arr.max())}")
-        return np.ascontiguousarray(arr, dtype=np.int64), unit
+        return np.array(arr, dtype=np.int64, order="C"), unit
     if kind == "f":
         if not np.isfinite(arr).all():
             raise ValueError(f"{name} must be finite, got NaN or inf")
@@ -189,7 +189,7 @@ def _from_numbers(arr: np.ndarray, name: str, unit, original) -> tuple[np.ndarra
             raise ValueError(f"{name} must be whole numbers of {unit!r}, got {float(arr[~whole][0])!r}")
         if arr.size and not (-(2.0**63) <= float(arr.min()) and float(arr.max()) < 2.0**63):
             raise ValueError(f"{name} must fit int64, got {float(np.abs(arr).max())!r}")
-        return np.ascontiguousarray(arr, dtype=np.int64), unit
+        return np.array(arr, dtype=np.int64, order="C"), unit
     if kind == "O":
         for v in arr.reshape(-1):
             if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, (bool, np.bool_)):

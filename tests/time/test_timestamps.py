@@ -96,3 +96,11 @@ def test_ticks_to_floors_to_coarser_units_and_refuses_overflow_to_finer():
         for b in UNITS:
             r = TICK_SECONDS[a] / TICK_SECONDS[b]
             assert r.numerator == 1 or r.denominator == 1
+
+
+def test_a_scalar_keeps_its_shape_whatever_it_is():
+    for value, kw in [(7, {"unit": "s"}), (np.int16(7), {"unit": "s"}), (7.0, {"unit": "s"}),
+                      (np.datetime64(7, "s"), {}), (dt.timedelta(seconds=7), {})]:
+        got, _ = check_timestamps(value, **kw)
+        assert got.shape == () and got.dtype == np.int64, value
+        assert int(got) == (7 if not isinstance(value, dt.timedelta) else 7 * 10**6)
