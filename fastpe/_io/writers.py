@@ -121,7 +121,9 @@ class Entry:
 SPEC_COMMANDS: dict[str, str] = {
     "table": "table", "grid.sincos_2d": "grid", "grid.sincos_3d": "grid", "timestep": "timestep",
     "alibi.bias": "alibi", "relative.t5_bucket_matrix": "t5-buckets", "rope.cos_sin": "rope",
-    "rope.axial_cos_sin": "rope-axial",
+    "rope.axial_cos_sin": "rope-axial", "relative.deberta_bucket_matrix": "deberta",
+    "relative.shaw_positions": "shaw", "relative.sandwich_bias": "sandwich",
+    "time.fourier_features": "fourier", "time.calendar_features": "calendar",
 }
 
 

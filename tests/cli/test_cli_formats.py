@@ -373,7 +373,7 @@ def test_the_default_file_names_stay(in_tmp, name):
 def test_safetensors_headers_are_the_formats(in_tmp):
     """Parsed by hand: 8-byte aligned data, every tensor's code, shape and offsets, in order
     and without gaps, and the spec in ``__metadata__``."""
-    codes = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int64": "I64"}
+    codes = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32"}
     for name, case in CASES.items():
         for dtype in (["bfloat16", "float64"] if case.dtype else ["float32"]):
             target = f"{name}-{dtype}.safetensors"
