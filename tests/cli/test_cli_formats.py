@@ -230,6 +230,12 @@ CASES = {
         lambda dt: {"bias": fastpe.alibi.bias(3, 4, 5, form="causal", dtype=dt, backend=DEFAULT)},
         "alibi.bias", {"n_heads": 3, "q_len": 4, "k_len": 5, "form": "causal", "max_bias": 8.0},
         "alibi_causal_3x4x5.npy"),
+    "sandwich": Case(
+        "sandwich", ["--heads", 3, "--q-len", 4, "--k-len", 6, "--hidden-size", 8, "--causal"],
+        lambda dt: {"bias": fastpe.relative.sandwich_bias(3, 4, 6, hidden_size=8, bidirectional=False, dtype=dt,
+                                                          backend=DEFAULT)},
+        "relative.sandwich_bias", {"n_heads": 3, "q_len": 4, "k_len": 6, "hidden_size": 8, "bidirectional": False},
+        "sandwich_3x4x6.npy"),
     "t5-buckets": Case(
         "t5-buckets", ["--q-len", 4, "--k-len", 6, "--unidirectional"],
         lambda dt: {"buckets": fastpe.relative.t5_bucket_matrix(4, 6, bidirectional=False, backend=DEFAULT)},
