@@ -128,7 +128,7 @@ def info(w: Workload, im: Implementation, **more) -> dict:
 def _output(w: Workload) -> str:
     if w.kind == "add":
         return "in place (input restored before each round, untimed)"
-    if w.kind in ("rope_apply_qk", "rope_decode"):
+    if w.kind in ("rope_apply_qk", "rope_decode", "xpos_qk", "xpos_decode"):
         return "in place"
     if w.kind == "forward":
         return "preallocated once"
@@ -208,7 +208,16 @@ def _family_tolerance(w: Workload, role: str, want: np.ndarray):
         return lambda v: np.where(np.isfinite(v), 16 * f32 * np.abs(v), 0.0)
     if w.kind == "axial":  # FLUX forms its angles in float64 and rounds each value once
         return 4 * f32
-    return 0.0  # T5 buckets, M-RoPE positions: integers
+    if w.kind == "relative_table":  # Transformer-XL's and NeMo's float32 angles p * w
+        return 4 * w.rows * f32
+    if w.kind == "sandwich":  # NeMo sums hundreds of float32 cosines of float32 angles
+        return lambda v: 2.0**-12 * np.maximum(np.abs(v), 1.0)
+    if w.kind == "fourier":  # Prophet's float64 angles 2 pi k t / P of day counts near 2e4
+        return 0.0 if role != "peer" else 1e-9
+    if w.kind == "time_encoding":  # TGN's float32 products t * w of times up to ~4 months in seconds
+        return 0.0 if role != "peer" else 4 * 30 * 86400 * f32 + 2 * f32
+    return 0.0  # T5/DeBERTa buckets, Shaw, M-RoPE: integers; calendar: rationals;
+    # temporal: the module's sums with fastpe's tables plugged in
 
 
 #: values compared at a time (the ALiBi bias is 128M values: a float64 copy of it is 1 GiB)

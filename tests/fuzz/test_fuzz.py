@@ -56,6 +56,7 @@ from support.strategies import (
     BAD_DTYPES,
     BAD_INTS,
     BAD_POSITIONS,
+    BAD_SIGNED_POSITIONS,
     BAD_REALS,
     HUGE,
     REJECT,
@@ -318,7 +319,7 @@ def test_forward_refuses_bad_positions_and_out(kw, data):
     positions = np.array([0, 1, 2], dtype=np.uint32)
     out = np.zeros((n, d), dtype=np.float32)
     if which == "positions":
-        positions = data.draw(st.sampled_from(BAD_POSITIONS))
+        positions = data.draw(st.sampled_from(BAD_SIGNED_POSITIONS))
         out = np.zeros((len(positions) if isinstance(positions, list) and positions and
                         not isinstance(positions[0], list) else 1, d), dtype=np.float32)
         judge(fastpe.forward, {"positions": positions, "config": config, "out": out},

@@ -389,6 +389,11 @@ BAD_POSITIONS = (5, np.array(5), np.int64(3), [-1], [POSITION_LIMIT], [1.5], [ma
                  np.array([2.5], dtype=object), [[1], [1, 2]], [None], np.array(["1"]),
                  np.array([-1], dtype=np.int8), np.array([2**64 - 1], dtype=np.uint64),
                  np.array([2.0**32]), np.array([-0.5]))
+#: the same for ``forward``, which takes signed positions in ``(-2**32, 2**32)``
+BAD_SIGNED_POSITIONS = tuple(p for p in BAD_POSITIONS
+                             if not (isinstance(p, list) and p == [-1])
+                             and not (isinstance(p, np.ndarray) and p.shape == (1,) and p.dtype == np.int8))
+BAD_SIGNED_POSITIONS += ([-POSITION_LIMIT], np.array([-(2**32)], dtype=np.int64), np.array([-(2.0**32)]))
 
 
 @st.composite
