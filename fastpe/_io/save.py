@@ -33,7 +33,9 @@ or ``torch.from_numpy(a).view(torch.bfloat16)``; the spec records ``bfloat16``),
 fastpe command writes it, and in ``.safetensors`` as ``BF16``.
 
 Spec.  ``{"fastpe": VERSION, "function": "table", "params": {...}}`` where ``params`` are
-every :class:`~fastpe.PosEncConfig` field and ``dtype``: exactly the keyword arguments of
+every :class:`~fastpe.PosEncConfig` field and ``dtype``, then ``start`` and ``step`` when
+the run of positions is not ``0, 1, 2, ...`` (each only when it differs from its default, so
+the specs of ordinary tables are what they always were): exactly the keyword arguments of
 :func:`save_table` (and of :func:`fastpe.table`) that define the values, so
 ``save_table(path, **load_spec(other)["params"])`` re-creates ``other``'s table.  The
 backend is not recorded: every backend computes the same bits.
@@ -77,7 +79,7 @@ from .. import sinusoid as _api, _backends, _dtypes
 from .atomic import end_cleanly_on_signals
 from .writers import FORMATS, SIDECAR_SUFFIX, SPEC_COMMANDS, WRITERS, Entry, format_of, make_spec
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
-from .._validate import check_int
+from .._validate import POSITION_LIMIT, check_int
 
 __all__ = [
     "save_table",
@@ -104,6 +106,11 @@ TABLE_ENTRY = "table"
 SPEC_FUNCTION = "table"
 _SPEC_KEYS = ("fastpe", "function", "params")
 
+#: the run of positions a table spec records only when it differs from these
+_RUN_DEFAULTS = {"start": 0, "step": 1}
+#: bytes per row of the int64 positions a signed or backward run's block computes
+_POSITION_BYTES = 8
+
 #: transient bytes per value while float16/bfloat16 rows are computed, measured with
 #: tracemalloc: :func:`fastpe.sinusoid.table_rows` computes them in float32 a block of at most
 #: ``_api._NARROW_VALUES`` values at a time and narrows each block (the float32 scratch, the
@@ -115,6 +122,31 @@ _NARROW_BYTES_PER_VALUE = 52
 
 def _narrow_block() -> int:
     return int(getattr(_api, "_NARROW_VALUES", 1 << 20))
+
+
+def _position_block() -> int:
+    """Rows per positions array of a signed or backward run (those of :func:`fastpe.table`)."""
+    return int(getattr(_api, "_TABLE_BLOCK", 1 << 16))
+
+
+def _is_run(start: int, step: int) -> bool:
+    """Whether the positions ``start, start + step, ...`` need a positions array: anything
+    but a forward run from ``start >= 0`` (which the table kernels compute from ``start``)."""
+    return step != 1 or start < 0
+
+
+def _check_run(start, step, max_len: int) -> tuple[int, int]:
+    """``start`` and ``step`` checked as :func:`fastpe.table` checks them (the same
+    messages): integers, ``step != 0``, the first and the last position in ``(-2**32, 2**32)``."""
+    start = check_int("start", start)
+    step = check_int("step", step)
+    if step == 0:
+        raise ValueError("step must be a non-zero integer, got 0")
+    last = start + (max_len - 1) * step
+    for name, value in (("start", start), ("the last position, start + (max_len - 1) * step", last)):
+        if not -POSITION_LIMIT < value < POSITION_LIMIT:
+            raise ValueError(f"{name} must be in (-2**32, 2**32), got {value}")
+    return start, step
 
 
 @dataclass(frozen=True)
@@ -180,28 +212,32 @@ def _check_progress(progress) -> None:
         raise TypeError(f"progress must be a callable(rows_done, rows_total) or None, got {type(progress).__name__}")
 
 
-def _chunk_bytes(rows: int, d_model: int, dtype: np.dtype) -> int:
+def _chunk_bytes(rows: int, d_model: int, dtype: np.dtype, run: bool = False) -> int:
     """Every byte held while a chunk of ``rows`` rows is computed and written: the chunk,
-    and for float16/bfloat16 the narrowing scratch (a backend's own fixed workspace, under
-    1 MiB, aside)."""
+    for float16/bfloat16 the narrowing scratch, and for a signed or backward ``run`` the
+    int64 positions of one block of it (a backend's own fixed workspace, under 1 MiB,
+    aside)."""
     values = rows * d_model
     scratch = 0
     if dtype.itemsize < 4:
         scratch = min(values, _narrow_block()) * _NARROW_BYTES_PER_VALUE
+    if run:
+        scratch += min(rows, _position_block()) * _POSITION_BYTES
     return values * dtype.itemsize + scratch
 
 
-def _rows_per_chunk(d_model: int, dtype: np.dtype, chunk_bytes: int) -> int:
+def _rows_per_chunk(d_model: int, dtype: np.dtype, chunk_bytes: int, run: bool = False) -> int:
     """The most rows whose chunk fits in ``chunk_bytes`` (at least one, else ValueError)."""
-    if _chunk_bytes(1, d_model, dtype) > chunk_bytes:
+    if _chunk_bytes(1, d_model, dtype, run) > chunk_bytes:
+        what = "the row, its positions and its scratch" if run else "the row and its scratch"
         raise ValueError(
-            f"chunk_bytes must hold at least one row: {_chunk_bytes(1, d_model, dtype)} bytes for "
-            f"d_model={d_model} in {dtype.name} (the row and its scratch), got {chunk_bytes}"
+            f"chunk_bytes must hold at least one row: {_chunk_bytes(1, d_model, dtype, run)} bytes for "
+            f"d_model={d_model} in {dtype.name} ({what}), got {chunk_bytes}"
         )
     lo, hi = 1, max(1, chunk_bytes // (d_model * dtype.itemsize))
     while lo < hi:  # the cost is increasing in rows: bisect for the largest that fits
         mid = (lo + hi + 1) // 2
-        if _chunk_bytes(mid, d_model, dtype) <= chunk_bytes:
+        if _chunk_bytes(mid, d_model, dtype, run) <= chunk_bytes:
             lo = mid
         else:
             hi = mid - 1
@@ -263,9 +299,12 @@ def _config_fields() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(PosEncConfig) if f.init)
 
 
-def _make_spec(config: PosEncConfig, dtype: np.dtype) -> dict:
+def _make_spec(config: PosEncConfig, dtype: np.dtype, start: int = 0, step: int = 1) -> dict:
     params = {name: getattr(config, name) for name in _config_fields()}
     params["dtype"] = dtype.name
+    for name, value in (("start", start), ("step", step)):
+        if value != _RUN_DEFAULTS[name]:  # an ordinary table's spec stays what it always was
+            params[name] = value
     return make_spec(SPEC_FUNCTION, params)
 
 
@@ -313,19 +352,21 @@ def parse_spec(spec, source: str = "spec") -> dict:
         raise ValueError(f"{source} has unknown keys {', '.join(map(repr, extra))}; a spec has {', '.join(_SPEC_KEYS)}")
     if not isinstance(params, dict):
         raise ValueError(f"{source}: 'params' must be an object, got {type(params).__name__}")
-    known = (*_config_fields(), "dtype")
+    required = (*_config_fields(), "dtype")
+    known = (*required, *_RUN_DEFAULTS)  # start and step: recorded for runs other than 0, 1, 2, ...
     unknown = [k for k in params if k not in known]
     if unknown:
         raise ValueError(f"{source}: unknown params {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
-    absent = [k for k in known if k not in params]
+    absent = [k for k in required if k not in params]
     if absent:
         raise ValueError(f"{source}: params lack {', '.join(map(repr, absent))}")
     try:
         config = PosEncConfig(**{name: params[name] for name in _config_fields()})
         dtype = _dtypes.resolve(params["dtype"])
+        start, step = _check_run(params.get("start", 0), params.get("step", 1), config.max_len)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{source}: params: {exc}") from None
-    normal = _make_spec(config, dtype)
+    normal = _make_spec(config, dtype, start, step)
     normal["fastpe"] = version
     return normal
 
@@ -384,13 +425,15 @@ def _table_layout(fmt: str, config: PosEncConfig, dtype: np.dtype, spec: dict):
     return WRITERS[fmt].layout([Entry(TABLE_ENTRY, dtype, (config.max_len, config.d_model))], spec)
 
 
-def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="float32", **params) -> int:
+def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="float32", start: int = 0,
+                step: int = 1, **params) -> int:
     """The exact number of bytes :func:`save_table` writes for these arguments (the data
     file plus, for ``.npy``, its sidecar): what the free-space check compares."""
     fmt = format_of(_check_path(path))
     config = PosEncConfig(d_model, max_len, **params)
     dt = _dtypes.resolve(dtype)
-    return _table_layout(fmt, config, dt, _make_spec(config, dt)).total
+    start, step = _check_run(start, step, config.max_len)
+    return _table_layout(fmt, config, dt, _make_spec(config, dt, start, step)).total
 
 
 # --------------------------------------------------------------------------- writing
@@ -400,9 +443,11 @@ class _Stream:
     """Computes the table chunk by chunk into one reused buffer and hands each chunk to the
     writer as a block; times both halves and reports progress."""
 
-    def __init__(self, config, dtype, rows_per_chunk, module, progress):
+    def __init__(self, config, dtype, rows_per_chunk, module, progress, start=0, step=1):
         self.config = config
         self.dtype = dtype
+        self.start = start
+        self.step = step
         self.rows = rows_per_chunk
         self.module = module
         self.progress = progress
@@ -419,7 +464,7 @@ class _Stream:
             n = min(self.rows, total - done)
             chunk = buf[:n]
             t0 = time.perf_counter()
-            _api.fill_config(self.module, self.config, None, done, chunk)  # checked once, in save_table
+            self._fill(done, chunk)
             t1 = time.perf_counter()
             yield TABLE_ENTRY, chunk
             self.write_seconds += time.perf_counter() - t1
@@ -427,6 +472,26 @@ class _Stream:
             done += n
             if self.progress is not None:
                 self.progress(done, total)
+
+    def _fill(self, row: int, chunk: np.ndarray) -> None:
+        """Rows ``row .. row + len(chunk) - 1`` of the table, as :func:`fastpe.table` computes
+        them (checked once, in save_table): a forward run from ``start >= 0`` by the table
+        kernels from its first position, any other run by the positions of each block of
+        rows (int64, so the signed kernels, whatever their signs)."""
+        start, step = self.start, self.step
+        if not _is_run(start, step):
+            _api.fill_config(self.module, self.config, None, start + row, chunk)
+            return
+        if self.config.max_len == 1:  # one position, start: any step gives it (and may not fit in int64)
+            step = 1
+        block = _position_block()
+        n = chunk.shape[0]
+        for r0 in range(0, n, block):
+            r1 = min(n, r0 + block)
+            positions = np.arange(row + r0, row + r1, dtype=np.int64)  # in place: one array per block
+            positions *= step
+            positions += start
+            _api.fill_config(self.module, self.config, positions, 0, chunk[r0:r1])
 
 
 def save_table(
@@ -439,6 +504,8 @@ def save_table(
     denominator: str = "d",
     min_timescale: float = 1.0,
     max_timescale: float | None = None,
+    start: int = 0,
+    step: int = 1,
     dtype="float32",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     backend: str | None = None,
@@ -448,7 +515,7 @@ def save_table(
     ever holding it in memory; return a :class:`SavedTable`.
 
     The values are bit-identical to ``fastpe.table(d_model, max_len, base=..., ...,
-    dtype=dtype)``.  The format follows the extension: ``.npy`` (plus the sidecar
+    start=start, step=step, dtype=dtype)``.  The format follows the extension: ``.npy`` (plus the sidecar
     ``PATH.json`` holding the spec), ``.npz`` (entries ``table`` and ``spec``) or
     ``.safetensors`` (tensor ``table``, the spec in ``__metadata__["spec"]``; needs the
     ``safetensors`` package).  Read the spec back with :func:`load_spec`.
@@ -459,6 +526,11 @@ def save_table(
         Target file; its directory must exist.  An existing file is replaced atomically.
     d_model, max_len, base, layout, denominator, min_timescale, max_timescale, dtype:
         As for :func:`fastpe.table`.
+    start, step:
+        As for :func:`fastpe.table`: the rows are those of positions ``start, start + step,
+        ..., start + (max_len - 1) * step``, each in ``(-2**32, 2**32)``, ``step`` a non-zero
+        integer (Transformer-XL's ``klen-1 .. 0``: ``layout="halves", start=klen - 1,
+        step=-1``).  The spec records them when they are not 0 and 1.
     chunk_bytes:
         Memory budget of one chunk of rows: every buffer held while a chunk is computed and
         written fits in it (for float16/bfloat16 that includes the float32 values they are
@@ -490,14 +562,16 @@ def save_table(
         d_model, max_len, base=base, layout=layout, denominator=denominator,
         min_timescale=min_timescale, max_timescale=max_timescale,
     )
+    start, step = _check_run(start, step, config.max_len)
+    run = _is_run(start, step)
     dt = _dtypes.resolve(dtype)
     chunk_bytes = check_int("chunk_bytes", chunk_bytes, low=1)
-    rows = _rows_per_chunk(config.d_model, dt, chunk_bytes)
+    rows = _rows_per_chunk(config.d_model, dt, chunk_bytes, run)
     # the one buffer allocated, at most the whole table: a budget beyond memory is refused
     # only for a table that is larger too
     check_memory(
         f"chunk_bytes must fit in memory: a chunk of {min(rows, config.max_len)} rows",
-        _chunk_bytes(min(rows, config.max_len), config.d_model, dt),
+        _chunk_bytes(min(rows, config.max_len), config.d_model, dt, run),
     )
     _check_progress(progress)
     backend_name, module = _backends.resolve(backend)
@@ -507,11 +581,11 @@ def save_table(
     _check_place(target)
     if sidecar is not None:
         _check_place(sidecar)
-    spec = _make_spec(config, dt)
+    spec = _make_spec(config, dt, start, step)
     layout_ = _table_layout(fmt, config, dt, spec)
     check_space(target, layout_.total)
 
-    stream = _Stream(config, dt, rows, module, progress)
+    stream = _Stream(config, dt, rows, module, progress, start, step)
     with end_cleanly_on_signals():  # see "Signals" above
         writer.save(target, layout_, stream.blocks())
     return SavedTable(

@@ -13,6 +13,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -627,3 +628,173 @@ def test_a_signal_during_save_table_in_a_program(tmp_path, mode, signame, target
     assert rest == "" and "Traceback" not in err, err
     assert listing(out) == ["pe.npy", "pe.npy.json"]
     assert (out / "pe.npy").read_bytes() == b"precious" and (out / "pe.npy.json").read_bytes() == b"old spec"
+
+
+# ======================================================================== signed and backward runs
+
+#: (start, step) of runs of L positions: below 0, backwards through 0, backwards from 0 (all
+#: negative), from the top of the range, a stride, a forward run from a start > 0
+RUNS = [(-7, 1), (100, -1), (0, -1), (2**32 - 1, -3), (-(2**32) + 1, 5), (9, 1)]
+
+
+def run_budget(rows: int, d_model: int = D, dtype="float32") -> int:
+    """A chunk budget that holds exactly ``rows`` rows of a signed or backward run."""
+    return _save._chunk_bytes(rows, d_model, _dtypes.resolve(dtype), True)
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("start, step", RUNS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_signed_and_backward_runs_stream_bit_identical(tmp_path, backend, fmt, dtype, start, step):
+    path = tmp_path / f"pe{fmt}"
+    calls = []
+    budget_ = run_budget(ROWS, D, dtype) if (start, step) != (9, 1) else budget(ROWS, D, dtype)
+    saved = fastpe.save_table(path, D, L, start=start, step=step, dtype=dtype, chunk_bytes=budget_,
+                              backend=backend, progress=lambda done, total: calls.append(done))
+    expected = fastpe.table(D, L, start=start, step=step, dtype=dtype, backend=backend)
+    assert same_bits(read_table(path, dtype), expected)
+    assert calls == [min(r + ROWS, L) for r in range(0, L, ROWS)]  # streamed: 9 chunks, the last of 19 rows
+    assert listing(tmp_path) == expected_files(path.name)
+    run = {k: v for k, v in (("start", start), ("step", step)) if v != {"start": 0, "step": 1}[k]}
+    assert saved.spec["params"] == _spec_params(D, L, dtype=dtype, **run)
+    assert list(saved.spec["params"])[-len(run):] == list(run)  # after dtype, only those that are not 0 and 1
+    assert _save.load_spec(path) == saved.spec
+    assert same_bits(fastpe.table(**saved.spec["params"], backend=backend), expected)
+
+
+@pytest.mark.parametrize("block", [1, 5, ROWS, 64])
+def test_a_run_cut_into_position_blocks_inside_chunks_keeps_its_bits(tmp_path, monkeypatch, block):
+    """A chunk's positions are computed a block of rows at a time (the blocks of
+    fastpe.table): blocks that cut chunks raggedly give the same rows, and the budget counts
+    one block's int64 positions."""
+    want = fastpe.table(D, L, start=60, step=-1, dtype="float16")
+    monkeypatch.setattr(fastpe.sinusoid, "_TABLE_BLOCK", block)
+    assert run_budget(ROWS) - budget(ROWS) == 8 * min(block, ROWS)
+    fastpe.save_table(tmp_path / "pe.npy", D, L, start=60, step=-1, dtype="float16",
+                      chunk_bytes=run_budget(ROWS, D, "float16"))
+    assert same_bits(read_table(tmp_path / "pe.npy", "float16"), want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rerunning_a_runs_spec_reproduces_the_same_bytes(tmp_path, fmt):
+    first, second = tmp_path / f"a{fmt}", tmp_path / f"b{fmt}"
+    fastpe.save_table(first, D, L, start=L // 2, step=-1, layout="halves", dtype="bfloat16",
+                      chunk_bytes=run_budget(ROWS, D, "bfloat16"))
+    params = _save.load_spec(first)["params"]
+    assert (params["start"], params["step"]) == (L // 2, -1)
+    fastpe.save_table(second, **params, chunk_bytes=run_budget(7, D, "bfloat16"))  # other chunks, same bytes
+    assert first.read_bytes() == second.read_bytes()
+    if fmt == ".npy":
+        assert (tmp_path / "a.npy.json").read_bytes() == (tmp_path / "b.npy.json").read_bytes()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_output_size_of_a_run_is_exact(tmp_path, fmt):
+    path = tmp_path / f"pe{fmt}"
+    fastpe.save_table(path, D, L, start=-(2**31), step=-7, dtype="float64")
+    written = sum(os.path.getsize(tmp_path / name) for name in os.listdir(tmp_path))
+    assert written == _save.output_size(path, D, L, start=-(2**31), step=-7, dtype="float64")
+    assert written > _save.output_size(path, D, L, dtype="float64")  # the spec's text names the run
+
+
+def test_a_default_run_spelled_out_is_an_ordinary_table(tmp_path):
+    saved = fastpe.save_table(tmp_path / "pe.npz", D, 7, start=0, step=1)
+    assert saved.spec["params"] == _spec_params(D, 7)
+    spec = good_spec(params={**_spec_params(D, L), "start": 0, "step": 1})
+    assert _save.load_spec(write_spec(tmp_path, spec))["params"] == _spec_params(D, L)  # normalised
+
+
+def test_one_row_takes_any_step(tmp_path):
+    """With one row only ``start`` is a position: a step beyond int64 is still a valid run."""
+    saved = fastpe.save_table(tmp_path / "pe.npy", D, 1, start=-3, step=10**30)
+    want = np.empty((1, D), np.float32)
+    fastpe.forward([-3], fastpe.PosEncConfig(D), want)
+    assert same_bits(np.load(tmp_path / "pe.npy"), want)
+    assert _save.load_spec(tmp_path / "pe.npy") == saved.spec and saved.spec["params"]["step"] == 10**30
+
+
+#: start/step values table() refuses, with max_len L
+BAD_RUNS = [
+    pytest.param({"step": 0}, id="step-0"), pytest.param({"step": 1.5}, id="step-float"),
+    pytest.param({"step": True}, id="step-bool"), pytest.param({"start": "3"}, id="start-str"),
+    pytest.param({"start": None}, id="start-none"), pytest.param({"start": -(2**32)}, id="start-low"),
+    pytest.param({"start": 2**32}, id="start-high"), pytest.param({"start": 2**32 - L + 1}, id="last-high"),
+    pytest.param({"start": 5, "step": -(2**25)}, id="last-low"), pytest.param({"step": 10**30}, id="step-huge"),
+]
+
+
+def _table_error(kwargs, max_len=L) -> Exception:
+    with pytest.raises((TypeError, ValueError)) as info:
+        fastpe.table(D, max_len, **kwargs)
+    return info.value
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("kwargs", BAD_RUNS)
+def test_a_bad_run_fails_as_table_fails_before_creating_anything(tmp_path, kwargs):
+    want = _table_error(kwargs)
+    with pytest.raises(type(want)) as info:
+        fastpe.save_table(tmp_path / "pe.npy", D, L, **kwargs)
+    assert str(info.value) == str(want)
+    assert listing(tmp_path) == []
+    with pytest.raises(type(want), match=re.escape(str(want))):
+        _save.output_size(tmp_path / "pe.npy", D, L, **kwargs)
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("kwargs", BAD_RUNS)
+def test_a_damaged_run_in_a_spec_is_refused_with_tables_reason(tmp_path, kwargs):
+    run = {"start": 4, **kwargs}
+    want = _table_error(run)
+    path = write_spec(tmp_path, good_spec(params={**_spec_params(D, L), **run}))
+    with pytest.raises(type(want)) as info:
+        _save.load_spec(path)
+    assert str(info.value) == f"{path}: params: {want}"
+
+
+@pytest.mark.any_backend
+def test_a_runs_spec_with_a_longer_max_len_leaving_the_range_is_refused(tmp_path):
+    saved = fastpe.save_table(tmp_path / "pe.npy", D, 7, start=-(2**32) + 7, step=-1, backend="python")
+    spec = json.loads((tmp_path / "pe.npy.json").read_text())
+    spec["params"]["max_len"] = 8  # the last position would be -2**32
+    (tmp_path / "pe.npy.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError) as info:
+        _save.load_spec(tmp_path / "pe.npy")
+    assert str(info.value) == (f"{tmp_path / 'pe.npy.json'}: params: the last position, start + (max_len - 1) * step "
+                               f"must be in (-2**32, 2**32), got {-(2**32)}")
+    assert saved.spec["params"]["start"] == -(2**32) + 7
+
+
+@pytest.mark.any_backend
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_runs_file_written_again_is_refused(tmp_path, fmt):
+    path = tmp_path / f"pe{fmt}"
+    saved = fastpe.save_table(path, D, 7, start=3, step=-1, backend="python")
+    _rewrite(path, read_table(path)[:5], json.dumps(saved.spec))
+    with pytest.raises(ValueError, match=rf"holds float32 \(5, {D}\), but .* describes a float32 \(7, {D}\) table: "
+                                         "the spec is stale"):
+        _save.load_spec(path)
+
+
+@pytest.mark.any_backend
+@pytest.mark.skipif(not FAST, reason="the python reference allocates per value; the budget is a compiled-backend figure")
+@pytest.mark.parametrize("dtype, chunk", [("float32", 256 << 10), ("float16", 2 << 20)])
+@pytest.mark.parametrize("d_model", [1, 256])
+def test_memory_of_a_run_stays_within_the_chunk_budget(tmp_path, fast_backend, dtype, chunk, d_model):
+    """A backward run through 0: the chunk, its scratch and its blocks' positions stay within
+    the budget (at d_model=1 the positions are larger than the rows they give)."""
+    max_len = {("float32", 256): 20_000, ("float32", 1): 2_000_000, ("float16", 256): 6_000,
+               ("float16", 1): 200_000}[dtype, d_model]
+    start = max_len // 2
+    fastpe.save_table(tmp_path / "warm.npz", d_model, 16, start=3, step=-1, dtype=dtype, backend=fast_backend)
+    assert _save._chunk_bytes(max_len, d_model, _dtypes.resolve(dtype), True) > 4 * chunk
+    tracemalloc.start()
+    try:
+        fastpe.save_table(tmp_path / "pe.npz", d_model, max_len, start=start, step=-1, dtype=dtype, chunk_bytes=chunk,
+                          backend=fast_backend)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    workspace = 1 << 20  # as for the ordinary tables: fixed, not per row
+    assert peak <= chunk + workspace, (peak, chunk)
