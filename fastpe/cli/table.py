@@ -153,9 +153,6 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, start: int
         params.setdefault(name, default)
         if params[name] == default:
             del params[name]
-    if "start" in params or "step" in params:  # a run that is not 0, 1, 2, ...: computed whole
-        _save_run(ctx, fastpe, path, params, backend)
-        return
     try:
         if _wants_bar(ctx):
             with click.progressbar(length=params["max_len"], label=f"writing {path}", file=sys.stderr) as bar:
@@ -167,8 +164,12 @@ def table(ctx: click.Context, output, backend, chunk_mb: float, spec, start: int
 
     verbosity = (ctx.obj or {}).get("verbosity", 0)
     if verbosity >= 0:
+        # a run that is not 0, 1, 2, ... says which positions it holds
+        run = "start" in params or "step" in params
+        where = f"positions {params.get('start', 0)}, step {params.get('step', 1)}, " if run else ""
         click.echo(
-            f"wrote {saved.path}: {dtype_text(saved.dtype, saved.path)} {saved.shape}, {options.human_size(saved.nbytes)}, "
+            f"wrote {saved.path}: {dtype_text(saved.dtype, saved.path)} {saved.shape}, {where}"
+            f"{options.human_size(saved.nbytes)}, "
             f"backend {saved.backend}, {options.milliseconds(saved.compute_seconds)} compute + "
             f"{options.milliseconds(saved.write_seconds)} write"
         )
@@ -182,25 +183,3 @@ def _save(fastpe, path, params, chunk_bytes, backend, progress):
     except (TypeError, ValueError) as exc:  # save_table checks every parameter, once
         raise _param_error(exc) from exc
 
-
-def _save_run(ctx, fastpe, path, params, backend) -> None:
-    """``fastpe.table(..., start=START, step=STEP)`` computed in memory, then written
-    atomically with its spec (the streamed writer takes runs from 0 only)."""
-    from .. import _backends
-    from .._io.writers import make_spec
-    from ._write import check_size, entry, summary, write_arrays
-
-    try:
-        name, _ = _backends.resolve(backend)
-        spec = make_spec("table", params)
-        entries = [entry("table", (params["max_len"], params["d_model"]), params["dtype"])]
-        check_size(path, entries, spec, advice="ask for a shorter --max-len")
-        arrays, compute_s, write_s = write_arrays(
-            path, entries, lambda: {"table": fastpe.table(**params, backend=name)}, spec)
-    except (TypeError, ValueError) as exc:
-        raise _param_error(exc) from exc
-    except OSError as exc:
-        raise click.ClickException(f"could not write {path}: {exc}") from exc
-    if (ctx.obj or {}).get("verbosity", 0) >= 0:
-        where = f"positions {params.get('start', 0)}, step {params.get('step', 1)}"
-        click.echo(summary(path, arrays["table"], where, name, compute_s, write_s))
