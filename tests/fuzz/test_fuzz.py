@@ -1619,14 +1619,40 @@ def test_grids_refuse_bad_arguments(case, data):
 # =========================================================================== save_table
 
 
+@st.composite
+def table_run(draw, max_len: int):
+    """``{}`` (positions 0, 1, 2, ...) or a valid ``start``/``step`` for ``max_len`` rows:
+    forward or backward, strided, below 0, through 0 and at both ends of (-2**32, 2**32)."""
+    if draw(st.booleans()):
+        return {}
+    step = draw(st.sampled_from((1, -1, -1, 2, -3, 7, -(2**20))) | st.integers(-9, 9).filter(bool))
+    if max_len == 1 and draw(st.booleans()):
+        step = draw(st.sampled_from((2**40, -(10**30))))  # one row: only start is a position
+    reach = step * (max_len - 1)
+    lo, hi = -POSITION_LIMIT + 1 - min(0, reach), POSITION_LIMIT - 1 - max(0, reach)
+    if lo > hi:
+        step, reach = 1, max_len - 1
+        lo, hi = -POSITION_LIMIT + 1, POSITION_LIMIT - max_len
+    start = draw(st.sampled_from(tuple(sorted({lo, hi, min(max(0, lo), hi), min(max(-1, lo), hi),
+                                               min(max(-reach // 2, lo), hi)})))
+                 | st.integers(lo, hi))
+    run = {"start": start, "step": step}
+    return run if draw(st.booleans()) else {k: v for k, v in run.items() if v != {"start": 0, "step": 1}[k]}
+
+
 @fuzz(40)
 @given(kw=table_kwargs(max_d=16), max_len=st.integers(1, 20), dtype=st_out_dtype,
-       ext=st.sampled_from((".npy", ".npz", ".safetensors")), chunk=st.sampled_from((None, 64, 1000, 1 << 20)))
-def test_save_table_writes_the_table(kw, max_len, dtype, ext, chunk):
+       ext=st.sampled_from((".npy", ".npz", ".safetensors")), chunk=st.sampled_from((None, 64, 1000, 1 << 20)),
+       data=st.data())
+def test_save_table_writes_the_table(kw, max_len, dtype, ext, chunk, data):
     from fastpe._io.save import load_spec, output_size
 
     if ext == ".safetensors":
         pytest.importorskip("safetensors")
+    run = data.draw(table_run(max_len))
+    if max_len == 1 and abs(run.get("step", 1)) >= 2**63:
+        run["step"] = -1  # fastpe.table's one-row run overflows int64 with such a step (save_table's does not)
+    kw = {**kw, **run}
     extra = {} if chunk is None else {"chunk_bytes": chunk}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pe" + ext)
@@ -1653,6 +1679,8 @@ def test_save_table_writes_the_table(kw, max_len, dtype, ext, chunk):
         assert total == output_size(path, max_len=max_len, dtype=dtype, **kw)
         spec = load_spec(path)
         assert fastpe.table(**spec["params"]).tobytes() == want.tobytes()
+        assert spec == saved.spec and {k: spec["params"][k] for k in run if k in spec["params"]} == {
+            k: v for k, v in run.items() if v != {"start": 0, "step": 1}[k]}  # a run's spec names it
         assert saved.shape == want.shape
 
 
@@ -1687,12 +1715,14 @@ def test_load_spec_refuses_what_is_not_a_spec(data):
     """``fastpe.load_spec`` of any bytes, of a spec with one field damaged, or of a spec
     beside a file it does not describe: a ValueError (a TypeError for a param of the wrong
     type, as the library gives) naming the file, never another error, and never a spec that
-    is not ``table``'s with valid params."""
+    is not ``table``'s with valid params.  A spec's run (``start``/``step``) is accepted
+    exactly when ``fastpe.table`` accepts it, and refused with table's reason."""
     good = {"fastpe": fastpe.__version__, "function": "table",
             "params": {"d_model": 8, "max_len": 4, "base": 10000.0, "layout": "interleaved",
                        "denominator": "d", "min_timescale": 1.0, "max_timescale": None,
                        "dtype": "float32"}}
-    kind = data.draw(st.sampled_from(("bytes", "field", "param", "stale")))
+    good["params"].update(data.draw(table_run(4)))
+    kind = data.draw(st.sampled_from(("bytes", "field", "param", "run", "stale")))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spec.json")
         if kind == "bytes":
@@ -1704,9 +1734,22 @@ def test_load_spec_refuses_what_is_not_a_spec(data):
             blob = json.dumps(spec).encode()
         elif kind == "param":
             params = dict(good["params"])
-            key = data.draw(st.sampled_from(sorted(params) + ["nope"]))
+            key = data.draw(st.sampled_from(sorted(params) + ["nope", "start", "step"]))
             params[key] = data.draw(st.sampled_from((None, -1, 0, 1.5, "x", [], 2**40, float("nan"))))
             blob = json.dumps(dict(good, params=params)).encode()
+        elif kind == "run":  # start and step, valid or not, against fastpe.table's own verdict
+            params = dict(good["params"])
+            edges = (0, 1, -1, 3, -3, POSITION_LIMIT - 1, POSITION_LIMIT, -POSITION_LIMIT + 1, -POSITION_LIMIT,
+                     POSITION_LIMIT - 4, -POSITION_LIMIT + 3, 2**63, True, None, 2.0, "1", [1])
+            for key in data.draw(st.sampled_from((("start",), ("step",), ("start", "step")))):
+                params[key] = data.draw(st.sampled_from(edges) | st.integers(-POSITION_LIMIT - 9, POSITION_LIMIT + 9))
+            blob = json.dumps(dict(good, params=params)).encode()
+            run = {k: params[k] for k in ("start", "step") if k in params}
+            try:
+                fastpe.table(8, 4, **run, backend="python")
+                verdict = None
+            except (TypeError, ValueError) as exc:
+                verdict = exc
         else:  # a sidecar beside a .npy that holds another array
             path = os.path.join(tmp, "pe.npy")
             np.save(path, np.zeros(data.draw(st.sampled_from(((4, 9), (5, 8), (4,)))), np.float32))
@@ -1720,10 +1763,17 @@ def test_load_spec_refuses_what_is_not_a_spec(data):
             spec = fastpe.load_spec(path)
         except (TypeError, ValueError) as e:
             assert os.path.basename(path) in str(e), f"{kind}: the error names no file: {e}"
+            if kind == "run":
+                assert verdict is not None, f"load_spec refused the run {run} that table() takes: {e}"
+                assert type(e) is type(verdict) and str(e) == f"{path}: params: {verdict}", (e, verdict)
             return
-        assert kind in ("field", "param"), f"{kind}: load_spec accepted {blob!r}"
+        assert kind in ("field", "param", "run"), f"{kind}: load_spec accepted {blob!r}"
+        if kind == "run":
+            assert verdict is None, f"load_spec accepted the run {run} that table() refuses: {verdict}"
         assert spec["function"] == "table"
         fastpe.table(**{**spec["params"], "max_len": 1})  # params the library takes
+        if abs(spec["params"].get("step", 1)) < 2**63:  # (a one-row table's step may not fit table's int64)
+            fastpe.table(**spec["params"], backend="python")  # the run too, at the spec's own max_len
 
 
 @pytest.mark.any_backend
@@ -1738,6 +1788,7 @@ def test_spec_parsing_refuses_malformed_specs(kw, data):
     spec = {"fastpe": fastpe.__version__, "function": "table",
             "params": {f: getattr(config, f) for f in ("d_model", "max_len", "base", "layout", "denominator",
                                                        "min_timescale", "max_timescale")} | {"dtype": "float32"}}
+    spec["params"].update(data.draw(table_run(3)))
     assert _save.parse_spec(json.dumps(spec), "the spec")["params"]["d_model"] == kw["d_model"]
     what = data.draw(st.sampled_from(("text", "top", "param", "drop")))
     bad = json.loads(json.dumps(spec))
@@ -1757,7 +1808,11 @@ def test_spec_parsing_refuses_malformed_specs(kw, data):
     ok, result = judge(_save.parse_spec, {"spec": text, "source": "the spec"}, blame={"the spec", "spec"},
                        expect=ANY)
     if ok:  # a change the spec allows (an optional field set to a valid value)
-        fastpe.PosEncConfig(**{k: v for k, v in result["params"].items() if k != "dtype"})
+        params = result["params"]
+        fastpe.PosEncConfig(**{k: v for k, v in params.items() if k not in ("dtype", "start", "step")})
+        fastpe.table(**{**params, "max_len": 1})  # the library takes the run too
+        if params["max_len"] <= 65537 and abs(params.get("step", 1)) < 2**63:
+            fastpe.table(**params, backend="python" if params["max_len"] < 100 else None)
 
 
 # =========================================================================== dask
