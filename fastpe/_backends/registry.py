@@ -277,7 +277,7 @@ class Backend(Protocol):
         rounded to the dtype (IEEE, as NumPy and torch add: Informer's TemporalEmbedding)."""
 
     # ---------------------------------------------------------------- Fourier features and
-    # time encodings (see fastpe.time._plan for the kernels' two routes and their bounds,
+    # time encodings (see fastpe._plans.time for the kernels' two routes and their bounds,
     # fastpe._exact.time for every value)
     def fourier_ticks(self, ticks, numerator, denominator, order, out) -> None:
         """Prophet's Fourier features of int64 ticks, from the exact rational turn.

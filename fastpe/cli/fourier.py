@@ -48,7 +48,7 @@ def _period(value):
 
 def _order(value):
     from .._validate import check_int
-    from ..time._plan import MAX_ORDER
+    from .._plans.time import MAX_ORDER
 
     return check_int("order", value, low=1, high=MAX_ORDER)
 

@@ -8,7 +8,7 @@ initialisation, ``cos(t w_j)`` with ``w_j = 1 / 10 ** linspace(0, 9, dim)``.  Bo
 it in float32, from a float32 ``t``: a time of ``1.7e9`` s is then known to 128 s, and
 ``t w_0`` to ~64 rad.  Here the angle ``t w_j`` is exact (every factor is: the timestamp's
 integer ticks, the tick's length, the double ``w_j``), and so is its reduction modulo
-``2 pi`` (:mod:`fastpe.time._plan`, split words within ``2**-81`` of a turn); one ``cos``
+``2 pi`` (:mod:`fastpe._plans.time`, split words within ``2**-81`` of a turn); one ``cos``
 follows, rounded once.
 
 Units: ``datetime64`` / ``timedelta64`` values (and Python dates and durations) are
@@ -27,7 +27,7 @@ import numpy as np
 from .. import _backends
 from .._exact import time as _reference
 from .._validate import check_int
-from ._plan import MAX_TIME_FREQS
+from .._plans.time import MAX_TIME_FREQS
 from ._timestamps import TICK_SECONDS, check_timestamps, check_unit
 
 __all__ = ["time_encoding", "tgn_frequencies"]

@@ -5,7 +5,7 @@ Prophet (``Prophet.fourier_series`` in prophet/forecaster.py) takes ``t`` = days
 ``2(k-1)+1`` = ``cos(2 pi k t / P)`` for ``k = 1 .. order``.  Here the phase is exact: with
 the tick ``tau`` (seconds), the unit ``u`` of the period (seconds) and the period's binary
 value ``P``, harmonic ``k`` of a timestamp of ``t`` ticks is ``frac(k t tau / (u P))``
-turns, a rational computed without rounding (:mod:`fastpe.time._plan`: exact residues
+turns, a rational computed without rounding (:mod:`fastpe._plans.time`: exact residues
 ``k t N mod D`` when the frequency's denominator ``D`` is below ``2**62`` -- every period
 that is a short binary fraction of days with any tick down to a nanosecond, e.g. 365.25,
 30.5, 7, 1 --, else split words within ``2**-81`` of a turn), then one ``sin`` and one
@@ -23,7 +23,7 @@ import numpy as np
 from .. import _backends
 from .._exact import time as _reference
 from .._validate import check_int, check_positive
-from ._plan import MAX_ORDER
+from .._plans.time import MAX_ORDER
 from ._timestamps import TICK_SECONDS, check_timestamps, check_unit
 
 __all__ = ["fourier_features", "fourier_frequency"]

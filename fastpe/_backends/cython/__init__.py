@@ -414,14 +414,14 @@ def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> No
 
 # ------------------------------------------------------------- Fourier features, time encodings
 # csrc/fastpe_time.h through _ext (the twin of fastpe._backends.numba.time), ranges of ticks on
-# the pool; the plans are fastpe.time._plan's
+# the pool; the plans are fastpe._plans.time's
 
 #: a value counts as this much work (a residue step or six split products, the polynomials)
 TIME_COST = 8
 
 
 def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
-    from ...time import _plan
+    from ..._plans import time as _plan
 
     plan = _plan.fourier_plan(int(numerator), int(denominator), int(order))
     n = ticks.shape[0]
@@ -433,7 +433,7 @@ def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
 
 
 def time_cos(ticks, frequencies, scale, out) -> None:
-    from ...time import _plan
+    from ..._plans import time as _plan
 
     words = _plan.time_cos_words(tuple(frequencies), scale)
     _call(_ext.time_words, (ticks, words, True, out), ticks.shape[0], out.size * TIME_COST)

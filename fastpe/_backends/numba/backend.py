@@ -269,11 +269,11 @@ def calendar_fields(ticks, per_second, tick_seconds, fields, offsets, out) -> No
 
 
 # ------------------------------------------------------------- Fourier features, time encodings
-# the kernels are in fastpe._backends.numba.time, the plans in fastpe.time._plan
+# the kernels are in fastpe._backends.numba.time, the plans in fastpe._plans.time
 
 
 def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
-    from ...time import _plan
+    from ..._plans import time as _plan
     from . import time as _kt
 
     plan = _plan.fourier_plan(int(numerator), int(denominator), int(order))
@@ -286,7 +286,7 @@ def fourier_ticks(ticks, numerator, denominator, order, out) -> None:
 
 
 def time_cos(ticks, frequencies, scale, out) -> None:
-    from ...time import _plan
+    from ..._plans import time as _plan
     from . import time as _kt
 
     words = _plan.time_cos_words(tuple(frequencies), scale)

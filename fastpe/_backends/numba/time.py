@@ -1,6 +1,6 @@
 """Numba kernels of :mod:`fastpe.time`: Fourier features and time encodings of int64 ticks.
 
-The two routes of :mod:`fastpe.time._plan` (its docstring proves the bounds): exact
+The two routes of :mod:`fastpe._plans.time` (its docstring proves the bounds): exact
 residues ``m_k = k t N mod D`` turned into a double-double fraction, and split words of
 ``frac(2**32 v)`` and ``frac(v)`` against the high and low halves of ``t``.  Both end in the
 exact path's ``_sincos_of_turn``.  ``csrc/fastpe_time.h`` is the C twin, operation for
