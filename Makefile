@@ -34,6 +34,8 @@ $(VENV)/.peers: $(VENV)/.extras
 	$(PIP) install --quiet diffusers || echo "diffusers not installed: its timestep parity test will skip"
 	# timm's rotary helpers need torch alone; --no-deps keeps torchvision (which timm pulls in) out
 	$(PIP) install --quiet --no-deps timm || echo "timm not installed: its axial RoPE parity test will skip"
+	# pandas: the calendar fields and Series inputs of fastpe.time checked against its own
+	$(PIP) install --quiet pandas || echo "pandas not installed: its calendar parity tests will skip"
 	touch $@
 
 install: $(VENV)/.installed

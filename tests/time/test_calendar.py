@@ -227,7 +227,7 @@ def test_against_pandas_where_installed():
     index = pd.date_range("1899-12-25", periods=5000, freq="37h")
     got = ft.calendar_features(index, features=ALL_INDEX, dtype="int64")
     iso = index.isocalendar().week.to_numpy()
-    want = np.stack([index.second, index.minute, index.hour, index.dayofweek, index.day - 1, index.dayofyear - 1,
+    want = np.stack([index.second, index.minute, index.hour, index.day_of_week, index.day - 1, index.day_of_year - 1,
                      index.month - 1, iso - 1], axis=1)
     np.testing.assert_array_equal(got, want)
 
