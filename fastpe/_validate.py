@@ -107,12 +107,11 @@ def check_base(base) -> float:
     return value
 
 
-def check_positions(positions, name: str = "positions") -> np.ndarray:
-    """Validate an array-like of positions; return it as a C-contiguous ``uint32`` array.
-
-    Accepts any integer dtype, a Python sequence of ints, or floats holding whole numbers.
-    The input is never modified (a copy is made whenever conversion is needed).
-    """
+def _integers(positions, name: str):
+    """``positions`` as a 1-D array of whole numbers and its least and greatest values
+    (``None`` for both when empty); any integer dtype, a Python sequence of ints, or floats
+    holding whole numbers; an object array comes back holding Python ints.  Bools, NaN,
+    inf, fractions, ragged and other input refused by name."""
     if isinstance(positions, (str, bytes)):
         raise TypeError(f"{name} must be an array of integers, got {type(positions).__name__}")
     try:
@@ -128,7 +127,7 @@ def check_positions(positions, name: str = "positions") -> np.ndarray:
     if arr.size == 0:
         if kind not in "iufO":
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-        return np.empty(0, dtype=np.uint32)
+        return arr, None, None
     if kind in "iu":
         lo, hi = int(arr.min()), int(arr.max())
     elif kind == "f":
@@ -142,10 +141,22 @@ def check_positions(positions, name: str = "positions") -> np.ndarray:
         for v in arr:
             if not _is_integer(v):
                 raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
-        lo, hi = min(int(v) for v in arr), max(int(v) for v in arr)
         arr = np.array([int(v) for v in arr], dtype=object)
+        lo, hi = min(arr), max(arr)
     else:
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr, lo, hi
+
+
+def check_positions(positions, name: str = "positions") -> np.ndarray:
+    """Validate an array-like of positions; return it as a C-contiguous ``uint32`` array.
+
+    Accepts any integer dtype, a Python sequence of ints, or floats holding whole numbers.
+    The input is never modified (a copy is made whenever conversion is needed).
+    """
+    arr, lo, hi = _integers(positions, name)
+    if lo is None:
+        return np.empty(0, dtype=np.uint32)
     if lo < 0:
         raise ValueError(f"{name} must be >= 0, got {lo}")
     if hi >= POSITION_LIMIT:
@@ -161,44 +172,13 @@ def check_signed_positions(positions, name: str = "positions") -> np.ndarray:
     ints, floats holding whole numbers; bools, NaN, inf, fractions and ragged input refused;
     the input never modified).  ``-0.0`` is the position 0.
     """
-    if isinstance(positions, (str, bytes)):
-        raise TypeError(f"{name} must be an array of integers, got {type(positions).__name__}")
-    try:
-        arr = np.asarray(positions)
-    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
-        raise ValueError(f"{name} must be a 1-D array of integers: {exc}") from None
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape}")
-    kind = arr.dtype.kind
-    if kind == "b":
-        raise TypeError(f"{name} must hold integers, got booleans")
-    _reject_bools(positions, arr, name)
-    if arr.size == 0:
-        if kind not in "iufO":
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    arr, lo, hi = _integers(positions, name)
+    if lo is None:
         return np.empty(0, dtype=np.int64)
-    if kind in "iu":
-        lo, hi = int(arr.min()), int(arr.max())
-    elif kind == "f":
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{name} must be finite integers, got NaN or inf")
-        if not (arr == np.floor(arr)).all():
-            bad = float(arr[arr != np.floor(arr)][0])
-            raise ValueError(f"{name} must be whole numbers, got {bad!r}")
-        lo, hi = float(arr.min()), float(arr.max())
-    elif kind == "O":
-        for v in arr:
-            if not _is_integer(v):
-                raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
-        lo, hi = min(int(v) for v in arr), max(int(v) for v in arr)
-    else:
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if lo <= -POSITION_LIMIT:
         raise ValueError(f"{name} must be > -2**32, got {_short(int(lo))}")
     if hi >= POSITION_LIMIT:
         raise ValueError(f"{name} must be < 2**32, got {_short(int(hi))}")
-    if kind == "O":
-        arr = np.array([int(v) for v in arr], dtype=np.int64)
     # a float -0.0 becomes the integer 0; every value fits in int64 exactly
     return np.ascontiguousarray(arr.astype(np.int64, copy=False))
 
