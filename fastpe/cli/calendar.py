@@ -10,11 +10,10 @@ timestamps as the list of their integer ticks beside their ``unit`` (what
 
 from __future__ import annotations
 
-import hashlib
-
 import click
 
 from . import options
+from ._timestamps import UNITS, dtype_handler, ticks_spec, timestamps_handler
 from ._write import check_size, default_path, entry, output_opt, summary, write_arrays
 
 __all__ = ["calendar", "timestamps_spec", "ENTRY", "SPEC_VALUES", "DTYPE_CHOICES"]
@@ -25,19 +24,6 @@ ENTRY = "features"
 SPEC_VALUES = 1 << 16
 #: the output dtypes: GluonTS' float32 first; the integer ones hold the --index features only
 DTYPE_CHOICES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
-_UNITS = ("W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as")
-
-
-def _timestamps_handler(ctx, param, value):
-    """``--timestamps``: a ``.npy`` of datetime64 or integers, memory-mapped (read once the
-    output's size is checked)."""
-    try:
-        arr = options.open_npy(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if arr.dtype.kind not in "Miu":
-        raise click.BadParameter(f"{value!r} holds {arr.dtype}; give datetime64 values, or integers with --unit")
-    return arr
 
 
 def _freq(value):
@@ -47,34 +33,22 @@ def _freq(value):
     return value
 
 
-def _dtype_handler(ctx, param, value):
-    if value is None:
-        return None
-    if value.lower() == "bfloat16":
-        return options.dtype_handler(ctx, param, value)
-    return value.lower()
-
-
 def timestamps_spec(ticks):
     """The timestamps' ticks as a spec records them (see the module's docstring)."""
-    import numpy as np
-
-    if ticks.size <= SPEC_VALUES:
-        return np.asarray(ticks, dtype=np.int64).tolist()
-    return {"shape": list(ticks.shape), "sha256": hashlib.sha256(np.asarray(ticks, dtype="<i8").tobytes()).hexdigest()}
+    return ticks_spec(ticks, SPEC_VALUES)
 
 
 @click.command("calendar", short_help="Write GluonTS calendar features of timestamps to .npy, .npz or .safetensors.")
-@click.option("--timestamps", "timestamps", required=True, callback=_timestamps_handler, metavar="NPY",
+@click.option("--timestamps", "timestamps", required=True, callback=timestamps_handler, metavar="NPY",
               help="A .npy of datetime64 values (any unit), or of integers counted in --unit since 1970-01-01.")
 @click.option("--freq", "freq", required=True, callback=options.library_check("freq", _freq), metavar="FREQ",
               help="pandas frequency string: its GluonTS features (H: hour of day, day of week, day of month, "
                    "day of year).")
 @click.option("--index", "index", is_flag=True, help="The *Index features: the 0-based raw values.")
-@click.option("--unit", "unit", type=click.Choice(_UNITS), default=None,
+@click.option("--unit", "unit", type=click.Choice(UNITS), default=None,
               help="The unit of integer timestamps (refused with datetime64 ones, which bring their own).")
 @click.option("--dtype", type=click.Choice(DTYPE_CHOICES, case_sensitive=False), default="float32",
-              show_default=True, callback=_dtype_handler,
+              show_default=True, callback=dtype_handler,
               help="Output dtype; each value rounded once; int32/int64 with --index only.")
 @options.backend_opt
 @output_opt("fastpe calendar", "calendar_<FREQ>.npy")

@@ -11,11 +11,10 @@ SHA-256 of the little-endian int64 ticks.
 
 from __future__ import annotations
 
-import hashlib
-
 import click
 
 from . import options
+from ._timestamps import UNITS, dtype_handler, ticks_spec, timestamps_handler
 from ._write import check_size, default_path, entry, output_opt, summary, write_arrays
 
 __all__ = ["fourier", "ENTRY", "SPEC_VALUES", "DTYPE_CHOICES"]
@@ -26,18 +25,6 @@ ENTRY = "features"
 SPEC_VALUES = 1 << 16
 #: the output dtypes: Prophet's float64 first
 DTYPE_CHOICES = ("float64", "float32", "float16", "bfloat16")
-_UNITS = ("W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as")
-
-
-def _timestamps_handler(ctx, param, value):
-    """``--timestamps``: a ``.npy`` of datetime64 or integers, memory-mapped."""
-    try:
-        arr = options.open_npy(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if arr.dtype.kind not in "Miu":
-        raise click.BadParameter(f"{value!r} holds {arr.dtype}; give datetime64 values, or integers with --unit")
-    return arr
 
 
 def _period(value):
@@ -53,35 +40,21 @@ def _order(value):
     return check_int("order", value, low=1, high=MAX_ORDER)
 
 
-def _dtype_handler(ctx, param, value):
-    if value.lower() == "bfloat16":
-        return options.dtype_handler(ctx, param, value)
-    return value.lower()
-
-
-def _ticks_spec(ticks):
-    import numpy as np
-
-    if ticks.size <= SPEC_VALUES:
-        return np.asarray(ticks, dtype=np.int64).tolist()
-    return {"shape": list(ticks.shape), "sha256": hashlib.sha256(np.asarray(ticks, dtype="<i8").tobytes()).hexdigest()}
-
-
 @click.command("fourier", short_help="Write Prophet's Fourier seasonality features of timestamps to .npy, .npz "
                                      "or .safetensors.")
-@click.option("--timestamps", "timestamps", required=True, callback=_timestamps_handler, metavar="NPY",
+@click.option("--timestamps", "timestamps", required=True, callback=timestamps_handler, metavar="NPY",
               help="A .npy of datetime64 values (any unit), or of integers counted since 1970-01-01 in "
                    "--timestamp-unit (default: --unit).")
 @click.option("--period", "period", type=float, required=True, callback=options.library_check("period", _period),
               metavar="P", help="The period in --unit (365.25, 7, 30.5, 1 ...), taken exactly as its double.")
 @click.option("--order", "order", type=int, required=True, callback=options.library_check("order", _order),
               metavar="N", help="Harmonics k = 1 .. N: 2N columns, sin then cos of each.")
-@click.option("--unit", "unit", type=click.Choice(_UNITS), default="D", show_default=True,
+@click.option("--unit", "unit", type=click.Choice(UNITS), default="D", show_default=True,
               help="The unit of --period (and of integer timestamps).")
-@click.option("--timestamp-unit", "timestamp_unit", type=click.Choice(_UNITS), default=None,
+@click.option("--timestamp-unit", "timestamp_unit", type=click.Choice(UNITS), default=None,
               help="The unit of integer timestamps when it is not --unit (refused with datetime64 ones).")
 @click.option("--dtype", type=click.Choice(DTYPE_CHOICES, case_sensitive=False), default="float64",
-              show_default=True, callback=_dtype_handler, help="Output dtype; each value rounded once.")
+              show_default=True, callback=dtype_handler, help="Output dtype; each value rounded once.")
 @options.backend_opt
 @output_opt("fastpe fourier", "fourier_<P>_<N>.npy")
 @click.pass_context
@@ -119,7 +92,7 @@ def fourier(ctx: click.Context, timestamps, period: float, order: int, unit: str
                transient=timestamps.size * 8, space=False)
     with options.library_errors():
         ticks, u = check_timestamps(np.asarray(timestamps), "--timestamps", timestamp_unit or unit)
-    params = dict(timestamps=_ticks_spec(ticks), period=period, order=order, unit=unit, timestamp_unit=u,
+    params = dict(timestamps=ticks_spec(ticks, SPEC_VALUES), period=period, order=order, unit=unit, timestamp_unit=u,
                   dtype=dtype)
     spec = make_spec("time.fourier_features", params)
     check_size(path, entries, spec, advice="give fewer timestamps or a lower --order")
