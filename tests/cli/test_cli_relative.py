@@ -8,24 +8,13 @@ reach the library.  Sizes stay small: the suite may run on the python backend.
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 import pytest
 
 from fastpe import relative
 from conftest import DEFAULT
-from support.cli import assert_one_line_error, run, same_bits
-from support.cli import ok as check_summary
-
-SUMMARY = re.compile(
-    r"wrote (?P<path>\S+): (?P<dtype>\w+) \((?P<shape>[\d, ]+)\), "
-    r"(?P<what>.+), [\d.]+ (B|KiB|MiB|GiB), backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
-)
-
-
-def ok(result) -> re.Match:
-    return check_summary(result, SUMMARY)
+from support.cli import assert_one_line_error, ok, run, same_bits
 
 
 # --------------------------------------------------------------------------- fastpe deberta

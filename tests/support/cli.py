@@ -42,7 +42,15 @@ def run_process(*args, cwd, timeout: float = 120, **kwargs) -> subprocess.Comple
     )
 
 
-def ok(result, summary: re.Pattern) -> re.Match:
+#: the summary line of a command writing one array: its path, dtype, shape, what it holds, its
+#: size, the backend and the times
+SUMMARY = re.compile(
+    r"wrote (?P<path>\S+): (?P<dtype>\w+)(?P<bits> \(as uint16 bits\))? \((?P<shape>[\d, ]+)\), "
+    r"(?P<what>.+), [\d.]+ (B|KiB|MiB|GiB), backend (?P<backend>\w+), [\d.]+ ms compute \+ [\d.]+ ms write"
+)
+
+
+def ok(result, summary: re.Pattern = SUMMARY) -> re.Match:
     """A successful run printed exactly one line, matching ``summary``."""
     assert result.exit_code == 0, (result.output, result.stderr)
     lines = result.stdout.splitlines()
