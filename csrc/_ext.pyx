@@ -565,6 +565,8 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
 # or fastpe_sincos_real (real positions) -- then laid out and rounded (a C cast: round to
 # nearest, as NumPy's and numba's are).
 
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc  # a part's scratch, without the GIL
+
 cdef enum:
     _FAMILY_ROWS = 64  # rows per block: their (cos, sin) doubles stay in cache while laid out
 
@@ -635,18 +637,26 @@ ctypedef struct _FamilyCtx:
     void *out
     int is_double
     Py_ssize_t d
-    double *scratch  # per part: a block's table, then an anchor's 2 * n_freq
+    int failed  # a part could not allocate its scratch (reported as MemoryError)
     int wide
 
 
 cdef void _family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     """Rows ``[lo, hi)``, ``_FAMILY_ROWS`` at a time: the (cos, sin) doubles of the integer
     positions (fastpe_rope_table with af = 1) or of the real positions (fastpe_sincos_real),
-    then laid out and rounded by :func:`_scatter`."""
+    then laid out and rounded by :func:`_scatter`.  Each part allocates its own scratch (a
+    block's table and an anchor, for at most ``_FAMILY_ROWS`` rows): one allocation of every
+    part's at once (4 MiB at 16 parts of 512 columns) is above the C allocator's mapping
+    threshold, so it was mapped and unmapped again on every call, and its page faults cost
+    ten times the kernel (2048 x 512 halves, measured)."""
     cdef _FamilyCtx *c = <_FamilyCtx *>ctx
     cdef Py_ssize_t n_freq = c.n_freq
-    cdef double *table = c.scratch + part * (_FAMILY_ROWS + 1) * 2 * n_freq
-    cdef double *anchor = table + _FAMILY_ROWS * 2 * n_freq
+    cdef Py_ssize_t rows = hi - lo if hi - lo < _FAMILY_ROWS else _FAMILY_ROWS
+    cdef double *table = <double *>PyMem_RawMalloc((rows + 1) * 2 * n_freq * sizeof(double))
+    if table == NULL:
+        c.failed = 1
+        return
+    cdef double *anchor = table + rows * 2 * n_freq
     cdef Py_ssize_t b0 = lo, b1
     while b0 < hi:
         b1 = b0 + _FAMILY_ROWS
@@ -662,6 +672,7 @@ cdef void _family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
         else:
             _scatter(table, b1 - b0, n_freq, c.layout, <float *>c.out + b0 * c.d, c.d)
         b0 = b1
+    PyMem_RawFree(table)
 
 
 cdef int _family_rows(const uint32_t *positions, const double *x, const double *turns,
@@ -672,12 +683,11 @@ cdef int _family_rows(const uint32_t *positions, const double *x, const double *
     c.positions, c.x, c.turns, c.n_freq, c.steps = positions, x, turns, n_freq, steps
     c.layout, c.out, c.d, c.wide = layout, &out[0, 0], out.shape[1], wide
     c.is_double = floating is double
-    c.scratch = _scratch(parts * (_FAMILY_ROWS + 1) * 2 * n_freq)
-    try:
-        with nogil:
-            fastpe_pool_run(_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
-    finally:
-        PyMem_Free(c.scratch)
+    c.failed = 0
+    with nogil:
+        fastpe_pool_run(_family_part, &c, row_begin, row_end, parts, 1, _pool_threads)
+    if c.failed:
+        raise MemoryError()
     return 0
 
 

@@ -351,3 +351,39 @@ def test_narrow16_every_copy_matches_numba(numba_backend, bf16):
             _ext.narrow16(bits[:n], bf16, got, ties, wide=wide, parts=3)
             np.testing.assert_array_equal(got, want[:n])
             np.testing.assert_array_equal(ties.astype(bool), want_ties[:n])
+
+
+@pytest.mark.parametrize("parts", [1, 2, 7, 64, 5000])
+@pytest.mark.parametrize("n_rows", [1, 63, 64, 65, 1000])
+def test_family_rows_every_cut_gives_the_same_bits(numba_backend, parts, n_rows):
+    """The family kernels (integer and real positions), each part with its own scratch: any
+    cut -- more parts than rows, parts shorter than a block, edges off the anchors -- and a
+    sub-range write every row once with numba's bits, in every layout and dtype, and leave
+    the rows outside the range as they were."""
+    from fastpe import PosEncConfig
+    from fastpe._plans import frequencies as freq_plans
+
+    rng = np.random.default_rng(n_rows + parts)
+    positions = rng.integers(0, POSITION_LIMIT, n_rows, dtype=np.uint64).astype(np.uint32)
+    positions[: n_rows // 2] = np.arange(n_rows // 2, dtype=np.uint32) + 61  # a run across anchors
+    x = rng.uniform(-1e6, 1e6, n_rows)
+    for d in (67, 130):
+        freqs = PosEncConfig(d).frequencies
+        turns, steps = _cython._planned(freq_plans.turns, freqs)
+        real_turns = freq_plans.turns(freqs)
+        for layout, code in _ext.LAYOUT_CODES.items():
+            for dtype in (np.float32, np.float64):
+                bits = f"u{np.dtype(dtype).itemsize}"
+                for kernel, first, args, op in (
+                    (_ext.sincos_rows, positions, (turns, steps), numba_backend.sincos_rows),
+                    (_ext.sincos_real_rows, x, (real_turns,), numba_backend.sincos_real),
+                ):
+                    want = np.full((n_rows, d), np.nan, dtype)
+                    op(first, freqs, layout, want)
+                    got = np.full_like(want, np.nan)
+                    kernel(first, *args, code, got, parts=parts)
+                    np.testing.assert_array_equal(got.view(bits), want.view(bits))
+                    rows = np.full_like(want, np.nan)
+                    kernel(first, *args, code, rows, 1, n_rows, parts=parts)
+                    np.testing.assert_array_equal(rows[1:].view(bits), want[1:].view(bits))
+                    assert np.isnan(rows[0]).all()
