@@ -417,6 +417,8 @@ def table(
             raise ValueError(f"{name} must be in (-2**32, 2**32), got {value}")
     _, module = _backends.resolve(backend)
     out = output_array(out, (config.max_len, config.d_model), dtype)
+    if config.max_len == 1:  # one row: the step never applies (and may be any size)
+        step = 1
     if step == 1 and start >= 0:  # the table kernels: no positions array
         fill_config(module, config, None, start, out)
         return out

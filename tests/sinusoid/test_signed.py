@@ -133,6 +133,9 @@ def test_table_start_step_is_forward_of_its_positions(backend, start, step, n, d
 
 def test_table_existing_calls_unchanged():
     assert np.array_equal(fastpe.table(8, 40), fastpe.table(8, 40, start=0, step=1))
+    # one row: the step never applies, whatever its size
+    assert np.array_equal(fastpe.table(8, 1, start=-5, step=10**30), fastpe.forward([-5], PosEncConfig(8),
+                                                                                      np.empty((1, 8), np.float32)))
     assert np.array_equal(fastpe.table(8, 40, start=5),
                           fastpe.forward(np.arange(5, 45), PosEncConfig(8), np.empty((40, 8), np.float32)))
 
