@@ -45,6 +45,9 @@ cdef extern from "fastpe_kernels.h" nogil:
                              const double *steps, double af, int neox, float *out_cos,
                              float *out_sin, Py_ssize_t row_begin, Py_ssize_t row_end,
                              double *scratch, int wide)
+    void fastpe_family_table(const uint32_t *positions, Py_ssize_t n, const double *turns,
+                             Py_ssize_t n_freq, const double *steps, double *table,
+                             double *scratch, int64_t *anchor_at, int wide)
     void fastpe_rope_apply(float *xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq,
                            Py_ssize_t ssq, float *xk, Py_ssize_t hk, Py_ssize_t bk,
                            Py_ssize_t shk, Py_ssize_t ssk, Py_ssize_t s_begin,
@@ -568,7 +571,8 @@ def narrow16(const uint32_t[::1] bits, bint bf16, uint16_t[::1] out, uint8_t[::1
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc  # a part's scratch, without the GIL
 
 cdef enum:
-    _FAMILY_ROWS = 64  # rows per block: their (cos, sin) doubles stay in cache while laid out
+    _FAMILY_ROWS = 64  # rows per block at most
+    _FAMILY_VALUES = 2048  # doubles per block (16 KiB) at most, but for a row of more
 
 # the layout codes: fastpe._plans.layouts.LAYOUT_CODES (the cython backend checks LAYOUT_CODES)
 cdef enum:
@@ -642,29 +646,38 @@ ctypedef struct _FamilyCtx:
 
 
 cdef void _family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    """Rows ``[lo, hi)``, ``_FAMILY_ROWS`` at a time: the (cos, sin) doubles of the integer
-    positions (fastpe_rope_table with af = 1) or of the real positions (fastpe_sincos_real),
-    then laid out and rounded by :func:`_scatter`.  Each part allocates its own scratch (a
-    block's table and an anchor, for at most ``_FAMILY_ROWS`` rows): one allocation of every
-    part's at once (4 MiB at 16 parts of 512 columns) is above the C allocator's mapping
-    threshold, so it was mapped and unmapped again on every call, and its page faults cost
-    ten times the kernel (2048 x 512 halves, measured)."""
+    """Rows ``[lo, hi)`` a block at a time: the (cos, sin) doubles of the integer positions
+    (fastpe_family_table: fastpe_rope_table's values, the anchor carried from block to block)
+    or of the real positions (fastpe_sincos_real), then laid out and rounded by
+    :func:`_scatter`.  A block is at most ``_FAMILY_VALUES`` doubles, so that it is still in
+    the first cache level when it is laid out; each part allocates its own scratch (a block's
+    table and an anchor: 20 KiB at 256 frequencies, below the C allocator's mapping
+    threshold).  One allocation of every part's 64-row blocks at once (4 MiB at 16 parts of
+    512 columns) was mapped and unmapped again on every call, and its page faults cost ten
+    times the kernel (2048 x 512 halves, measured)."""
     cdef _FamilyCtx *c = <_FamilyCtx *>ctx
     cdef Py_ssize_t n_freq = c.n_freq
-    cdef Py_ssize_t rows = hi - lo if hi - lo < _FAMILY_ROWS else _FAMILY_ROWS
+    cdef Py_ssize_t rows = _FAMILY_VALUES // (2 * n_freq)
+    if rows > _FAMILY_ROWS:
+        rows = _FAMILY_ROWS
+    if rows > hi - lo:
+        rows = hi - lo
+    if rows < 1:
+        rows = 1
     cdef double *table = <double *>PyMem_RawMalloc((rows + 1) * 2 * n_freq * sizeof(double))
     if table == NULL:
         c.failed = 1
         return
     cdef double *anchor = table + rows * 2 * n_freq
+    cdef int64_t anchor_at = -1
     cdef Py_ssize_t b0 = lo, b1
     while b0 < hi:
-        b1 = b0 + _FAMILY_ROWS
+        b1 = b0 + rows
         if b1 > hi:
             b1 = hi
         if c.positions != NULL:
-            fastpe_rope_table(c.positions + b0, c.turns, n_freq, c.steps, 1.0, table, 0, b1 - b0,
-                              anchor, c.wide)
+            fastpe_family_table(c.positions + b0, b1 - b0, c.turns, n_freq, c.steps, table,
+                                anchor, &anchor_at, c.wide)
         else:
             fastpe_sincos_real(c.x + b0, c.turns, n_freq, table, 0, b1 - b0, c.wide)
         if c.is_double:

@@ -914,4 +914,48 @@ static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t s
                      table, n_freq, pos_bstride, neox, item_begin, item_end);
 }
 
+/*
+ * The sinusoid families' integer rows a few at a time (csrc/_ext.pyx): table rows 0 .. n - 1
+ * ((n, 2, n_freq): cos, then sin) of positions[0 .. n - 1], the values of fastpe_rope_table
+ * with af = 1, the anchor (its position in *anchor_at, -1 for none yet; its sin, cos in
+ * scratch) kept from one call to the next: a part cut into blocks small enough for the first
+ * cache level computes an anchor only where the positions change anchor, as one call would.
+ */
+#define FASTPE_DEFINE_FAMILY_KERNELS(SUFFIX, ATTR, HW)                                           \
+    ATTR static void fastpe_family_table##SUFFIX(                                                \
+        const uint32_t *FASTPE_RESTRICT positions, ptrdiff_t n,                                  \
+        const double *FASTPE_RESTRICT turns, ptrdiff_t n_freq,                                   \
+        const double *FASTPE_RESTRICT steps, double *FASTPE_RESTRICT table,                      \
+        double *FASTPE_RESTRICT scratch, int64_t *anchor_at)                                     \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = *anchor_at;                                                             \
+        for (ptrdiff_t t = 0; t < n; t++) {                                                      \
+            int64_t p = (int64_t)positions[t];                                                   \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            const double *cm = steps + 2 * m * n_freq;                                           \
+            double *o = table + 2 * t * n_freq;                                                  \
+            fastpe_rope_row_((double)p, turns, n_freq, sa, ca, cm, cm + n_freq, 1.0, o,          \
+                             o + n_freq, HW);                                                    \
+        }                                                                                        \
+        *anchor_at = anchor;                                                                     \
+    }
+
+FASTPE_DEFINE_FAMILY_KERNELS(_baseline, , FASTPE_HW_FLOOR)
+#if FASTPE_X86_DISPATCH
+FASTPE_DEFINE_FAMILY_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
+#endif
+
+static void fastpe_family_table(const uint32_t *positions, ptrdiff_t n, const double *turns,
+                                ptrdiff_t n_freq, const double *steps, double *table,
+                                double *scratch, int64_t *anchor_at, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_family_table, positions, n, turns, n_freq, steps, table, scratch,
+                     anchor_at);
+}
+
 #endif /* FASTPE_KERNELS_H */

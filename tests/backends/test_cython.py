@@ -387,3 +387,25 @@ def test_family_rows_every_cut_gives_the_same_bits(numba_backend, parts, n_rows)
                     kernel(first, *args, code, rows, 1, n_rows, parts=parts)
                     np.testing.assert_array_equal(rows[1:].view(bits), want[1:].view(bits))
                     assert np.isnan(rows[0]).all()
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_family_rows_one_row_per_block(numba_backend, parts):
+    """A row of more than a block's doubles (1050 frequencies) makes blocks of one row, the
+    anchor carried from each to the next: numba's bits, integer and real positions."""
+    from fastpe import PosEncConfig
+    from fastpe._plans import frequencies as freq_plans
+
+    freqs = PosEncConfig(2100).frequencies
+    turns, steps = _cython._planned(freq_plans.turns, freqs)
+    positions = np.concatenate([np.arange(60, 130), [2**32 - 1, 5, 64]]).astype(np.uint32)
+    x = positions.astype(np.float64) + 0.25
+    for kernel, first, args, op in (
+        (_ext.sincos_rows, positions, (turns, steps), numba_backend.sincos_rows),
+        (_ext.sincos_real_rows, x, (freq_plans.turns(freqs),), numba_backend.sincos_real),
+    ):
+        want = np.full((positions.size, 2100), np.nan, np.float32)
+        op(first, freqs, "halves", want)
+        got = np.full_like(want, np.nan)
+        kernel(first, *args, _ext.LAYOUT_CODES["halves"], got, parts=parts)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
