@@ -48,6 +48,10 @@ cdef extern from "fastpe_kernels.h" nogil:
     void fastpe_family_table(const uint32_t *positions, Py_ssize_t n, const double *turns,
                              Py_ssize_t n_freq, const double *steps, double *table,
                              double *scratch, int64_t *anchor_at, int wide)
+    void fastpe_family_halves32(const uint32_t *positions, Py_ssize_t n, const double *turns,
+                                Py_ssize_t n_freq, const double *steps, float *out,
+                                Py_ssize_t d, int cos_first, double *scratch,
+                                int64_t *anchor_at, int wide)
     void fastpe_rope_apply(float *xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq,
                            Py_ssize_t ssq, float *xk, Py_ssize_t hk, Py_ssize_t bk,
                            Py_ssize_t shk, Py_ssize_t ssk, Py_ssize_t s_begin,
@@ -671,6 +675,13 @@ cdef void _family_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
     cdef double *anchor = table + rows * 2 * n_freq
     cdef int64_t anchor_at = -1
     cdef Py_ssize_t b0 = lo, b1
+    if (c.positions != NULL and not c.is_double and c.layout != _INTERLEAVED
+            and c.d == 2 * n_freq):
+        # float32 halves filling the row: straight from the products, no table to lay out
+        fastpe_family_halves32(c.positions + lo, hi - lo, c.turns, n_freq, c.steps,
+                               <float *>c.out + lo * c.d, c.d, c.layout == _HALVES_COS, anchor,
+                               &anchor_at, c.wide)
+        b0 = hi
     while b0 < hi:
         b1 = b0 + rows
         if b1 > hi:

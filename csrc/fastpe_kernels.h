@@ -958,4 +958,70 @@ static void fastpe_family_table(const uint32_t *positions, ptrdiff_t n, const do
                      anchor_at);
 }
 
+/*
+ * The same rows in float32 halves ([sin | cos], or [cos | sin] when cos_first) of exactly
+ * 2 * n_freq columns, written straight from the products: out holds rows 0 .. n - 1 (d
+ * floats each).  The values of fastpe_family_table rounded to float32 (a row with a tiny
+ * product recomputes its products, identically, and takes the exact path's values where
+ * they are tiny, as fastpe_rope_row_ does), without the table and the pass that lays it out.
+ */
+#define FASTPE_DEFINE_FAMILY_HALVES_KERNELS(SUFFIX, ATTR, HW)                                    \
+    ATTR static void fastpe_family_halves32##SUFFIX(                                             \
+        const uint32_t *FASTPE_RESTRICT positions, ptrdiff_t n,                                  \
+        const double *FASTPE_RESTRICT turns, ptrdiff_t n_freq,                                   \
+        const double *FASTPE_RESTRICT steps, float *out, ptrdiff_t d, int cos_first,             \
+        double *FASTPE_RESTRICT scratch, int64_t *anchor_at)                                     \
+    {                                                                                            \
+        double *sa = scratch, *ca = scratch + n_freq;                                            \
+        int64_t anchor = *anchor_at;                                                             \
+        for (ptrdiff_t t = 0; t < n; t++) {                                                      \
+            int64_t p = (int64_t)positions[t];                                                   \
+            int64_t m = p % FASTPE_STEPS;                                                        \
+            if (p - m != anchor) {                                                               \
+                anchor = p - m;                                                                  \
+                fastpe_anchor_((double)anchor, turns, n_freq, sa, ca, HW);                       \
+            }                                                                                    \
+            const double *FASTPE_RESTRICT cm = steps + 2 * m * n_freq;                           \
+            const double *FASTPE_RESTRICT sm = cm + n_freq;                                      \
+            float *FASTPE_RESTRICT o_s = out + t * d + (cos_first ? n_freq : 0);                 \
+            float *FASTPE_RESTRICT o_c = out + t * d + (cos_first ? 0 : n_freq);                 \
+            int any = 0;                                                                         \
+            for (ptrdiff_t i = 0; i < n_freq; i++) { /* branch-free: vectorises */               \
+                double c = ca[i] * cm[i] - sa[i] * sm[i];                                        \
+                double s = sa[i] * cm[i] + ca[i] * sm[i];                                        \
+                o_c[i] = (float)(1.0 * c + 0.0);                                                 \
+                o_s[i] = (float)(1.0 * s + 0.0);                                                 \
+                any |= (fabs(c) < FASTPE_TINY64) | (fabs(s) < FASTPE_TINY64);                    \
+            }                                                                                    \
+            if (any) { /* rare: about one (position, frequency) in 13,000 */                     \
+                for (ptrdiff_t i = 0; i < n_freq; i++) {                                         \
+                    double c = ca[i] * cm[i] - sa[i] * sm[i];                                    \
+                    double s = sa[i] * cm[i] + ca[i] * sm[i];                                    \
+                    if (fabs(c) < FASTPE_TINY64 || fabs(s) < FASTPE_TINY64) {                    \
+                        fastpe_sincos_turns_((double)p, turns[i], turns[n_freq + i],             \
+                                             turns[2 * n_freq + i], turns[3 * n_freq + i], &s,   \
+                                             &c, HW);                                            \
+                        o_c[i] = (float)(1.0 * c + 0.0);                                         \
+                        o_s[i] = (float)(1.0 * s + 0.0);                                         \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+        *anchor_at = anchor;                                                                     \
+    }
+
+FASTPE_DEFINE_FAMILY_HALVES_KERNELS(_baseline, , FASTPE_HW_FLOOR)
+#if FASTPE_X86_DISPATCH
+FASTPE_DEFINE_FAMILY_HALVES_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
+#endif
+
+static void fastpe_family_halves32(const uint32_t *positions, ptrdiff_t n, const double *turns,
+                                   ptrdiff_t n_freq, const double *steps, float *out,
+                                   ptrdiff_t d, int cos_first, double *scratch,
+                                   int64_t *anchor_at, int wide)
+{
+    FASTPE_DISPATCH_(fastpe_family_halves32, positions, n, turns, n_freq, steps, out, d,
+                     cos_first, scratch, anchor_at);
+}
+
 #endif /* FASTPE_KERNELS_H */

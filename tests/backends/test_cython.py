@@ -409,3 +409,24 @@ def test_family_rows_one_row_per_block(numba_backend, parts):
         got = np.full_like(want, np.nan)
         kernel(first, *args, _ext.LAYOUT_CODES["halves"], got, parts=parts)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("d_model", [130, 512])
+def test_family_halves_straight_from_the_products(numba_backend, d_model):
+    """float32 halves filling the row are written straight from the products: numba's bits
+    for both halves layouts and both copies of the kernel, at the positions whose products
+    are tiny (the exact path's values) and at the edges."""
+    from fastpe import PosEncConfig
+    from fastpe._plans import frequencies as freq_plans
+
+    positions = positions_for(d_model, 10000.0)
+    freqs = PosEncConfig(d_model).frequencies
+    assert 2 * freqs.count == d_model
+    turns, steps = _cython._planned(freq_plans.turns, freqs)
+    for layout in ("halves", "halves_cos"):
+        want = np.full((positions.size, d_model), np.nan, np.float32)
+        numba_backend.sincos_rows(positions, freqs, layout, want)
+        for wide in (True, False):
+            got = np.full_like(want, np.nan)
+            _ext.sincos_rows(positions, turns, steps, _ext.LAYOUT_CODES[layout], got, wide=wide, parts=3)
+            assert_same_bits(got, want)
