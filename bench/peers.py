@@ -1212,7 +1212,7 @@ _numba_fill = None
 
 def gluonts_hourly_numpy(stamps: np.ndarray) -> np.ndarray:
     """GluonTS' ``time_features_from_frequency_str("H")`` (gluonts/time_feature/_base.py:
-    ``_normalize(x, num) = x / (num - 1) - 0.5`` of hour, dayofweek, day - 1, dayofyear - 1),
+    ``_normalize(x, num) = x / (num - 1) - 0.5`` of hour, day of week, day - 1, day of year - 1),
     stacked as ``np.vstack`` and cast to float32 as ``AddTimeFeatures`` does; the fields from
     NumPy datetime64 arithmetic (pandas' ``DatetimeIndex`` fields where pandas is installed).
     Returned transposed, ``(n, 4)``, fastpe's layout (a view: the transpose costs nothing)."""
@@ -1222,7 +1222,7 @@ def gluonts_hourly_numpy(stamps: np.ndarray) -> np.ndarray:
         pd = None
     if pd is not None:
         index = pd.DatetimeIndex(stamps)
-        hour, dow, day, doy = index.hour, index.dayofweek, index.day, index.dayofyear
+        hour, dow, day, doy = index.hour, index.day_of_week, index.day, index.day_of_year
     else:
         days = stamps.astype("datetime64[D]")
         hour = (stamps - days).astype(np.int64)
