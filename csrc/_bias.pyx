@@ -531,6 +531,10 @@ cdef extern from "fastpe_relative.h" nogil:
     void fastpe_deberta_bucket_i64(const int64_t *rel, int64_t mid, const int64_t *starts,
                                    const int64_t *values, const int64_t *index, int64_t *out,
                                    Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_deberta_direct_i32(const int64_t *rel, int64_t mid, const int64_t *table, int32_t *out,
+                                   Py_ssize_t begin, Py_ssize_t end)
+    void fastpe_deberta_direct_i64(const int64_t *rel, int64_t mid, const int64_t *table, int64_t *out,
+                                   Py_ssize_t begin, Py_ssize_t end)
     void fastpe_deberta_fill_i32(int64_t mid, const int64_t *starts, const int64_t *values,
                                  const int64_t *index, int32_t *out, Py_ssize_t k_len,
                                  Py_ssize_t row_begin, Py_ssize_t row_end)
@@ -554,6 +558,8 @@ cdef enum:
     _DEBERTA_I64
     _DEBERTA_FILL_I32
     _DEBERTA_FILL_I64
+    _DEBERTA_DIRECT_I32
+    _DEBERTA_DIRECT_I64
     _SHAW_I32
     _SHAW_I64
 
@@ -564,6 +570,7 @@ ctypedef struct _RelCtx:
     const int64_t *starts
     const int64_t *values
     const int64_t *index
+    const int64_t *table
     Py_ssize_t k_len
     void *out
 
@@ -574,6 +581,10 @@ cdef void _rel_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
         fastpe_deberta_bucket_i32(c.rel, c.mid, c.starts, c.values, c.index, <int32_t *>c.out, lo, hi)
     elif c.kind == _DEBERTA_I64:
         fastpe_deberta_bucket_i64(c.rel, c.mid, c.starts, c.values, c.index, <int64_t *>c.out, lo, hi)
+    elif c.kind == _DEBERTA_DIRECT_I32:
+        fastpe_deberta_direct_i32(c.rel, c.mid, c.table, <int32_t *>c.out, lo, hi)
+    elif c.kind == _DEBERTA_DIRECT_I64:
+        fastpe_deberta_direct_i64(c.rel, c.mid, c.table, <int64_t *>c.out, lo, hi)
     elif c.kind == _DEBERTA_FILL_I32:
         fastpe_deberta_fill_i32(c.mid, c.starts, c.values, c.index, <int32_t *>c.out, c.k_len, lo, hi)
     elif c.kind == _DEBERTA_FILL_I64:
@@ -612,10 +623,12 @@ cdef int _deberta_plan(_RelCtx *c, int64_t mid, const int64_t[::1] starts, const
 
 def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] starts, const int64_t[::1] values,
                    const int64_t[::1] index, bucket_t[::1] out, Py_ssize_t begin=0, Py_ssize_t end=-1,
-                   int parts=1):
+                   int parts=1, const int64_t[::1] direct=None):
     """``out[k]`` = the DeBERTa bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``mid =
     bucket_size // 2`` and the plan's ``starts``, ``values`` and ``index``
-    (fastpe._plans.deberta), covering every ``|rel[k]|``; no ``rel`` may be ``-2**63``."""
+    (fastpe._plans.deberta), covering every ``|rel[k]|``; no ``rel`` may be ``-2**63``.
+    ``direct``: the plan's direct table (``3 * INDEX_SLOTS`` integers), looked up instead
+    of the index when given and not empty."""
     if end < 0:
         end = out.shape[0]
     if rel.shape[0] != out.shape[0]:
@@ -635,6 +648,11 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
         raise ValueError("relative positions must be > -2**63")
     _deberta_plan(&c, mid, starts, values, index, max(hi, -lo))
     c.kind = _DEBERTA_I32 if bucket_t is int32_t else _DEBERTA_I64
+    if direct is not None and direct.shape[0]:
+        if direct.shape[0] != 3 * FASTPE_DEBERTA_INDEX_SLOTS:
+            raise ValueError(f"direct has {direct.shape[0]} integers, expected {3 * FASTPE_DEBERTA_INDEX_SLOTS}")
+        c.table = &direct[0]
+        c.kind = _DEBERTA_DIRECT_I32 if bucket_t is int32_t else _DEBERTA_DIRECT_I64
     c.rel, c.out = &rel[0], &out[0]
     _run(_rel_part, &c, begin, end, parts)
 

@@ -61,6 +61,30 @@ static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t 
     return rp > 0 ? v : -v;
 }
 
+/* the index slot of a distance d >= 1 (fastpe._plans.deberta.slot_of) */
+static inline int64_t fastpe_deberta_slot(int64_t d)
+{
+    const int e = 63 - __builtin_clzll((unsigned long long)d); /* floor(log2 d) */
+    const int64_t frac = d - ((int64_t)1 << e);
+    const int64_t top = e >= FASTPE_DEBERTA_INDEX_BITS ? frac >> (e - FASTPE_DEBERTA_INDEX_BITS)
+                                                       : frac << (FASTPE_DEBERTA_INDEX_BITS - e);
+    return (int64_t)e * (1 << FASTPE_DEBERTA_INDEX_BITS) + top;
+}
+
+/* fastpe_deberta_one by the plan's direct table (fastpe._plans.deberta.direct_table: a slot
+ * holds at most one start past its first distance): one load of the slot's (t, v0, v1), no
+ * load depending on another, then a select -- the index, starts and values chain is ~3x the
+ * time of a position */
+static inline int64_t fastpe_deberta_direct(int64_t rp, int64_t mid, const int64_t *table)
+{
+    const int64_t d = rp < 0 ? -rp : rp;
+    if (d <= mid)
+        return rp;
+    const int64_t *t = table + 3 * fastpe_deberta_slot(d);
+    const int64_t v = d >= t[0] ? t[2] : t[1];
+    return rp > 0 ? v : -v;
+}
+
 /* dst[0 .. n) = src[0 .. n): an explicit loop, not memcpy -- each row of the DeBERTa matrix is
  * the row above shifted by one element, and the library's memmove (rep movsb) is ~8x slower
  * on such 8-byte-shifted copies of rows 4 KiB apart than a vector loop */
@@ -83,6 +107,14 @@ FASTPE_ROW_COPY(i64, int64_t)
     {                                                                                         \
         for (ptrdiff_t k = begin; k < end; k++)                                               \
             out[k] = (T)fastpe_deberta_one(rel[k], mid, starts, values, index);               \
+    }                                                                                         \
+    /* out[k] = bucket(rel[k]) for k in [begin, end), by the direct table */                 \
+    static void fastpe_deberta_direct_##SUFFIX(const int64_t *rel, int64_t mid,               \
+                                               const int64_t *table, T *out, ptrdiff_t begin, \
+                                               ptrdiff_t end)                                 \
+    {                                                                                         \
+        for (ptrdiff_t k = begin; k < end; k++)                                               \
+            out[k] = (T)fastpe_deberta_direct(rel[k], mid, table);                            \
     }                                                                                         \
     /* rows [row_begin, row_end) of out (q_len x k_len): out[i][j] = bucket(i - j) */        \
     static void fastpe_deberta_fill_##SUFFIX(int64_t mid, const int64_t *starts,              \

@@ -38,7 +38,7 @@ import numpy as np
 from .t5 import log_float32
 
 __all__ = ["log32", "divisor", "bucket_plan", "bucket_values", "reach_of", "plan_size", "Plan", "slot_of",
-           "search_index", "INDEX_BITS", "INDEX_SLOTS",
+           "search_index", "direct_table", "INDEX_BITS", "INDEX_SLOTS",
            "MAX_BUCKET_SIZE", "MAX_POSITION", "MAX_STARTS", "DEFAULT_BUCKET_SIZE", "DEFAULT_MAX_POSITION"]
 
 #: DeBERTa-v3's configuration (microsoft/deberta-v3-base config.json: "position_buckets": 256,
@@ -179,12 +179,38 @@ def search_index(starts: np.ndarray) -> np.ndarray:
     return np.maximum(np.searchsorted(starts, _SLOT_STARTS, side="right") - 1, 0).astype(np.int64)
 
 
+def direct_table(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The one-look-up table of a plan whose every slot holds at most one start after its
+    smallest distance, else an empty array: for each slot ``s``, ``[3 s, 3 s + 3)`` holds
+    ``(t, v0, v1)``, the bucket of a distance ``d`` of the slot past the plan's first start
+    being ``v1`` when ``d >= t`` else ``v0`` (``t = 2**63 - 1`` where the slot holds no start
+    but its first); the kernels load one slot's three integers (one cache line, no dependent
+    load) instead of the index, then the starts, then the values."""
+    if not starts.size:
+        return np.zeros(0, dtype=np.int64)
+    first = _SLOT_STARTS
+    after = np.empty_like(first)  # the largest distance of each slot
+    after[:-1] = np.maximum(first[1:] - 1, first[:-1])
+    after[-1] = _TOP
+    at_first = np.searchsorted(starts, first, side="right")  # starts at or below each slot's first
+    inside = np.searchsorted(starts, after, side="right") - at_first
+    if (inside > 1).any():
+        return np.zeros(0, dtype=np.int64)
+    table = np.empty((first.size, 3), dtype=np.int64)
+    table[:, 1] = values[np.maximum(at_first - 1, 0)]  # below the first start: never read
+    one = inside == 1
+    table[:, 0] = np.where(one, starts[np.minimum(at_first, starts.size - 1)], _TOP)
+    table[:, 2] = np.where(one, values[np.minimum(at_first, starts.size - 1)], table[:, 1])
+    return table.reshape(-1)
+
+
 @dataclass(frozen=True)
 class Plan:
     """Distances ``starts`` (int64, strictly increasing, ``starts[0] = mid + 1``) where HF's
     bucket takes the new value ``values`` (int64, strictly increasing), for distances up to
     ``reach``; ``index`` (:func:`search_index`, :data:`INDEX_SLOTS` int64) narrows the
-    search; ``logs``: float32 argument -> float32 log wherever the hook's log was used and
+    search; ``direct``: :func:`direct_table` (empty when some slot holds two starts past its
+    first distance); ``logs``: float32 argument -> float32 log wherever the hook's log was used and
     differs from the correctly rounded one (empty without the hook)."""
 
     mid: int
@@ -192,6 +218,7 @@ class Plan:
     starts: np.ndarray
     values: np.ndarray
     index: np.ndarray
+    direct: np.ndarray
     logs: types.MappingProxyType
 
     @property
@@ -284,7 +311,7 @@ def _plan(bucket_size: int, max_position: int, reach: int) -> Plan:
         empty.setflags(write=False)
         index = search_index(empty)
         index.setflags(write=False)
-        return Plan(mid, reach, empty, empty, index, types.MappingProxyType(dict(f.logs)))
+        return Plan(mid, reach, empty, empty, index, empty, types.MappingProxyType(dict(f.logs)))
     # one by one while f climbs at least about once per distance (up to twice
     # scale / divisor, where its slope scale / (divisor * d) falls to 1/2), then by value
     slope_end = 2 * float(f.scale) / max(float(f.divisor), 1e-30)
@@ -301,9 +328,10 @@ def _plan(bucket_size: int, max_position: int, reach: int) -> Plan:
             starts = np.concatenate([starts, found])
             values = np.concatenate([values, f(found)])
     index = search_index(starts)
-    for a in (starts, values, index):
+    direct = direct_table(starts, values)
+    for a in (starts, values, index, direct):
         a.setflags(write=False)
-    return Plan(mid, reach, starts, values, index, types.MappingProxyType(dict(f.logs)))
+    return Plan(mid, reach, starts, values, index, direct, types.MappingProxyType(dict(f.logs)))
 
 
 def bucket_plan(bucket_size: int, max_position: int, distance: int) -> Plan:

@@ -223,8 +223,16 @@ def _deberta_plan(bucket_size, max_position, distance):
 
 
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
+    from ..._plans.deberta import bucket_plan
+
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
     mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
+    if bucket_size:
+        direct = bucket_plan(bucket_size, max_position, reach).direct
+        if direct.size:
+            _run(_kr.deberta_direct_parallel, _kr.deberta_direct_serial, out.size * 4,
+                 relative_position, np.int64(mid), direct, out)
+            return
     narrow = bool((np.diff(index) <= 3).all())  # the plan's narrow (an unbucketed call never searches)
     _run(_kr.deberta_bucket_parallel, _kr.deberta_bucket_serial, out.size * 4,
          relative_position, np.int64(mid), starts, values, index, narrow, out)

@@ -26,7 +26,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from ..._plans.deberta import INDEX_BITS
 from ._jit import inline, kernel
 
-__all__ = ["deberta_bucket_parallel", "deberta_bucket_serial", "deberta_fill_parallel", "deberta_fill_serial",
+__all__ = ["deberta_bucket_parallel", "deberta_bucket_serial", "deberta_direct_parallel", "deberta_direct_serial", "deberta_fill_parallel", "deberta_fill_serial",
            "shaw_fill_parallel", "shaw_fill_serial", "ITEM_BLOCK", "ROW_BLOCK", "UNBUCKETED"]
 
 #: relative positions per work item of the element-wise kernel
@@ -102,6 +102,26 @@ def _deberta_bucket(rel, mid, starts, values, index, narrow, out):
             out[k] = v if rp > 0 else -v
 
 
+def _deberta_direct(rel, mid, table, out):
+    """:func:`_deberta_bucket` by the plan's direct table (fastpe._plans.deberta.direct_table:
+    a slot holds at most one start past its first distance): one load of the slot's
+    ``(t, v0, v1)``, then a select, no load depending on another."""
+    size = rel.shape[0]
+    n_blocks = (size + ITEM_BLOCK - 1) // ITEM_BLOCK
+    for b in prange(n_blocks):
+        k0 = b * ITEM_BLOCK
+        k1 = min(size, k0 + ITEM_BLOCK)
+        for k in range(k0, k1):
+            rp = rel[k]
+            d = -rp if rp < 0 else rp
+            if d <= mid:
+                out[k] = rp
+                continue
+            t = 3 * slot_of(d)
+            v = table[t + 2] if d >= table[t] else table[t + 1]
+            out[k] = v if rp > 0 else -v
+
+
 def _deberta_fill(mid, starts, values, index, out):
     q_len, k_len = out.shape
     n_blocks = (q_len + ROW_BLOCK - 1) // ROW_BLOCK
@@ -134,5 +154,6 @@ def _shaw_fill(k, offset, out):
 
 
 deberta_bucket_parallel, deberta_bucket_serial = kernel(_deberta_bucket)
+deberta_direct_parallel, deberta_direct_serial = kernel(_deberta_direct)
 deberta_fill_parallel, deberta_fill_serial = kernel(_deberta_fill)
 shaw_fill_parallel, shaw_fill_serial = kernel(_shaw_fill)
