@@ -274,3 +274,39 @@ def test_fork_after_parallel_fill(backend):
     proc.join(30)
     assert proc.exitcode == 0
     assert got == (m.tobytes(), s.tobytes())
+
+
+@pytest.mark.parametrize("bs, mp", [(256, 512), (17, 10), (257, 1000), (256, 2**62), (512, 512), (64, 34)])
+def test_direct_table_is_the_plan(bs, mp):
+    """Where the plan has a direct table, its (t, v0, v1) of each slot give the plan's own
+    value (last start at or below d) at every distance of the plan, both sides of every
+    start and at random ones; plans with a slot of two starts past its first have none."""
+    p = plan.bucket_plan(bs, mp, 2**20)
+    table = plan.direct_table(p.starts, p.values)
+    inside = np.diff(np.searchsorted(p.starts, plan._SLOT_STARTS, side="right"))
+    assert (table.size == 0) == bool((inside > 1).any())
+    assert (p.direct == table).all()
+    if not table.size:
+        return
+    rng = np.random.default_rng(bs * 7 + 1)
+    d = np.concatenate([np.arange(p.mid + 1, min(p.reach, 70000) + 1), (p.starts[:, None] + np.arange(-1, 2)).ravel(),
+                        rng.integers(p.mid + 1, p.reach, 100000, endpoint=True)])
+    d = d[(d > p.mid) & (d <= p.reach)]
+    want = p.values[np.searchsorted(p.starts, d, side="right") - 1]
+    slot = table.reshape(-1, 3)[plan.slot_of(d)]
+    assert (np.where(d >= slot[:, 0], slot[:, 2], slot[:, 1]) == want).all()
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_random_positions_on_each_backend(fast_backend, dtype):
+    """The bench's workload (random positions in (-2**18, 2**18), DeBERTa-v3's plan: its
+    direct table) and a plan without one, large enough for the parallel kernels, against the
+    formula (HF's float32 operations emulated; HF itself in the tests above)."""
+    rng = np.random.default_rng(3)
+    rel = rng.integers(-(2**18) + 1, 2**18, 300_000)
+    rel[:600] = np.arange(-300, 300)
+    for bs, mp in ((256, 512), (512, 512)):
+        assert plan.bucket_plan(bs, mp, 2**18).direct.size == (3 * plan.INDEX_SLOTS if bs == 256 else 0)
+        want = plan.bucket_values(bs, mp, rel)
+        got = relative.deberta_bucket(rel, bs, mp, dtype=dtype, backend=fast_backend)
+        assert got.dtype == np.dtype(dtype) and (got == want).all()
