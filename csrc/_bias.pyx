@@ -627,8 +627,9 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
     """``out[k]`` = the DeBERTa bucket of ``rel[k]`` for ``k`` in ``[begin, end)``: ``mid =
     bucket_size // 2`` and the plan's ``starts``, ``values`` and ``index``
     (fastpe._plans.deberta), covering every ``|rel[k]|``; no ``rel`` may be ``-2**63``.
-    ``direct``: the plan's direct table (``3 * INDEX_SLOTS`` integers), looked up instead
-    of the index when given and not empty."""
+    ``direct``: the direct table of the plan over every distance (``3 * INDEX_SLOTS``
+    integers), looked up instead of the index when given and not empty; every read then
+    stays in the table whatever ``rel`` holds, and ``rel`` is not scanned for its reach."""
     if end < 0:
         end = out.shape[0]
     if rel.shape[0] != out.shape[0]:
@@ -639,6 +640,15 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
     cdef _RelCtx c
     cdef int64_t lo = 0, hi = 0, v
     cdef Py_ssize_t k
+    if direct is not None and direct.shape[0]:
+        if direct.shape[0] != 3 * FASTPE_DEBERTA_INDEX_SLOTS:
+            raise ValueError(f"direct has {direct.shape[0]} integers, expected {3 * FASTPE_DEBERTA_INDEX_SLOTS}")
+        if mid < 1:
+            raise ValueError(f"mid must be >= 1, got {mid}")
+        c.kind = _DEBERTA_DIRECT_I32 if bucket_t is int32_t else _DEBERTA_DIRECT_I64
+        c.mid, c.table, c.rel, c.out = mid, &direct[0], &rel[0], &out[0]
+        _run(_rel_part, &c, begin, end, parts)
+        return
     with nogil:  # the distances the plan must cover, in C integers
         for k in range(begin, end):
             v = rel[k]
@@ -648,11 +658,6 @@ def deberta_bucket(const int64_t[::1] rel, int64_t mid, const int64_t[::1] start
         raise ValueError("relative positions must be > -2**63")
     _deberta_plan(&c, mid, starts, values, index, max(hi, -lo))
     c.kind = _DEBERTA_I32 if bucket_t is int32_t else _DEBERTA_I64
-    if direct is not None and direct.shape[0]:
-        if direct.shape[0] != 3 * FASTPE_DEBERTA_INDEX_SLOTS:
-            raise ValueError(f"direct has {direct.shape[0]} integers, expected {3 * FASTPE_DEBERTA_INDEX_SLOTS}")
-        c.table = &direct[0]
-        c.kind = _DEBERTA_DIRECT_I32 if bucket_t is int32_t else _DEBERTA_DIRECT_I64
     c.rel, c.out = &rel[0], &out[0]
     _run(_rel_part, &c, begin, end, parts)
 

@@ -61,27 +61,23 @@ static inline int64_t fastpe_deberta_one(int64_t rp, int64_t mid, const int64_t 
     return rp > 0 ? v : -v;
 }
 
-/* the index slot of a distance d >= 1 (fastpe._plans.deberta.slot_of) */
-static inline int64_t fastpe_deberta_slot(int64_t d)
-{
-    const int e = 63 - __builtin_clzll((unsigned long long)d); /* floor(log2 d) */
-    const int64_t frac = d - ((int64_t)1 << e);
-    const int64_t top = e >= FASTPE_DEBERTA_INDEX_BITS ? frac >> (e - FASTPE_DEBERTA_INDEX_BITS)
-                                                       : frac << (FASTPE_DEBERTA_INDEX_BITS - e);
-    return (int64_t)e * (1 << FASTPE_DEBERTA_INDEX_BITS) + top;
-}
-
 /* fastpe_deberta_one by the plan's direct table (fastpe._plans.deberta.direct_table: a slot
  * holds at most one start past its first distance): one load of the slot's (t, v0, v1), no
  * load depending on another, then a select -- the index, starts and values chain is ~3x the
  * time of a position */
 static inline int64_t fastpe_deberta_direct(int64_t rp, int64_t mid, const int64_t *table)
 {
-    const int64_t d = rp < 0 ? -rp : rp;
-    if (d <= mid)
+    /* |rp| unsigned: 2**63 for -2**63 (outside the contract), whose slot is the table's last */
+    const uint64_t d = rp < 0 ? 0 - (uint64_t)rp : (uint64_t)rp;
+    if (d <= (uint64_t)mid)
         return rp;
-    const int64_t *t = table + 3 * fastpe_deberta_slot(d);
-    const int64_t v = d >= t[0] ? t[2] : t[1];
+    const int64_t e = 63 - __builtin_clzll(d);
+    const uint64_t frac = d - ((uint64_t)1 << e);
+    const uint64_t top = e >= FASTPE_DEBERTA_INDEX_BITS ? frac >> (e - FASTPE_DEBERTA_INDEX_BITS)
+                                                        : frac << (FASTPE_DEBERTA_INDEX_BITS - e);
+    const int64_t slot = e * (1 << FASTPE_DEBERTA_INDEX_BITS) + (int64_t)top;
+    const int64_t *t = table + 3 * slot;
+    const int64_t v = d >= (uint64_t)t[0] ? t[2] : t[1];
     return rp > 0 ? v : -v;
 }
 

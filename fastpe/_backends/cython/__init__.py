@@ -353,11 +353,16 @@ def _deberta_plan(bucket_size, max_position, distance):
 
 
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
+    whole = _deberta.direct_plan(bucket_size, max_position) if bucket_size else None
+    if whole is not None:  # covers every distance: no pass for the positions' reach
+        _call(functools.partial(_ext_bias.deberta_bucket, direct=whole.direct),
+              (relative_position, whole.mid, whole.starts, whole.values, whole.index, out), out.shape[0],
+              out.size * 4)
+        return
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
     mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
-    direct = _deberta.bucket_plan(bucket_size, max_position, reach).direct if bucket_size else None
-    _call(functools.partial(_ext_bias.deberta_bucket, direct=direct),
-          (relative_position, mid, starts, values, index, out), out.shape[0], out.size * 4)
+    _call(_ext_bias.deberta_bucket, (relative_position, mid, starts, values, index, out), out.shape[0],
+          out.size * 4)
 
 
 def deberta_bucket_matrix(bucket_size, max_position, out) -> None:

@@ -223,16 +223,15 @@ def _deberta_plan(bucket_size, max_position, distance):
 
 
 def deberta_bucket(relative_position, bucket_size, max_position, out) -> None:
-    from ..._plans.deberta import bucket_plan
+    from ..._plans.deberta import direct_plan
 
+    whole = direct_plan(bucket_size, max_position) if bucket_size else None
+    if whole is not None:  # covers every distance: no pass for the positions' reach
+        _run(_kr.deberta_direct_parallel, _kr.deberta_direct_serial, out.size * 4,
+             relative_position, np.int64(whole.mid), whole.direct, out)
+        return
     reach = max(int(relative_position.max()), -int(relative_position.min())) if relative_position.size else 0
     mid, starts, values, index = _deberta_plan(bucket_size, max_position, reach)
-    if bucket_size:
-        direct = bucket_plan(bucket_size, max_position, reach).direct
-        if direct.size:
-            _run(_kr.deberta_direct_parallel, _kr.deberta_direct_serial, out.size * 4,
-                 relative_position, np.int64(mid), direct, out)
-            return
     narrow = bool((np.diff(index) <= 3).all())  # the plan's narrow (an unbucketed call never searches)
     _run(_kr.deberta_bucket_parallel, _kr.deberta_bucket_serial, out.size * 4,
          relative_position, np.int64(mid), starts, values, index, narrow, out)
