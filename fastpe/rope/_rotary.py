@@ -528,14 +528,14 @@ class Rotary:
             self._rotate(q, k, positions, offset, seq_len, backend, qk=True, direct=False, inverse=inverse)
         return q, k
 
-    def _mrope_direct(self, q, k, positions, offset, seq_len, backend, inverse) -> bool:
-        """An M-RoPE rotation of a few plainly valid positions (an integer ndarray ``(3,
-        seq)`` or ``(3, batch, seq)``, at most ``_TABLE_ROWS`` rows), straight to the kernel
-        on its kept table; False, having touched nothing, for anything else (the full path
-        checks it).  The checks of :meth:`_rotate_direct`, for three axes."""
-        if type(inverse) is not bool or type(q) is not np.ndarray or q.dtype is not _F32 \
-                or type(positions) is not np.ndarray or type(offset) is not int or offset:
-            return False
+    def _plain_pair(self, q, k):
+        """``(ndim, n_batch, n_seq)`` of a plainly valid ``q`` (and ``k`` unless None) for the
+        M-RoPE and xPos direct paths: exact float32 ndarrays of this head size, 3-D or 4-D,
+        C-contiguous, aligned, writable, ``k`` of ``q``'s geometry and apart from it in memory;
+        ``None`` for anything else.  (:meth:`_rotate_direct` keeps its own copy inline: it is
+        the decoding step's path.)"""
+        if type(q) is not np.ndarray or q.dtype is not _F32:
+            return None
         shape = q.shape
         nd = len(shape)
         if nd == 4:
@@ -543,19 +543,32 @@ class Rotary:
         elif nd == 3:
             n_batch, n_seq, d = 1, shape[0], shape[2]
         else:
-            return False
+            return None
         flags = q.flags
         if d != self._head_dim or not (flags.c_contiguous and flags.writeable and flags.aligned) or not n_seq:
-            return False
+            return None
         if k is not None:
             if type(k) is not np.ndarray or k.dtype is not _F32:
-                return False
+                return None
             ks = k.shape
             if len(ks) != nd or ks[-1] != d or ks[0] != shape[0] or (nd == 4 and ks[2] != n_seq):
-                return False
+                return None
             flags = k.flags
             if not (flags.c_contiguous and flags.writeable and flags.aligned) or np.may_share_memory(q, k):
-                return False
+                return None
+        return nd, n_batch, n_seq
+
+    def _mrope_direct(self, q, k, positions, offset, seq_len, backend, inverse) -> bool:
+        """An M-RoPE rotation of a few plainly valid positions (an integer ndarray ``(3,
+        seq)`` or ``(3, batch, seq)``, at most ``_TABLE_ROWS`` rows), straight to the kernel
+        on its kept table; False, having touched nothing, for anything else (the full path
+        checks it).  The checks of :meth:`_rotate_direct`, for three axes."""
+        if type(inverse) is not bool or type(positions) is not np.ndarray or type(offset) is not int or offset:
+            return False
+        found = self._plain_pair(q, k)
+        if found is None:
+            return False
+        nd, n_batch, n_seq = found
         pshape = positions.shape
         if pshape == (3, n_seq):
             stride = 0
@@ -808,29 +821,12 @@ class Rotary:
         checks of :meth:`_rotate_direct`: exact float32 in-place arrays apart in memory, an
         ``int`` offset or an integer ndarray of positions, a compiled backend), straight to
         the kernel on the kept tables; False, having touched nothing, for anything else."""
-        if type(inverse) is not bool or type(downscale) is not bool or type(q) is not np.ndarray \
-                or q.dtype is not _F32 or type(offset) is not int:
+        if type(inverse) is not bool or type(downscale) is not bool or type(offset) is not int:
             return False
-        shape = q.shape
-        nd = len(shape)
-        if nd == 4:
-            n_batch, n_seq, d = shape[0], shape[2], shape[3]
-        elif nd == 3:
-            n_batch, n_seq, d = 1, shape[0], shape[2]
-        else:
+        found = self._plain_pair(q, k)
+        if found is None:
             return False
-        flags = q.flags
-        if d != self._head_dim or not (flags.c_contiguous and flags.writeable and flags.aligned) or not n_seq:
-            return False
-        if k is not None:
-            if type(k) is not np.ndarray or k.dtype is not _F32:
-                return False
-            ks = k.shape
-            if len(ks) != nd or ks[-1] != d or ks[0] != shape[0] or (nd == 4 and ks[2] != n_seq):
-                return False
-            flags = k.flags
-            if not (flags.c_contiguous and flags.writeable and flags.aligned) or np.may_share_memory(q, k):
-                return False
+        nd, n_batch, n_seq = found
         if positions is None:
             if offset < 0 or offset + n_seq > _LIMIT or n_seq > _TABLE_ROWS:
                 return False
@@ -875,7 +871,7 @@ class Rotary:
             tables[tkey] = pair
         neox = self._neox
         first = pair[1 if downscale else 0]
-        hq = shape[1]
+        hq, d = q.shape[1], self._head_dim
         if n_batch * n_seq * (hq + (0 if k is None else k.shape[1])) * self._n_freq >= _DIRECT_PAIRS:
             _rotate_on_table(module, backend, q, None, first, stride, neox, kernel)
             if k is not None:
