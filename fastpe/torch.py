@@ -79,7 +79,9 @@ def _as_index(name: str, value, low: int = 0) -> int:
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor over ``a``'s memory, no copy (bfloat16, which torch cannot take from
     NumPy, through its 16-bit words)."""
-    if a.dtype.name == "bfloat16":
+    # ml_dtypes' bfloat16 is the one dtype of kind "V" fastpe writes (kind, not dtype.name,
+    # which NumPy builds anew on every read)
+    if a.dtype.kind == "V":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
@@ -421,6 +423,9 @@ class RotaryEmbedding(nn.Module):
         # what every call passes to fastpe.rope, already validated
         self._kwargs = dict(base=base, rotary_dim=rotary_dim, scaling=copy.deepcopy(scaling),
                             max_position_embeddings=max_position_embeddings, layout=self.layout)
+        # the caches' Rotary, built once from the resolved spec: rope.cos_sin would resolve the
+        # same arguments again on every call (the same bits either way)
+        self._rotary = rope.Rotary._from_spec(self.spec, self.layout)
 
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base!r}, "
@@ -445,16 +450,18 @@ class RotaryEmbedding(nn.Module):
         pos = _positions_numpy(positions)
         if pos.ndim not in (1, 2):
             raise ValueError(f"positions must have shape (seq,) or (batch, seq), got {pos.shape}")
-        pos = check_position_grid(pos, (pos.shape,))
-        seq_len = _scaling.check_seq_len(seq_len)
-        cos, sin = self._cos_sin(pos.reshape(-1), seq_len, dtype, device)
-        shape = (*pos.shape, self.rotary_dim)
-        return cos.view(shape), sin.view(shape)
+        # the Rotary checks the positions' values and seq_len (once) and returns the caches
+        # (seq, rotary_dim) or (batch, seq, rotary_dim)
+        return self._cos_sin(pos, seq_len, dtype, device)
 
     def _cos_sin(self, pos: np.ndarray, seq_len, dtype, device):
-        """Caches for flat, validated ``pos``, computed by fastpe in ``dtype`` itself."""
-        cos, sin = rope.cos_sin(pos, self.head_dim, seq_len=seq_len, dtype=EXACT_DTYPES[dtype], **self._kwargs)
-        return _from_numpy(cos).to(device), _from_numpy(sin).to(device)
+        """Caches for ``pos`` (``(seq,)`` or ``(batch, seq)``), computed by fastpe in
+        ``dtype`` itself; on the CPU tensors over the arrays it filled."""
+        cos, sin = self._rotary.cos_sin(pos, dtype=EXACT_DTYPES[dtype], seq_len=seq_len)
+        cos, sin = _from_numpy(cos), _from_numpy(sin)
+        if device is None:
+            return cos, sin
+        return cos.to(device), sin.to(device)
 
     def path(self, q: torch.Tensor, k: torch.Tensor) -> str:
         """Which path :meth:`forward` takes for ``q`` and ``k``: ``"in place"``, or

@@ -893,3 +893,93 @@ def test_without_torch_the_bridge_says_to_install_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "ImportError: fastpe.torch needs PyTorch" in proc.stdout
     assert "pip install torch" in proc.stdout
+
+
+# ===================================================================== cos_sin's caches
+
+
+_COS_SIN_RULES = [
+    pytest.param({}, id="default"),
+    pytest.param({"layout": "gptj"}, id="gptj"),
+    pytest.param({"scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 16}, id="dynamic"),
+    pytest.param({"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}, id="yarn"),
+    pytest.param({"scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0, 1.5, 2.0, 2.5],
+                              "long_factor": [3.0, 4.0, 5.0, 6.0], "original_max_position_embeddings": 8},
+                  "max_position_embeddings": 32}, id="longrope"),
+    pytest.param({"rotary_dim": 4}, id="partial"),
+]
+
+
+def table_tensor(a: np.ndarray) -> torch.Tensor:
+    """An array as a tensor (bfloat16 through its bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+@pytest.mark.parametrize("kwargs", _COS_SIN_RULES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+def test_cos_sin_is_the_module_function_bit_for_bit(kwargs, dtype):
+    """``RotaryEmbedding.cos_sin`` -- which holds one Rotary instead of resolving the
+    arguments on every call -- gives ``fastpe.rope.cos_sin``'s bits for one position, a few
+    (the kept tables' sizes, 32 and 33), many, ``(batch, seq)`` grids and tensors, with
+    ``seq_len`` given or defaulted."""
+    module = RotaryEmbedding(8, **kwargs)
+    np_dtype = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                torch.bfloat16: "bfloat16"}[dtype]
+    cases = [np.array([5]), np.arange(5) * 7, np.arange(32), np.arange(33) + 2, np.arange(300) * 11,
+             np.arange(40).reshape(2, 20), torch.arange(3, 12), torch.arange(6).reshape(2, 3)]
+    for positions in cases:
+        flat = np.asarray(positions).reshape(-1)
+        for seq_len in (None, 50):
+            want = rope.cos_sin(flat, 8, seq_len=seq_len, dtype=np_dtype, **module._kwargs)
+            got = module.cos_sin(positions, seq_len=seq_len, dtype=dtype)
+            for g, w in zip(got, want):
+                assert g.dtype == dtype and tuple(g.shape) == (*np.asarray(positions).shape, module.rotary_dim)
+                assert same_bits(g.reshape(-1, module.rotary_dim), table_tensor(w))
+
+
+def test_cos_sin_returns_fresh_tensors():
+    """Each call's caches are its own memory, also for the few positions answered from a
+    kept table: writing into one call's tensors changes no other call's."""
+    module = RotaryEmbedding(8)
+    for positions in (torch.tensor([3]), torch.arange(4), torch.arange(100)):
+        cos, sin = module.cos_sin(positions)
+        want_cos, want_sin = cos.clone(), sin.clone()
+        cos.fill_(7.0)
+        sin.fill_(7.0)
+        again = module.cos_sin(positions)
+        assert same_bits(again[0], want_cos) and same_bits(again[1], want_sin)
+        assert not np.may_share_memory(again[0].numpy(), again[1].numpy())
+
+
+def test_cos_sin_warns_at_construction_only():
+    """A rope dict HF warns about warns once, when the module is built, not on every call."""
+    import warnings
+
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+               "original_max_position_embeddings": 8}
+    with pytest.warns(rope.RopeConfigWarning, match="has no 'factor'"):
+        module = RotaryEmbedding(8, scaling=scaling, max_position_embeddings=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module.cos_sin(torch.arange(40))
+        module.cos_sin(np.arange(3), dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "positions, kwargs, exc, message",
+    [
+        pytest.param(np.array([-1, 2]), {}, ValueError, "positions must be >= 0", id="negative"),
+        pytest.param(np.array([2**32]), {}, ValueError, r"positions must be < 2\*\*32", id="too-big"),
+        pytest.param(np.array([1.5]), {}, ValueError, "positions must be whole numbers", id="fraction"),
+        pytest.param(torch.tensor([True, False]), {}, TypeError, "booleans", id="bools"),
+        pytest.param(np.arange(3), {"seq_len": -1}, ValueError, "seq_len", id="seq-len"),
+        pytest.param(torch.tensor(4), {}, ValueError, r"positions must have shape \(seq,\) or \(batch, seq\)",
+                     id="scalar"),
+    ],
+)
+def test_cos_sin_bad_input(positions, kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        RotaryEmbedding(8).cos_sin(positions, **kwargs)
