@@ -691,3 +691,37 @@ def test_names_in_any_case_are_the_canonical_bits(backend):
         alibi.bias(2, 3, form="cau sal")
     want = relative.t5_bucket_matrix(4, 6, dtype="int32", backend=backend)
     assert same_bits(relative.t5_bucket_matrix(4, 6, dtype=" INT32 ", backend=backend.title()), want)
+
+
+@pytest.mark.any_backend
+@pytest.mark.skipif(not COMPILED, reason="no compiled backend")
+def test_midpoint_products_inside_long_lines():
+    """The C float32 line rounds 16 distances a turn in its vector loop and hands a product
+    near a float32 midpoint on to the double-double path: each convergent distance sits at
+    several places of a 37-value line (in the vector loop and in its scalar tail), and is
+    the correctly rounded product there, the whole line the same bits on both compiled
+    backends; the one rounded double product is wrong on some of them."""
+    length = 37
+    one_product_wrong = 0
+    cases = 0
+    for n_heads, max_bias in [(12, 8.0), (12, 7.3), (24, 6.5)]:
+        words = aplan.slope_words(n_heads, max_bias)
+        for h in range(n_heads):
+            s = alibi_slope(n_heads, max_bias, h)
+            if mpmath.isint(mpmath.log(s, 2)):
+                continue
+            w = words[:, h:h + 1].copy()
+            sd = ((w[0, 0] + w[1, 0]) + w[2, 0]) + w[3, 0]
+            for n in near_midpoints(s, 24):
+                want = mp_round(s * n, "float32")
+                one_product_wrong += float(np.float32(float(n) * sd)) != want
+                for at in (0, 5, 19, 36):
+                    first = n - at
+                    if first < 0 or first + length > alibi.MAX_LEN:
+                        continue
+                    lines = [_line(b, w, "float32", first, length) for b in COMPILED]
+                    assert all(same_bits(lines[0], other) for other in lines[1:]), (n_heads, h, n, at)
+                    assert float(lines[0][0, at]) == want, (n_heads, max_bias, h, n, at)
+                    cases += 1
+    assert cases > 600
+    assert one_product_wrong > 0
