@@ -246,6 +246,54 @@ static FASTPE_ALWAYS_INLINE uint32_t fastpe_product_row_(const double *FASTPE_RE
     return smallest;
 }
 
+/*
+ * Rows p and p + 1 of one anchor (steps cm, sm and cm2, sm2) into o and o2: the values of two
+ * fastpe_product_row_ calls, each anchor pair read once for both rows (the loop is bound by
+ * its loads and conversions, and this halves the anchor's loads).  The smallest |value|'s bit
+ * pattern of each row goes to small[0], small[1].
+ */
+static FASTPE_ALWAYS_INLINE void fastpe_product_rows2_(const double *FASTPE_RESTRICT sa,
+                                                       const double *FASTPE_RESTRICT ca,
+                                                       const double *FASTPE_RESTRICT cm,
+                                                       const double *FASTPE_RESTRICT sm,
+                                                       const double *FASTPE_RESTRICT cm2,
+                                                       const double *FASTPE_RESTRICT sm2,
+                                                       ptrdiff_t d_model, float *FASTPE_RESTRICT o,
+                                                       float *FASTPE_RESTRICT o2, uint32_t *small)
+{
+    ptrdiff_t n_pairs = d_model / 2;
+    uint32_t s1 = 0x7FFFFFFFu, s2 = 0x7FFFFFFFu;
+    for (ptrdiff_t i = 0; i < n_pairs; i++) {
+        double as = sa[i], ac = ca[i];
+        float a = (float)(as * cm[i] + ac * sm[i]);
+        float b = (float)(ac * cm[i] - as * sm[i]);
+        float a2 = (float)(as * cm2[i] + ac * sm2[i]);
+        float b2 = (float)(ac * cm2[i] - as * sm2[i]);
+        o[2 * i] = a;
+        o[2 * i + 1] = b;
+        o2[2 * i] = a2;
+        o2[2 * i + 1] = b2;
+        uint32_t ua = fastpe_abs_bits_(a), ub = fastpe_abs_bits_(b);
+        uint32_t u = ua < ub ? ua : ub;
+        s1 = u < s1 ? u : s1;
+        ua = fastpe_abs_bits_(a2);
+        ub = fastpe_abs_bits_(b2);
+        u = ua < ub ? ua : ub;
+        s2 = u < s2 ? u : s2;
+    }
+    if (d_model & 1) {
+        float a = (float)(sa[n_pairs] * cm[n_pairs] + ca[n_pairs] * sm[n_pairs]);
+        float a2 = (float)(sa[n_pairs] * cm2[n_pairs] + ca[n_pairs] * sm2[n_pairs]);
+        o[d_model - 1] = a;
+        o2[d_model - 1] = a2;
+        uint32_t u = fastpe_abs_bits_(a), u2 = fastpe_abs_bits_(a2);
+        s1 = u < s1 ? u : s1;
+        s2 = u2 < s2 ? u2 : s2;
+    }
+    small[0] = s1;
+    small[1] = s2;
+}
+
 /* FASTPE_TINY's bit pattern (0x38800000 for 2**-14) */
 #define FASTPE_TINY_BITS 0x38800000u
 
@@ -289,7 +337,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
     {                                                                                            \
         double *sa = scratch, *ca = scratch + n_freq;                                            \
         int64_t anchor = -1;                                                                     \
-        for (ptrdiff_t row = row_begin; row < row_end; row++) {                                  \
+        for (ptrdiff_t row = row_begin; row < row_end;) {                                        \
             int64_t p = (int64_t)positions[row];                                                 \
             int64_t m = p % FASTPE_STEPS;                                                        \
             if (p - m != anchor) {                                                               \
@@ -298,8 +346,20 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
             }                                                                                    \
             float *o = out + row * d_model;                                                      \
             const double *cm = steps + 2 * m * n_freq;                                           \
+            if (row + 1 < row_end && m + 1 < FASTPE_STEPS                                        \
+                && (int64_t)positions[row + 1] == p + 1) { /* the same anchor */                 \
+                uint32_t small[2];                                                               \
+                fastpe_product_rows2_(sa, ca, cm, cm + n_freq, cm + 2 * n_freq, cm + 3 * n_freq, \
+                                      d_model, o, o + d_model, small);                           \
+                fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, small[0], HW);           \
+                fastpe_fix_tiny_((double)(p + 1), turns, n_freq, d_model, o + d_model, small[1], \
+                                 HW);                                                            \
+                row += 2;                                                                        \
+                continue;                                                                        \
+            }                                                                                    \
             uint32_t smallest = fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);        \
             fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, smallest, HW);               \
+            row++;                                                                               \
         }                                                                                        \
     }                                                                                            \
     ATTR static void fastpe_sinusoid_range##SUFFIX(                                              \
@@ -309,7 +369,7 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
     {                                                                                            \
         double *sa = scratch, *ca = scratch + n_freq;                                            \
         int64_t anchor = -1;                                                                     \
-        for (ptrdiff_t row = row_begin; row < row_end; row++) {                                  \
+        for (ptrdiff_t row = row_begin; row < row_end;) {                                        \
             int64_t p = (int64_t)(start + (uint64_t)row);                                        \
             int64_t m = p % FASTPE_STEPS;                                                        \
             if (p - m != anchor) {                                                               \
@@ -318,8 +378,19 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
             }                                                                                    \
             float *o = out + row * d_model;                                                      \
             const double *cm = steps + 2 * m * n_freq;                                           \
+            if (row + 1 < row_end && m + 1 < FASTPE_STEPS) { /* p + 1: the same anchor */       \
+                uint32_t small[2];                                                               \
+                fastpe_product_rows2_(sa, ca, cm, cm + n_freq, cm + 2 * n_freq, cm + 3 * n_freq, \
+                                      d_model, o, o + d_model, small);                           \
+                fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, small[0], HW);           \
+                fastpe_fix_tiny_((double)(p + 1), turns, n_freq, d_model, o + d_model, small[1], \
+                                 HW);                                                            \
+                row += 2;                                                                        \
+                continue;                                                                        \
+            }                                                                                    \
             uint32_t smallest = fastpe_product_row_(sa, ca, cm, cm + n_freq, d_model, o);        \
             fastpe_fix_tiny_((double)p, turns, n_freq, d_model, o, smallest, HW);               \
+            row++;                                                                               \
         }                                                                                        \
     }
 
