@@ -47,6 +47,7 @@ where it cannot), then spread over the rows as the bit patterns.  Slopes come fr
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -160,6 +161,33 @@ def _check_lengths(q_len, k_len, form: str) -> tuple[int, int]:
     return q_len, k_len
 
 
+def _check_call(n_heads, q_len, k_len, form, max_bias):
+    """``(n_heads, form, shape, max_bias)`` of :func:`bias`'s arguments, checked in order."""
+    n_heads = _check_heads(n_heads)
+    form = check_choice("form", form, FORMS)
+    q_len, k_len = _check_lengths(q_len, k_len, form)
+    max_bias = check_max_bias(max_bias)
+    if n_heads * q_len * k_len > MAX_ELEMENTS:
+        raise ValueError(
+            f"n_heads * q_len * k_len must be <= 2**40, got {n_heads} * {q_len} * {k_len}"
+        )
+    return n_heads, form, (n_heads, q_len, k_len), max_bias
+
+
+#: the types of max_bias the remembered checks take (bool is neither: its type is bool)
+_PLAIN_REALS = (int, float)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_plain(n_heads, q_len, k_len, form, max_bias, dtype):
+    """:func:`_check_call` and the dtype without ``out``, remembered for plain arguments
+    (ints, a float or int ``max_bias``, strings, ``None``: hashable, and equal keys give equal
+    results -- ``8`` and ``8.0`` are the same ``max_bias``).  A call repeated with one
+    configuration skips ~5 us of checks; a bad argument raises, and nothing is remembered."""
+    checked = _check_call(n_heads, q_len, k_len, form, max_bias)
+    return (*checked, _dtypes.resolve(dtype))
+
+
 # ---------------------------------------------------------------------------------- public
 
 
@@ -201,15 +229,16 @@ def bias(
     Raises :class:`TypeError` / :class:`ValueError` naming the argument, before anything is
     written.
     """
-    n_heads = _check_heads(n_heads)
-    form = check_choice("form", form, FORMS)
-    q_len, k_len = _check_lengths(q_len, k_len, form)
-    max_bias = check_max_bias(max_bias)
-    shape = (n_heads, q_len, k_len)
-    if n_heads * q_len * k_len > MAX_ELEMENTS:
-        raise ValueError(
-            f"n_heads * q_len * k_len must be <= 2**40, got {n_heads} * {q_len} * {k_len}"
-        )
+    if (out is None and type(n_heads) is int and type(q_len) is int and type(form) is str
+            and (k_len is None or type(k_len) is int) and type(max_bias) in _PLAIN_REALS
+            and (dtype is None or type(dtype) is str)):
+        # plain arguments: checked once per configuration (as below, in the same order)
+        n_heads, form, shape, max_bias, dt = _checked_plain(n_heads, q_len, k_len, form, max_bias, dtype)
+        _, module = _backends.resolve(backend)
+        out = np.empty(shape, dtype=dt)
+        module.alibi_bias(n_heads=n_heads, max_bias=max_bias, form=form, out=out)
+        return out
+    n_heads, form, shape, max_bias = _check_call(n_heads, q_len, k_len, form, max_bias)
     if out is None:
         _dtypes.resolve(dtype)  # a bad dtype first, before a bad backend and the allocation
         _, module = _backends.resolve(backend)

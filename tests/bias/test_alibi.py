@@ -725,3 +725,35 @@ def test_midpoint_products_inside_long_lines():
                     cases += 1
     assert cases > 600
     assert one_product_wrong > 0
+
+
+@pytest.mark.any_backend
+def test_repeated_plain_calls_are_checked_as_the_first(backend):
+    """Plain arguments (ints, a float, strings) take checks remembered per configuration:
+    the same bits as NumPy scalars and fractions, which do not, and as the reference; a bad
+    plain argument raises on every call, bools stay refused, ``8`` is ``8.0``."""
+    want = np.array([[[alibi_value(5, 8.0, h, j, F32) for j in range(40)]] for h in range(5)], dtype=np.float32)
+    for _ in range(2):
+        plain = alibi.bias(5, 1, 40, form="bloom", backend=backend)
+        assert plain.dtype == np.float32 and same_bits(plain, want)
+        assert same_bits(alibi.bias(5, 1, 40, form=" BLOOM", max_bias=8, backend=backend), want)
+        assert same_bits(alibi.bias(np.int64(5), np.int32(1), np.uint16(40), form="bloom",
+                                    max_bias=Fraction(8), backend=backend), want)
+        wide = alibi.bias(5, 1, 40, form="bloom", dtype="float64", backend=backend)
+        assert wide.dtype == np.float64
+        assert wide.tolist() == [[[alibi_value(5, 8.0, h, j, _dtypes.FORMATS["float64"]) for j in range(40)]]
+                                 for h in range(5)]
+        assert alibi.bias(5, 1, 40, form="bloom", backend=backend) is not plain  # a new array each call
+    for _ in range(2):
+        with pytest.raises(ValueError, match="n_heads must be >= 1"):
+            alibi.bias(0, 1, 40, form="bloom", backend=backend)
+        with pytest.raises(TypeError, match="n_heads must be an integer"):
+            alibi.bias(True, 1, 40, form="bloom", backend=backend)
+        with pytest.raises(TypeError, match="max_bias must be a real number"):
+            alibi.bias(5, 1, 40, form="bloom", max_bias=True, backend=backend)
+        with pytest.raises(ValueError, match="k_len must be >= q_len"):
+            alibi.bias(5, 4, 3, form="causal", backend=backend)
+        with pytest.raises(TypeError, match="dtype must be one of"):
+            alibi.bias(5, 1, 40, form="bloom", dtype="int8", backend=backend)
+        with pytest.raises(ValueError, match="backend 'cuda' is not a fastpe backend"):
+            alibi.bias(5, 1, 40, form="bloom", backend="cuda")

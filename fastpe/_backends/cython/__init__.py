@@ -29,7 +29,7 @@ from ..._plans import frequencies as _freq
 from ..._plans import mrope as _mrope
 from ..._plans import deberta as _deberta
 from ..._plans import words as _words
-from ..._plans.alibi import FORM_CODES
+from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
 from ..._plans.layouts import LAYOUT_CODES
 from ..._plans.t5 import bucket_plan
 from ..._plans.words import frequency_turns, sinusoid_turns
@@ -296,26 +296,34 @@ def add_rows(x, pe, scale) -> None:
 
 #: the line pass costs about this many fill values per value (as in fastpe._backends.numba.bias)
 LINE_COST = 8
+#: the float32 line's first pass (one double product a value, rounded and judged by its
+#: bits, 16 a turn) costs about one fill value per value: BLOOM's 32 x 2048 line takes ~12 us
+#: on one thread, less than waking a worker costs on a busy machine
+LINE_COST32 = 1
+
+
+def _alibi_line(words, line) -> None:
+    cost = LINE_COST32 if line.dtype == np.float32 else LINE_COST
+    _call(_ext_bias.alibi_line, (words, line), line.shape[1], line.size * cost)
 
 
 def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ..._exact.bias import alibi_value
-    from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
-
     words = slope_words(n_heads, max_bias)
     _, q_len, k_len = out.shape
-    wide = out.dtype in (np.float32, np.float64)
-    if wide and form == "bloom" and q_len == 1:
+    wide = out.dtype == np.float32 or out.dtype == np.float64
+    if wide and q_len == 1 and form == "bloom":
         # BLOOM's one query row is the line itself (the fill copies it): written in place
-        _call(_ext_bias.alibi_line, (words, out.reshape(n_heads, k_len)), k_len, out.size * LINE_COST)
+        _alibi_line(words, out.reshape(n_heads, k_len))
         return
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
-    _call(_ext_bias.alibi_line, (words, line), k_len, line.size * LINE_COST)
+    _alibi_line(words, line)
     code = FORM_CODES[form]
     if wide:
         _call(_ext_bias.alibi_fill, (line, code, out), n_heads * q_len, out.size)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
+    from ..._exact.bias import alibi_value
+
     bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     neg_inf, target = NEG_INF16[out.dtype.name], out.view(np.uint16)
     _call(_ext_bias.alibi_fill16, (bits, code, neg_inf, target), n_heads * q_len, out.size)
