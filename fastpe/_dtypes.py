@@ -16,6 +16,7 @@ at import.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -119,14 +120,63 @@ def decide_ties(x: np.ndarray, dtype: np.dtype, approx: np.ndarray, margin: floa
     tie = x.astype(np.float64)
     even = x.astype(dtype).astype(np.float64)  # where round-half-even puts it
     other = 2 * tie - even  # the neighbour on the other side of the tie (exact)
-    result = []
-    for t in range(tie.size):
-        gap = float(approx[t]) - tie[t]
-        if abs(gap) > margin:
-            result.append(other[t] if gap * (other[t] - even[t]) > 0 else even[t])
-        else:
-            result.append(exact(t))
-    return result
+    gap = np.asarray(approx, dtype=np.float64).reshape(-1) - tie
+    result = np.where(gap * (other - even) > 0, other, even)
+    # near the tie (or a NaN gap): the reference decides
+    for t in np.flatnonzero(~(np.abs(gap) > margin)).tolist():
+        result[t] = exact(t)
+    return result.tolist()
+
+
+#: elements narrowed per backend call by :func:`narrow`: its flags (one byte each) stay in a
+#: per-thread buffer of this size, reused from call to call
+_TIE_BLOCK = 1 << 20
+
+#: the largest scratch array (bytes) a thread keeps between calls (see :func:`take_scratch`)
+_SCRATCH_KEEP = 4 << 20
+
+
+class _Scratch(threading.local):
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
+
+
+def take_scratch(size: int, dtype) -> np.ndarray:
+    """A 1-D ``dtype`` array of at least ``size`` elements (contents undefined), the one this
+    thread last gave back to :func:`give_scratch` when it is large enough: a fresh array of
+    megabytes page-faults on first touch, which cost more than the narrowing itself.  The
+    array leaves the cache while taken, so a nested or concurrent use never shares it."""
+    arr = _SCRATCH.arrays.pop(np.dtype(dtype).str, None)
+    if arr is None or arr.size < size:
+        arr = np.empty(size, dtype=dtype)
+    return arr
+
+
+def give_scratch(arr: np.ndarray) -> None:
+    """Return an array from :func:`take_scratch` to this thread's cache (kept when at most
+    :data:`_SCRATCH_KEEP` bytes; the larger of two is kept)."""
+    if arr.nbytes <= _SCRATCH_KEEP:
+        key = arr.dtype.str
+        held = _SCRATCH.arrays.get(key)
+        if held is None or held.size < arr.size:
+            _SCRATCH.arrays[key] = arr
+
+
+def _flagged(flags: np.ndarray) -> np.ndarray:
+    """Ascending indices of the true elements of the 1-D bool array ``flags`` (a few per
+    thousand at most): the words of eight flags that are not all zero first (one compare on
+    an eighth as many elements: NumPy's nonzero on the bytes themselves is ~3x slower), then
+    the flags within them."""
+    n = flags.size
+    whole = n - n % 8
+    words = np.flatnonzero(flags[:whole].view(np.uint64) != 0) if whole else np.empty(0, np.intp)
+    idx = (words[:, None] * 8 + np.arange(8))[flags[:whole].reshape(-1, 8)[words]]
+    if whole < n:
+        idx = np.concatenate([idx, whole + np.flatnonzero(flags[whole:])])
+    return idx
 
 
 def narrow(
@@ -134,33 +184,49 @@ def narrow(
     dtype: np.dtype,
     correctly_rounded: Callable[[np.ndarray], Sequence[float]],
     module=None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``x32`` (float32, each the correctly rounded float32 of an exact value) in ``dtype``,
     each element the correctly rounded ``dtype`` number of the *exact* value.
 
     ``correctly_rounded(flat_indices)`` returns, for the few elements whose float32 is a
-    tie in ``dtype``, their correctly rounded values in ``dtype`` (as floats), computed from
-    the exact values (the reference).  float32 and float64 targets pass through ``astype``.
-    ``module``, a backend, does the rounding and finds the ties in one parallel pass (its
-    ``narrow16`` operation); without it, NumPy's cast and :func:`narrow_ties` do.
+    tie in ``dtype`` (flat indices, ascending), their correctly rounded values in ``dtype``
+    (as floats), computed from the exact values (the reference).  float32 and float64
+    targets pass through ``astype``.  ``module``, a backend, does the rounding and finds the
+    ties in one parallel pass (its ``narrow16`` operation); without it, NumPy's cast and
+    :func:`narrow_ties` do.  ``out`` (``dtype``, ``x32``'s shape), when given, is written
+    and returned: straight into its memory when it is C-contiguous, with no temporary.
     """
     dtype = np.dtype(dtype)
-    if dtype == np.float32:
-        return x32
     fmt = format_of(dtype)
-    if fmt.mant_bits >= 24:
-        return x32.astype(dtype)
+    if out is None:
+        if dtype == np.float32:
+            return x32
+        if fmt.mant_bits >= 24:
+            return x32.astype(dtype)
+        out = np.empty(x32.shape, dtype=dtype)
+    elif fmt.mant_bits >= 24 or not out.flags.c_contiguous:
+        out[...] = narrow(x32, dtype, correctly_rounded, module)
+        return out
+    flat_out = out.reshape(-1)
     if module is None:
-        out = x32.astype(dtype)
+        np.copyto(flat_out, x32.reshape(-1), casting="unsafe")  # NumPy's (ml_dtypes') cast
         idx = narrow_ties(x32, fmt)
     else:
-        flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1)
-        bits = np.empty(flat.size, dtype=np.uint16)
-        ties = np.empty(flat.size, dtype=np.bool_)
-        module.narrow16(bits32=flat.view(np.uint32), bf16=fmt.name == "bfloat16", out=bits, ties=ties)
-        out = bits.view(dtype).reshape(x32.shape)
-        idx = np.flatnonzero(ties)
+        flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1).view(np.uint32)
+        bits = flat_out.view(np.uint16)
+        bf16 = fmt.name == "bfloat16"
+        flags = take_scratch(min(flat.size, _TIE_BLOCK), np.bool_)
+        try:
+            found = []
+            for lo in range(0, flat.size, _TIE_BLOCK):
+                hi = min(flat.size, lo + _TIE_BLOCK)
+                ties = flags[:hi - lo]
+                module.narrow16(bits32=flat[lo:hi], bf16=bf16, out=bits[lo:hi], ties=ties)
+                found.append(lo + _flagged(ties))
+        finally:
+            give_scratch(flags)
+        idx = found[0] if len(found) == 1 else np.concatenate(found) if found else np.empty(0, np.intp)
     if idx.size:
-        flat_out = out.reshape(-1)
         flat_out[idx] = np.asarray(list(correctly_rounded(idx)), dtype=np.float64).astype(dtype)
     return out

@@ -202,28 +202,36 @@ _DECIDE = 2.0**-44
 def narrow_into(out: np.ndarray, fill32, exact, fill64, module=None) -> None:
     """Fill ``out`` (float16 or bfloat16, ``(n, d)``) a block of rows at a time:
     ``fill32(r0, r1, scratch)`` writes float32 rows ``[r0, r1)``, then each is narrowed (see
-    :func:`fastpe._dtypes.narrow`).  A float32 that is a tie in the target format is decided
-    by which side of it the true value lies: by ``fill64(rows)`` (float64 values of those
-    rows, within 2**-45) when that is far enough from the tie to be sure, else by
-    ``exact(r, j, fmt)``, the correctly rounded value from the reference.  ``module`` (a
-    backend) narrows in parallel."""
+    :func:`fastpe._dtypes.narrow`) straight into ``out``.  A float32 that is a tie in the
+    target format is decided by which side of it the true value lies: by ``fill64(rows)``
+    (float64 values of those rows, within 2**-45) when that is far enough from the tie to
+    be sure, else by ``exact(r, j, fmt)``, the correctly rounded value from the reference.
+    ``module`` (a backend) narrows in parallel.  The float32 scratch is this thread's
+    (:func:`fastpe._dtypes.take_scratch`): reused, it does not page-fault call after call."""
     n, d = out.shape
     fmt = _dtypes.format_of(out.dtype)
     block = max(1, _NARROW_VALUES // max(d, 1))
-    scratch = np.empty((min(block, n), d), dtype=np.float32)
-    for r0 in range(0, n, block):
-        r1 = min(n, r0 + block)
-        part = scratch[:r1 - r0]
-        fill32(r0, r1, part)
+    buf = _dtypes.take_scratch(min(block, n) * d, np.float32)
+    try:
+        for r0 in range(0, n, block):
+            r1 = min(n, r0 + block)
+            part = buf[:(r1 - r0) * d].reshape(r1 - r0, d)
+            fill32(r0, r1, part)
 
-        def ties(idx, r0=r0, part=part):
-            rows, cols = np.divmod(idx, d)
-            uniq, inverse = np.unique(rows, return_inverse=True)
-            approx = fill64(r0 + uniq)[inverse, cols]
-            return _dtypes.decide_ties(part.reshape(-1)[idx], out.dtype, approx, _DECIDE,
-                                       lambda t: exact(r0 + int(rows[t]), int(cols[t]), fmt))
+            def ties(idx, r0=r0, part=part):
+                rows, cols = np.divmod(idx, d)
+                # idx ascending: the rows sorted, each new one where it differs from the last
+                new = np.empty(rows.size, dtype=np.bool_)
+                new[:1] = True
+                np.not_equal(rows[1:], rows[:-1], out=new[1:])
+                inverse = np.cumsum(new) - 1
+                approx = fill64(r0 + rows[new])[inverse, cols]
+                return _dtypes.decide_ties(part.reshape(-1)[idx], out.dtype, approx, _DECIDE,
+                                           lambda t: exact(r0 + int(rows[t]), int(cols[t]), fmt))
 
-        out[r0:r1] = _dtypes.narrow(part, out.dtype, ties, module)
+            _dtypes.narrow(part, out.dtype, ties, module, out=out[r0:r1])
+    finally:
+        _dtypes.give_scratch(buf)
 
 
 def fill_rows(module, freqs, layout: str, positions, start: int, out: np.ndarray,

@@ -1,0 +1,134 @@
+"""float16 / bfloat16 tables narrowed in blocks, straight into ``out``: the block and chunk
+boundaries, the per-thread scratch and the tie search change no bit.
+
+:func:`fastpe.sinusoid.narrow_into` fills float32 rows a block at a time into this thread's
+scratch and narrows each block into ``out``'s memory; :func:`fastpe._dtypes.narrow` calls the
+backend on chunks of ``_TIE_BLOCK`` elements and finds the ties eight flags at a time.  Here
+the blocks and chunks are made small (odd sizes, not multiples of eight), so that ties fall
+in later blocks and chunks and in the tails, and every element is checked against the
+reference backend and, at every tie of the float32 table, against mpmath.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fastpe
+from fastpe import _backends, _dtypes
+from fastpe import sinusoid as _sinusoid
+
+from fastpe._plans.layouts import column_owner
+from support.oracle import geometric_frequency, mp_round
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+#: 1500 rows of 32 columns: nine float16 ties of the float32 table (one bfloat16 tie)
+D, N = 32, 1500
+KW: dict = {}
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16)
+
+
+def _mp_value(r: int, j: int, freqs, target: str) -> float:
+    import mpmath
+
+    k, is_cos = column_owner("interleaved", D // 2, j)
+    with mpmath.workdps(60):
+        angle = r * geometric_frequency(freqs, k)
+        value = mpmath.cos(angle) if is_cos else mpmath.sin(angle)
+    return mp_round(value, target)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The reference backend's tables (unpatched sizes)."""
+    return {t: fastpe.table(D, N, dtype=t, backend="python", **KW) for t in ("float16", "bfloat16")}
+
+
+@pytest.mark.parametrize("target", ["float16", "bfloat16"])
+def test_small_blocks_and_chunks_give_the_reference_bits(fast_backend, monkeypatch, reference, target):
+    rows_per_block, chunk = 37, 100
+    monkeypatch.setattr(_sinusoid, "_NARROW_VALUES", D * rows_per_block)  # 41 blocks, the last short
+    monkeypatch.setattr(_dtypes, "_TIE_BLOCK", chunk)  # 12 chunks a block, the last 84 long
+    f32 = fastpe.table(D, N, backend=fast_backend, **KW)
+    ties = _dtypes.narrow_ties(f32, _dtypes.FORMATS[target])
+    if target == "float16":  # the cases this is about
+        size = D * rows_per_block
+        block, offset = np.divmod(ties, size)
+        start = offset - offset % chunk
+        length = np.minimum(chunk, np.minimum(size, D * N - block * size) - start)
+        in_tail = offset - start >= length - length % 8  # past the chunk's last whole word
+        assert (block > 0).sum() >= 5 and (offset >= chunk).sum() >= 5 and in_tail.any()
+    got = fastpe.table(D, N, dtype=target, backend=fast_backend, **KW)
+    assert np.array_equal(_bits(got), _bits(reference[target]))
+    freqs = fastpe.PosEncConfig(D, **KW).frequencies
+    for t in ties.tolist():
+        r, j = divmod(t, D)
+        assert float(got[r, j]) == _mp_value(r, j, freqs, target), (r, j)
+
+
+def test_a_table_is_the_same_in_one_block_or_many(fast_backend, monkeypatch):
+    """A table of 2 blocks of 1 MiB chunks at the default sizes (odd row count), and the
+    same table in blocks of 3 rows: identical bits."""
+    whole = fastpe.table(512, 2100, dtype="float16", backend=fast_backend)
+    monkeypatch.setattr(_sinusoid, "_NARROW_VALUES", 512 * 3)
+    monkeypatch.setattr(_dtypes, "_TIE_BLOCK", 777)
+    small = fastpe.table(512, 2100, dtype="float16", backend=fast_backend)
+    assert np.array_equal(_bits(whole), _bits(small))
+    assert _dtypes.narrow_ties(fastpe.table(512, 2100, backend=fast_backend), _dtypes.FORMATS["float16"]).size > 50
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 15, 16, 17, 100, 4099])
+def test_flagged_is_flatnonzero(size):
+    rng = np.random.default_rng(size)
+    for density in (0.0, 0.01, 0.5, 1.0):
+        flags = rng.random(size) < density
+        got = _dtypes._flagged(flags)
+        assert np.array_equal(got, np.flatnonzero(flags)) and got.dtype.kind == "i"
+
+
+@pytest.mark.parametrize("module_name", [None, "python", "fast"])
+def test_narrow_into_an_out_that_is_not_contiguous(module_name, fast_backend):
+    """``narrow(..., out=)`` on a strided ``out`` writes the same values as without it."""
+    module = None if module_name is None else _backends.load(fast_backend if module_name == "fast" else module_name)
+    x32 = fastpe.table(D, N, **KW)
+    ties = _dtypes.narrow_ties(x32, _dtypes.FORMATS["float16"])
+    assert ties.size
+
+    def decided(idx):  # a marker value, to see that the ties' answers land at their places
+        return [0.5] * len(idx)
+
+    want = _dtypes.narrow(x32, np.float16, decided, module)
+    assert np.all(want.reshape(-1)[ties] == 0.5)
+    base = np.full((N, 2 * D), np.float16(-7.0))
+    out = base[:, ::2]
+    assert _dtypes.narrow(x32, np.float16, decided, module, out=out) is out
+    assert np.array_equal(_bits(np.ascontiguousarray(out)), _bits(want))
+    assert np.all(base[:, 1::2] == -7.0)
+    contiguous = np.empty((N, D), np.float16)
+    assert _dtypes.narrow(x32, np.float16, decided, module, out=contiguous) is contiguous
+    assert np.array_equal(_bits(contiguous), _bits(want))
+
+
+def test_scratch_is_reused_per_thread_and_never_shared():
+    a = _dtypes.take_scratch(1000, np.float32)
+    b = _dtypes.take_scratch(1000, np.float32)  # taken while a is out: its own memory
+    assert not np.shares_memory(a, b) and a.size >= 1000 and b.size >= 1000
+    _dtypes.give_scratch(a)
+    _dtypes.give_scratch(b)
+    again = _dtypes.take_scratch(500, np.float32)  # the kept one, reused
+    assert again is a or again is b
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(_dtypes.take_scratch(500, np.float32)))
+    thread.start()
+    thread.join()
+    assert not np.shares_memory(seen[0], again)  # another thread's cache is its own
+    _dtypes.give_scratch(again)
+    big = _dtypes.take_scratch(_dtypes._SCRATCH_KEEP // 4 + 1, np.float32)
+    _dtypes.give_scratch(big)  # too large to keep
+    assert _dtypes.take_scratch(10, np.float32) is not big
