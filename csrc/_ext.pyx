@@ -107,8 +107,9 @@ def coefficients():
 def build_info():
     """``{"target": ISA the compiler targeted, "kernels": ISA of the kernels run here}``.
 
-    ``kernels`` is ``"avx2"`` where a baseline x86-64 build found AVX2 on this CPU, else the
-    target.  Every copy of the kernels gives the same bits.
+    ``kernels`` is ``"avx512"`` or ``"avx2"`` where a baseline x86-64 build found that on this
+    CPU (the table and RoPE kernels have an AVX-512 copy, the others AVX2), else the target.
+    Every copy of the kernels gives the same bits.
     """
     target = FASTPE_TARGET_ISA.decode("ascii")
     variant = fastpe_kernel_variant(1).decode("ascii")
@@ -267,13 +268,14 @@ cdef int _run_sinusoid(fastpe_task_fn fn, _SinCtx *c, Py_ssize_t row_begin, Py_s
 
 def sinusoid_forward(const uint32_t[::1] positions, const double[:, ::1] turns,
                      const double[:, :, ::1] steps, float[:, ::1] out,
-                     Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
+                     Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int wide=1, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out`` (all by default) for ``positions``.
 
     ``turns`` is ``fastpe._plans.words.sinusoid_turns(d_model, base)``, ``steps`` its table from
-    :func:`sincos_steps`.  ``wide=False`` runs the baseline copy of the kernel even where
-    AVX2 is available (same bits; for tests).  ``parts > 1`` cuts the rows into that many
-    blocks for the caller and the pool's workers (same bits).
+    :func:`sincos_steps`.  ``wide=False`` (0) runs the baseline copy of the kernel even where
+    AVX2 is available, ``wide=2`` the AVX2 copy even where AVX-512 is (same bits; for tests).
+    ``parts > 1`` cuts the rows into that many blocks for the caller and the pool's workers
+    (same bits).
     """
     if row_end < 0:
         row_end = out.shape[0]
@@ -295,7 +297,7 @@ def sinusoid_forward(const uint32_t[::1] positions, const double[:, ::1] turns,
 
 def sinusoid_range(uint64_t start, const double[:, ::1] turns, const double[:, :, ::1] steps,
                    float[:, ::1] out, Py_ssize_t row_begin=0, Py_ssize_t row_end=-1,
-                   bint wide=True, int parts=1):
+                   int wide=1, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out`` for positions ``start + row``.
 
     All ``len(out)`` positions must be below 2**32.  Otherwise as :func:`sinusoid_forward`.
@@ -375,7 +377,7 @@ cdef int _run_rope(fastpe_task_fn fn, _RopeCtx *c, Py_ssize_t row_begin, Py_ssiz
 
 def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
                const double[:, :, ::1] steps, double attention_factor, double[:, :, ::1] table,
-               Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, bint wide=True, int parts=1):
+               Py_ssize_t row_begin=0, Py_ssize_t row_end=-1, int wide=1, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``table`` (``(len(positions), 2, n_freq)``):
     ``table[t, 0, i], table[t, 1, i]`` = the doubles ``C, S`` of ``positions[t]``.
 
@@ -404,7 +406,7 @@ def rope_table(const uint32_t[::1] positions, const double[:, ::1] turns,
 def rope_cos_sin(const uint32_t[::1] positions, const double[:, ::1] turns,
                  const double[:, :, ::1] steps, double attention_factor, bint neox,
                  float[:, ::1] out_cos, float[:, ::1] out_sin, Py_ssize_t row_begin=0,
-                 Py_ssize_t row_end=-1, bint wide=True, int parts=1):
+                 Py_ssize_t row_end=-1, int wide=1, int parts=1):
     """Fill rows ``[row_begin, row_end)`` of ``out_cos`` and ``out_sin``
     (``(len(positions), 2 * n_freq)``) with float32 ``C`` and ``S``, each frequency in two
     columns: ``i`` and ``i + n_freq`` if ``neox``, else ``2i`` and ``2i + 1``."""
@@ -465,7 +467,7 @@ def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_s
                float[::1] xk, Py_ssize_t hk, Py_ssize_t bk, Py_ssize_t shk, Py_ssize_t ssk,
                Py_ssize_t n_batch, Py_ssize_t s_begin, Py_ssize_t s_end,
                const double[:, :, ::1] table, Py_ssize_t pos_bstride, bint neox,
-               Py_ssize_t item_begin=0, Py_ssize_t item_end=-1, bint wide=True, int parts=1):
+               Py_ssize_t item_begin=0, Py_ssize_t item_end=-1, int wide=1, int parts=1):
     """Rotate, in place, the rows of the flat buffers ``xq`` (``hq`` heads) and ``xk``
     (``hk`` heads, 0 for none) for sequence indices ``[s_begin, s_end)`` of every batch.
 

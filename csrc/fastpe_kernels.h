@@ -404,8 +404,34 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
  * (float)(x1*C - x2*S), (float)(x2*C + x1*S) from the float32 inputs widened to double.
  * Same operations in the same order as numba, so the same bits.
  */
-/* positions per work item of apply */
+/* positions per work item of apply where one token's heads are adjacent ((tokens, heads, dim)):
+ * an item is every head of ROPE_SEQ tokens */
 #define FASTPE_ROPE_SEQ 16
+/* positions per work item of apply where one head's rows are adjacent ((batch, heads, seq,
+ * dim)): an item is ROPE_RUN rows of one head (256 rows of 128 float32: 128 KiB of x and
+ * 256 KiB of table, which stays in the second cache level), the items in memory order, so a
+ * block of items is one stream through x.  Items of every head at the same positions (the
+ * table read once for all heads) made 64 short streams 2 MiB apart, which the prefetchers
+ * and the caches' sets serve poorly: one thread took 15 ms where a stream takes 10 */
+#define FASTPE_ROPE_RUN 256
+
+/* apply's items are runs of one head's rows (FASTPE_ROPE_RUN) when both inputs have a head's
+ * rows adjacent, else blocks of tokens (FASTPE_ROPE_SEQ) */
+static FASTPE_ALWAYS_INLINE int fastpe_rope_head_major_(ptrdiff_t shq, ptrdiff_t ssq, ptrdiff_t hk,
+                                                        ptrdiff_t shk, ptrdiff_t ssk)
+{
+    return shq >= ssq && (hk == 0 || shk >= ssk);
+}
+
+/* the number of apply's work items */
+static ptrdiff_t fastpe_rope_apply_items(ptrdiff_t hq, ptrdiff_t shq, ptrdiff_t ssq, ptrdiff_t hk,
+                                         ptrdiff_t shk, ptrdiff_t ssk, ptrdiff_t n_batch,
+                                         ptrdiff_t n_seq)
+{
+    if (fastpe_rope_head_major_(shq, ssq, hk, shk, ssk))
+        return n_batch * (hq + hk) * ((n_seq + FASTPE_ROPE_RUN - 1) / FASTPE_ROPE_RUN);
+    return n_batch * ((n_seq + FASTPE_ROPE_SEQ - 1) / FASTPE_ROPE_SEQ);
+}
 
 /* c_out[i], s_out[i] = C, S of position p from anchor (sa, ca) and step (cm, sm) */
 static FASTPE_ALWAYS_INLINE void fastpe_rope_row_(double p, const double *FASTPE_RESTRICT turns,
@@ -636,6 +662,12 @@ FASTPE_DEFINE_ROPE_KERNELS(_baseline, , FASTPE_HW_FLOOR)
 #if FASTPE_X86_DISPATCH
 FASTPE_DEFINE_ARRAY_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
 FASTPE_DEFINE_ROPE_KERNELS(_avx2, __attribute__((target("avx2"))), 1)
+/* and an AVX-512 copy of the table and RoPE kernels: the same operations on 8 doubles at a
+ * time (no FMA: the build forbids contraction), so the same bits in fewer instructions --
+ * these loops are bound by their instruction count (conversions, loads), not by memory */
+#define FASTPE_AVX512_ATTR __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw")))
+FASTPE_DEFINE_ARRAY_KERNELS(_avx512, FASTPE_AVX512_ATTR, 1)
+FASTPE_DEFINE_ROPE_KERNELS(_avx512, FASTPE_AVX512_ATTR, 1)
 
 /* the CPU and the OS (saved YMM state) support AVX2: libgcc / compiler-rt check both */
 static int fastpe_cpu_has_avx2(void)
@@ -643,12 +675,24 @@ static int fastpe_cpu_has_avx2(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
 }
+
+/* ... and the AVX-512 subsets the compiler may use in the AVX-512 copy (ZMM state included) */
+static int fastpe_cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f")
+           && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+           && __builtin_cpu_supports("avx512bw");
+}
 #endif
 
-/* which copy the entry points below run: "avx2" or "baseline" (the compiler's target) */
+/* which copy the table and RoPE entry points below run: "avx512", "avx2" or "baseline" (the
+ * compiler's target); wide as in FASTPE_DISPATCH_WIDE_ */
 static const char *fastpe_kernel_variant(int wide)
 {
 #if FASTPE_X86_DISPATCH
+    if (wide == 1 && fastpe_cpu_has_avx512())
+        return "avx512";
     if (wide && fastpe_cpu_has_avx2())
         return "avx2";
 #endif
@@ -915,12 +959,24 @@ __attribute__((target("avx2,f16c"))) static void fastpe_narrow16_avx2(
         }                                                                                       \
         NAME##_baseline(__VA_ARGS__);                                                           \
     } while (0)
+/* the table and RoPE kernels, which also have an AVX-512 copy: wide == 1 runs the best copy
+ * the CPU supports, wide == 2 the AVX2 copy at most, wide == 0 the baseline (tests use 0 and 2
+ * to check that every copy gives the same bits) */
+#define FASTPE_DISPATCH_WIDE_(NAME, ...)                                                        \
+    do {                                                                                        \
+        if (wide == 1 && fastpe_cpu_has_avx512()) {                                             \
+            NAME##_avx512(__VA_ARGS__);                                                         \
+            return;                                                                             \
+        }                                                                                       \
+        FASTPE_DISPATCH_(NAME, __VA_ARGS__);                                                    \
+    } while (0)
 #else
 #define FASTPE_DISPATCH_(NAME, ...)                                                             \
     do {                                                                                        \
         (void)wide;                                                                             \
         NAME##_baseline(__VA_ARGS__);                                                           \
     } while (0)
+#define FASTPE_DISPATCH_WIDE_(NAME, ...) FASTPE_DISPATCH_(NAME, __VA_ARGS__)
 #endif
 
 static void fastpe_sincos_real(const double *x, const double *turns, ptrdiff_t n_freq,
@@ -934,8 +990,8 @@ static void fastpe_sinusoid_forward(const uint32_t *positions, const double *tur
                                     ptrdiff_t d_model, ptrdiff_t row_begin, ptrdiff_t row_end,
                                     double *scratch, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_sinusoid_forward, positions, turns, n_freq, steps, out, d_model,
-                     row_begin, row_end, scratch);
+    FASTPE_DISPATCH_WIDE_(fastpe_sinusoid_forward, positions, turns, n_freq, steps, out,
+                          d_model, row_begin, row_end, scratch);
 }
 
 static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t n_freq,
@@ -943,8 +999,8 @@ static void fastpe_sinusoid_range(uint64_t start, const double *turns, ptrdiff_t
                                   ptrdiff_t row_begin, ptrdiff_t row_end, double *scratch,
                                   int wide)
 {
-    FASTPE_DISPATCH_(fastpe_sinusoid_range, start, turns, n_freq, steps, out, d_model, row_begin,
-                     row_end, scratch);
+    FASTPE_DISPATCH_WIDE_(fastpe_sinusoid_range, start, turns, n_freq, steps, out, d_model,
+                          row_begin, row_end, scratch);
 }
 
 static void fastpe_narrow16(const uint32_t *bits, int bf16, uint16_t *out, uint8_t *ties,
@@ -957,13 +1013,13 @@ static void fastpe_narrow16(const uint32_t *bits, int bf16, uint16_t *out, uint8
     FASTPE_DISPATCH_(fastpe_narrow16, bits, bf16, out, ties, begin, end);
 }
 
-/* RoPE entry points (wide as above) */
+/* RoPE entry points (wide as in FASTPE_DISPATCH_WIDE_) */
 static void fastpe_rope_table(const uint32_t *positions, const double *turns, ptrdiff_t n_freq,
                               const double *steps, double af, double *table, ptrdiff_t row_begin,
                               ptrdiff_t row_end, double *scratch, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_rope_table, positions, turns, n_freq, steps, af, table, row_begin,
-                     row_end, scratch);
+    FASTPE_DISPATCH_WIDE_(fastpe_rope_table, positions, turns, n_freq, steps, af, table,
+                          row_begin, row_end, scratch);
 }
 
 static void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, ptrdiff_t n_freq,
@@ -971,8 +1027,8 @@ static void fastpe_rope_cos_sin(const uint32_t *positions, const double *turns, 
                                 float *out_sin, ptrdiff_t row_begin, ptrdiff_t row_end,
                                 double *scratch, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_rope_cos_sin, positions, turns, n_freq, steps, af, neox, out_cos,
-                     out_sin, row_begin, row_end, scratch);
+    FASTPE_DISPATCH_WIDE_(fastpe_rope_cos_sin, positions, turns, n_freq, steps, af, neox,
+                          out_cos, out_sin, row_begin, row_end, scratch);
 }
 
 static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t shq, ptrdiff_t ssq,
@@ -981,8 +1037,8 @@ static void fastpe_rope_apply(float *xq, ptrdiff_t hq, ptrdiff_t bq, ptrdiff_t s
                               ptrdiff_t n_freq, ptrdiff_t pos_bstride, int neox,
                               ptrdiff_t item_begin, ptrdiff_t item_end, int wide)
 {
-    FASTPE_DISPATCH_(fastpe_rope_apply, xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin, s_end,
-                     table, n_freq, pos_bstride, neox, item_begin, item_end);
+    FASTPE_DISPATCH_WIDE_(fastpe_rope_apply, xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, s_begin,
+                          s_end, table, n_freq, pos_bstride, neox, item_begin, item_end);
 }
 
 /*

@@ -81,7 +81,7 @@ def test_coefficients_are_the_python_ones_bit_for_bit():
 
 def test_build_info():
     info = _cython.build_info()
-    assert info["kernels"] in ("avx2", info["target"])
+    assert info["kernels"] in ("avx512", "avx2", info["target"])
     assert _cython.threads() >= 1
 
 
@@ -107,11 +107,13 @@ def test_forward_matches_numba(numba_backend, d_model, base):
     positions = positions_for(d_model, base)
     want = forward(numba_backend, positions, d_model, base)
     assert_same_bits(forward(_cython, positions, d_model, base), want)
-    # the baseline copy of the kernels too, where the CPU would pick a wider one
-    baseline = np.empty_like(want)
+    # the baseline copy of the kernels too, where the CPU would pick a wider one, and the AVX2
+    # copy where it would pick AVX-512 (wide=2)
     turns, steps = _cython._planned(sinusoid_turns, d_model, base)
-    _ext.sinusoid_forward(positions, turns, steps, baseline, wide=False)
-    assert_same_bits(baseline, want)
+    for wide in (0, 2):
+        copy = np.empty_like(want)
+        _ext.sinusoid_forward(positions, turns, steps, copy, wide=wide)
+        assert_same_bits(copy, want)
 
 
 @pytest.mark.parametrize("d_model", [1, 2, 7, 64, 513])
@@ -137,6 +139,11 @@ def test_range_matches_numba_and_forward(numba_backend, d_model, start, n_rows):
     assert_same_bits(got, want)
     positions = np.arange(start, start + n_rows, dtype=np.uint64).astype(np.uint32)
     assert_same_bits(forward(_cython, positions, d_model, base), got)
+    turns, steps = _cython._planned(sinusoid_turns, d_model, base)
+    for wide in (0, 2):  # the baseline and AVX2 copies, whatever copy the CPU picks
+        copy = np.full_like(got, np.nan)
+        _ext.sinusoid_range(start, turns, steps, copy, wide=wide, parts=3 if n_rows > 3 else 1)
+        assert_same_bits(copy, got)
 
 
 def test_read_only_positions_are_accepted():
