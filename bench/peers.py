@@ -19,8 +19,11 @@ Rules every row follows, so the numbers compare:
   ``apply_rotary_pos_emb`` from cos/sin caches computed before timing (as HF's model does,
   once per forward pass) into new tensors, as HF does; the yardstick reads and writes q and k
   once in place.  ``rope_cos_sin`` workloads return fresh cos and sin arrays (or tensors);
-  at 32768 positions the torch bridge (``fastpe.torch.RotaryEmbedding.cos_sin``) is timed
-  beside the NumPy path it wraps (``fastpe.rope.cos_sin``).
+  at 32768 positions the torch bridge (``fastpe.torch.RotaryEmbedding.cos_sin``) and the
+  NumPy path it wraps (``fastpe.rope.cos_sin``) are alternated round by round
+  (:class:`Alternated`): each round of either row runs the other's call first, so both
+  allocate and free the same 2 x 16 MiB in the same order, and each row records both
+  medians and the median per-round ratio from the same rounds (``extra_info["paired"]``).
 * The ``rope_decode`` workload is one generation step: q ``(1, 32, 1, 128)`` and k
   ``(1, 8, 1, 128)`` at one position, rotated in place by a ``Rotary`` built once (and by the
   module function, which resolves its arguments each call); HF's peer runs its own
@@ -599,13 +602,12 @@ def _make_flash_xpos(w: Workload):
 
 def _make_fastpe_rope_function(w: Workload):
     """The module functions, default backend: ``fastpe.rope.apply_qk_`` (a decode step at its
-    offset) and ``fastpe.rope.cos_sin`` (the NumPy path the torch bridge is measured against;
-    int64 positions, as ``np.arange`` and the bridge's ``torch.arange`` give them)."""
+    offset) and ``fastpe.rope.cos_sin`` (the NumPy path the torch bridge is measured against,
+    alternated with it: :func:`_bridge_pair`)."""
     from fastpe import rope
 
     if w.kind == "rope_cos_sin":
-        positions = w.rope_positions.astype(np.int64)
-        return lambda: rope.cos_sin(positions, ROPE_HEAD_DIM, base=10000.0)
+        return _bridge_pair(w, "fastpe-rope-cos-sin-fn")
     q, k = (a.copy() for a in w.rope_qk)
     offset = int(w.rope_positions[0])
     return lambda: rope.apply_qk_(q, k, head_dim=ROPE_HEAD_DIM, base=10000.0, offset=offset)
@@ -883,12 +885,89 @@ def _make_hf_rope(w: Workload):
 
 
 def _make_fastpe_torch_rope(w: Workload):
+    if w.key == BRIDGE_WORKLOAD:
+        return _bridge_pair(w, "fastpe-torch")
+    return _bridge_call(w)
+
+
+#: the workload of the bridge's goal: RotaryEmbedding.cos_sin within 1.2x of fastpe.rope.cos_sin
+BRIDGE_WORKLOAD = "rope-cos-sin-32768x128"
+
+
+def _bridge_call(w: Workload):
+    """``RotaryEmbedding.cos_sin`` on int64 torch positions, as HF holds them."""
     torch = _torch()
     from fastpe.torch import RotaryEmbedding
 
     rotary = RotaryEmbedding(ROPE_HEAD_DIM, base=10000.0)  # HF's default frequencies, as ROPE_INV_FREQ
-    positions = torch.from_numpy(w.rope_positions.astype(np.int64))  # torch positions, as HF holds them
+    positions = torch.from_numpy(w.rope_positions.astype(np.int64))
     return lambda: rotary.cos_sin(positions)
+
+
+def _numpy_path_call(w: Workload):
+    """``fastpe.rope.cos_sin`` on int64 positions, as ``np.arange`` gives them: the NumPy
+    path the bridge wraps."""
+    from fastpe import rope
+
+    positions = w.rope_positions.astype(np.int64)
+    return lambda: rope.cos_sin(positions, ROPE_HEAD_DIM, base=10000.0)
+
+
+class Alternated:
+    """One row of a pair measured in the same rounds: calling it runs the row's own call
+    (what pytest-benchmark times); its ``setup``, run before every round, runs the other
+    row's call and times it (``other_times``).  Each round of either row is then the other
+    call followed by this one: the two rows allocate and free the same arrays in the same
+    order, and a row holds both calls' times from the same rounds, whose per-round ratio
+    does not drift with the machine's load as two rows measured seconds apart do.  The call
+    run second in a round can gain or lose a few per cent on a busy machine; the two rows
+    run the pair in opposite orders, so ``sqrt(bridge row's ratio / NumPy row's ratio)``
+    cancels that."""
+
+    def __init__(self, own, other, other_key: str):
+        self.own, self.other, self.other_key = own, other, other_key
+        self.other_times: list[float] = []
+
+    def __call__(self):
+        return self.own()
+
+    def setup(self) -> None:  # returns nothing: pytest-benchmark would take a value as arguments
+        import time
+
+        t0 = time.perf_counter()
+        self.other()
+        self.other_times.append(time.perf_counter() - t0)
+
+    def paired(self, own_times) -> dict:
+        """The pair's figures from the timed rounds (``own_times``, in order; ``other_times``
+        cleared before them): both medians and the median of this call's time over the
+        other's in the same round."""
+        from statistics import median
+
+        other = self.other_times[-len(own_times):]
+        return {
+            "with": self.other_key,
+            "rounds": len(own_times),
+            "median": median(own_times),
+            "other_median": median(other),
+            "ratio_median": median(t / o for t, o in zip(own_times, other)),
+        }
+
+
+def _bridge_pair(w: Workload, key: str):
+    """The bridge workload's row ``key`` (``"fastpe-torch"`` or ``"fastpe-rope-cos-sin-fn"``),
+    alternated with the other one (:class:`Alternated`); the NumPy path alone where torch is
+    missing."""
+    numpy_path = _numpy_path_call(w)
+    try:
+        bridge = _bridge_call(w)
+    except Unavailable:
+        if key == "fastpe-torch":
+            raise
+        return numpy_path
+    if key == "fastpe-torch":
+        return Alternated(bridge, numpy_path, "fastpe-rope-cos-sin-fn")
+    return Alternated(numpy_path, bridge, "fastpe-torch")
 
 
 # -- the families' peers.  Each is its library's function, or (NumPy, torch) the same formula
@@ -1519,12 +1598,17 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
             "fastpe-torch", "fastpe.torch RotaryEmbedding.cos_sin (default backend, tensors)", "fastpe",
             _make_fastpe_torch_rope, tuple(k for k in ROPE if WORKLOADS[k].kind == "rope_cos_sin"),
             note="fastpe's float32 caches computed by its float32 kernel and returned as tensors over "
-            "its arrays (torch.from_numpy, no copy)",
+            "its arrays (torch.from_numpy, no copy); at 32768 positions each round runs fastpe.rope.cos_sin "
+            "first (untimed here, timed into extra_info's paired figures), so this row and that one "
+            "alternate, allocate alike and hold the same rounds' ratio",
         ),
         Implementation(
             "fastpe-rope-cos-sin-fn", "fastpe.rope.cos_sin (default backend, NumPy arrays)", "fastpe",
             _make_fastpe_rope_function, ("rope-cos-sin-32768x128",),
-            note="the NumPy path the torch bridge wraps: int64 positions, as np.arange gives them",
+            note="the NumPy path the torch bridge wraps (the module function, which resolves the rope "
+            "arguments each call; the bridge holds a Rotary): int64 positions, as np.arange gives them; each "
+            "round runs the bridge's RotaryEmbedding.cos_sin first (untimed here, timed into extra_info's "
+            "paired figures), as the bridge's row runs this call before each of its rounds",
         ),
         Implementation(
             "positional-encodings", "positional-encodings PositionalEncoding1D", "peer", _make_pe1d,

@@ -277,8 +277,13 @@ def test_speed(benchmark, workload_key: str, impl_key: str):
     iterations = iterations_for(fn, per_call)
     rounds = rounds_for(impl, per_call * iterations)
     benchmark.extra_info.update(info(workload, impl, rounds_planned=rounds, iterations=iterations, **agreement))
+    paired = getattr(fn, "paired", None)  # the torch bridge's pair, alternated round by round (peers.Alternated)
+    if paired:
+        fn.other_times.clear()  # the warm-up's calls are not the rounds'
     # a batched round is microseconds of work: one uncounted round more settles the caches
     benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=iterations, warmup_rounds=int(iterations > 1))
+    if paired and benchmark.stats:  # no stats under --benchmark-disable
+        benchmark.extra_info["paired"] = paired(list(benchmark.stats.stats.data))
 
 
 # ------------------------------------------------------------------------- the CLI goal
