@@ -65,8 +65,8 @@ static inline float fastpe_round_dd_f32(double hi, double lo)
  * float32 nearest to it (fastpe_alibi_line_f32), or its leading double (_f64). */
 /*
  * fastpe_alibi_fast_note -- the float32 line's first pass, and why it gives the bits of the
- * double-double path (the numba kernel's, which every value still takes where this pass is
- * unsure).
+ * double-double path, which a value still takes where this pass is unsure (the numba
+ * kernel's first pass is the same rule, its scalar loop vectorised by LLVM).
  *
  * Let X = d * (w1 + w2 + w3 + w4), the exact product the double-double hi + lo carries
  * (to ~2**-104 relative).  sd = ((w1 + w2) + w3) + w4 in double: w1 + w2 is exact (adjacent

@@ -20,6 +20,7 @@ from ._threads import configure
 THREADING = configure()
 
 from ..._plans import frequencies as _freq  # noqa: E402
+from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words  # noqa: E402
 from ..._plans.t5 import bucket_plan  # noqa: E402
 from ..._plans.words import frequency_turns, sinusoid_turns  # noqa: E402
 from .._steps import step_plan  # noqa: E402
@@ -165,27 +166,29 @@ def add_rows(x, pe, scale) -> None:
 # the kernels are in fastpe._backends.numba.bias, read through the module at each call
 
 
-def alibi_bias(n_heads, max_bias, form, out) -> None:
-    from ..._exact.bias import alibi_value
-    from ..._plans.alibi import FORM_CODES, NEG_INF16, narrow_line, slope_words
+def _alibi_line(words, line) -> None:
+    single = line.dtype == np.float32
+    cost = _kb.LINE_COST32 if single else _kb.LINE_COST
+    _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * cost,
+         words, single, 0, -(-line.shape[1] // _kb.LINE_BLOCK), line)
 
+
+def alibi_bias(n_heads, max_bias, form, out) -> None:
     words = slope_words(n_heads, max_bias)
     q_len, k_len = out.shape[1:]
-    wide = out.dtype in (np.float32, np.float64)
-    n_blocks = -(-k_len // _kb.LINE_BLOCK)
-    if wide and form == "bloom" and q_len == 1:
+    wide = out.dtype == np.float32 or out.dtype == np.float64
+    if wide and q_len == 1 and form == "bloom":
         # BLOOM's one query row is the line itself (the fill copies it): written in place
-        line = out.reshape(n_heads, k_len)
-        _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * _kb.LINE_COST,
-             words, line.dtype == np.float32, 0, n_blocks, line)
+        _alibi_line(words, out.reshape(n_heads, k_len))
         return
     line = np.empty((n_heads, k_len), dtype=out.dtype if wide else np.float32)
-    _run(_kb.alibi_line_parallel, _kb.alibi_line_serial, line.size * _kb.LINE_COST,
-         words, line.dtype == np.float32, 0, n_blocks, line)
+    _alibi_line(words, line)
     if wide:
         _run(_kb.alibi_fill_parallel, _kb.alibi_fill_serial, out.size, line, FORM_CODES[form], out)
         return
     # float16 / bfloat16: the line narrowed, then spread as bit patterns
+    from ..._exact.bias import alibi_value
+
     bits = narrow_line(narrow16, alibi_value, n_heads, max_bias, line, out.dtype)
     _run(_kb.alibi_fill16_parallel, _kb.alibi_fill16_serial, out.size,
          bits, FORM_CODES[form], np.uint16(NEG_INF16[out.dtype.name]), out.view(np.uint16))
