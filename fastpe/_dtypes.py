@@ -171,6 +171,8 @@ def _flagged(flags: np.ndarray) -> np.ndarray:
     an eighth as many elements: NumPy's nonzero on the bytes themselves is ~3x slower), then
     the flags within them."""
     n = flags.size
+    if n < 1 << 16:  # a few calls' overhead would outweigh the saving
+        return np.flatnonzero(flags)
     whole = n - n % 8
     words = np.flatnonzero(flags[:whole].view(np.uint64) != 0) if whole else np.empty(0, np.intp)
     idx = (words[:, None] * 8 + np.arange(8))[flags[:whole].reshape(-1, 8)[words]]

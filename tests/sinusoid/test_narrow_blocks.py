@@ -83,7 +83,7 @@ def test_a_table_is_the_same_in_one_block_or_many(fast_backend, monkeypatch):
     assert _dtypes.narrow_ties(fastpe.table(512, 2100, backend=fast_backend), _dtypes.FORMATS["float16"]).size > 50
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 15, 16, 17, 100, 4099])
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 17, 4099, 1 << 16, (1 << 16) + 1, (1 << 16) + 7, 100_003])
 def test_flagged_is_flatnonzero(size):
     rng = np.random.default_rng(size)
     for density in (0.0, 0.01, 0.5, 1.0):
@@ -132,3 +132,30 @@ def test_scratch_is_reused_per_thread_and_never_shared():
     big = _dtypes.take_scratch(_dtypes._SCRATCH_KEEP // 4 + 1, np.float32)
     _dtypes.give_scratch(big)  # too large to keep
     assert _dtypes.take_scratch(10, np.float32) is not big
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float16", "bfloat16"])
+def test_every_copy_of_the_cython_narrowing_gives_the_baseline_bits(bf16):
+    """csrc/fastpe_narrow16x.h's copies (``wide=1`` the best here, ``wide=2`` AVX2) against
+    the baseline (``wide=0``): for every exponent and both signs, every pattern of the low 13
+    significand bits (the bits float16 drops; bfloat16's 16 include them) under two high
+    parts, NaN payloads, the overflow edge, at lengths that leave a tail and cut into parts."""
+    _ext = pytest.importorskip("fastpe._backends.cython._ext")
+    r = np.random.default_rng(24)
+    e = np.arange(256, dtype=np.uint32)[:, None, None] << np.uint32(23)
+    high = np.array([0, 0x3FF, 0x204, int(r.integers(0, 1 << 10))], np.uint32)  # 0x204: bfloat16 ties
+    high = high[None, :, None] << np.uint32(13)
+    low = np.arange(1 << 13, dtype=np.uint32)[None, None, :]
+    bits = (e | high | low).reshape(-1)
+    bits = np.concatenate([bits, bits[r.permutation(bits.size)[: 1 << 20]] | np.uint32(0x80000000),
+                           np.arange(0x477FE000, 0x47801000, dtype=np.uint32)])
+    want = np.empty(bits.size, np.uint16)
+    want_ties = np.empty(bits.size, np.uint8)
+    _ext.narrow16(bits, bf16, want, want_ties, wide=0)
+    assert want_ties.sum() > 100
+    for n in (bits.size, bits.size - 3, 47, 17, 15, 1):
+        for wide in (1, 2):
+            got, ties = np.empty(n, np.uint16), np.empty(n, np.uint8)
+            _ext.narrow16(bits[:n], bf16, got, ties, wide=wide, parts=3)
+            np.testing.assert_array_equal(got, want[:n])
+            np.testing.assert_array_equal(ties, want_ties[:n])
