@@ -423,8 +423,9 @@ class RotaryEmbedding(nn.Module):
         # what every call passes to fastpe.rope, already validated
         self._kwargs = dict(base=base, rotary_dim=rotary_dim, scaling=copy.deepcopy(scaling),
                             max_position_embeddings=max_position_embeddings, layout=self.layout)
-        # the caches' Rotary, built once from the resolved spec: rope.cos_sin would resolve the
-        # same arguments again on every call (the same bits either way)
+        # the Rotary of the caches and the in-place path, built once from the resolved spec:
+        # fastpe.rope's module functions would resolve the same arguments again on every call
+        # (the same bits either way)
         self._rotary = rope.Rotary._from_spec(self.spec, self.layout)
 
     def extra_repr(self) -> str:
@@ -518,12 +519,14 @@ class RotaryEmbedding(nn.Module):
         check_inplace(kn, "k")
         if np.may_share_memory(qn, kn):
             raise ValueError("k must not share memory with q (both are rotated in place)")
-        kw = dict(head_dim=self.head_dim, seq_len=seq_len, **self._kwargs)
+        # what fastpe.rope.apply_qk_ / apply_ run once they have built their Rotary: this
+        # module's, built once
+        rotate = self._rotary._rotate
         if forms[0] == forms[1]:
-            rope.apply_qk_(qn, kn, _kernel_positions(pos, forms[0], q), **kw)
+            rotate(qn, kn, _kernel_positions(pos, forms[0], q), 0, seq_len, None, qk=True)
         else:
-            rope.apply_(qn, _kernel_positions(pos, forms[0], q), **kw)
-            rope.apply_(kn, _kernel_positions(pos, forms[1], k), **kw)
+            rotate(qn, None, _kernel_positions(pos, forms[0], q), 0, seq_len, None)
+            rotate(kn, None, _kernel_positions(pos, forms[1], k), 0, seq_len, None)
         torch.autograd.graph.increment_version((q, k))
 
     def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict) -> torch.Tensor:

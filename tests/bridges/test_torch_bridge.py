@@ -955,7 +955,8 @@ def test_cos_sin_returns_fresh_tensors():
 
 
 def test_cos_sin_warns_at_construction_only():
-    """A rope dict HF warns about warns once, when the module is built, not on every call."""
+    """A rope dict HF warns about warns once, when the module is built, not on every call
+    (of ``cos_sin``, or of ``forward`` on either path)."""
     import warnings
 
     scaling = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
@@ -966,6 +967,10 @@ def test_cos_sin_warns_at_construction_only():
         warnings.simplefilter("error")
         module.cos_sin(torch.arange(40))
         module.cos_sin(np.arange(3), dtype=torch.float64)
+        q, k = randn(1, 2, 40, 8, seed=41), randn(1, 1, 40, 8, seed=42)
+        assert module.path(q, k) == "in place"
+        module(q, k)
+        module(q.double(), k.double(), torch.arange(40))
 
 
 @pytest.mark.parametrize(
