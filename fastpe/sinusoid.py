@@ -9,6 +9,7 @@ value, in practice correctly rounded; float16/bfloat16 correctly rounded; float6
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -414,7 +415,7 @@ def table(
     ``L-1 .. -(L-1)`` is ``table(d, 2 * L - 1, start=L - 1, step=-1)``; each row is the row
     :func:`forward` gives its position, bit for bit.
     """
-    config = PosEncConfig(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
+    config = _table_config(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
     start = check_int("start", start)
     step = check_int("step", step)
     if step == 0:
@@ -436,6 +437,20 @@ def table(
         r1 = min(config.max_len, r0 + _TABLE_BLOCK)
         fill_config(module, config, start + step * np.arange(r0, r1, dtype=np.int64), 0, out[r0:r1])
     return out
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _cached_config(*fields) -> PosEncConfig:
+    return PosEncConfig(*fields)
+
+
+def _table_config(*fields) -> PosEncConfig:
+    """``PosEncConfig(*fields)``, validated once per distinct plain-valued arguments (a table
+    call's checks cost about as much as a small table): fields of any other type (numpy
+    scalars, subclasses) are validated on every call, as the config itself does."""
+    if all(f is None or type(f) in (int, float, str) for f in fields):
+        return _cached_config(*fields)
+    return PosEncConfig(*fields)
 
 
 def table_rows(config: PosEncConfig, start: int, out: np.ndarray, *, backend: str | None = None) -> np.ndarray:
