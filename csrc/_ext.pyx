@@ -58,6 +58,10 @@ cdef extern from "fastpe_kernels.h" nogil:
                            Py_ssize_t s_end, const double *table, Py_ssize_t n_freq,
                            Py_ssize_t pos_bstride, int neox, Py_ssize_t item_begin,
                            Py_ssize_t item_end, int wide)
+    Py_ssize_t fastpe_rope_apply_items(Py_ssize_t hq, Py_ssize_t shq, Py_ssize_t ssq,
+                                       Py_ssize_t hk, Py_ssize_t shk, Py_ssize_t ssk,
+                                       Py_ssize_t n_batch, Py_ssize_t n_seq)
+    const int FASTPE_ROPE_RUN
 
 cdef extern from "fastpe_pool.h" nogil:
     ctypedef void (*fastpe_task_fn)(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
@@ -94,8 +98,10 @@ TINY = FASTPE_TINY
 TINY64 = FASTPE_TINY64
 #: TINY's float32 bit pattern, which the row kernels compare |value|'s bits with
 TINY_BITS = FASTPE_TINY_BITS
-#: sequence positions per work item of :func:`rope_apply`
+#: sequence positions per work item of :func:`rope_apply`: ROPE_RUN rows of one head where a
+#: head's rows are adjacent, else ROPE_SEQ tokens of every head (:func:`rope_apply_items`)
 ROPE_SEQ = FASTPE_ROPE_SEQ
+ROPE_RUN = FASTPE_ROPE_RUN
 
 
 def coefficients():
@@ -463,6 +469,14 @@ cdef void _apply_part(void *ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcep
                       c.s_end, c.table, c.n_freq, c.pos_bstride, c.neox, lo, hi, c.wide)
 
 
+cpdef Py_ssize_t rope_apply_items(Py_ssize_t hq, Py_ssize_t shq, Py_ssize_t ssq, Py_ssize_t hk,
+                                  Py_ssize_t shk, Py_ssize_t ssk, Py_ssize_t n_batch,
+                                  Py_ssize_t s_begin, Py_ssize_t s_end):
+    """The number of :func:`rope_apply`'s work items for these heads, strides, batches and
+    sequence range (``s_begin <= s_end``)."""
+    return fastpe_rope_apply_items(hq, shq, ssq, hk, shk, ssk, n_batch, s_end - s_begin)
+
+
 def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_ssize_t ssq,
                float[::1] xk, Py_ssize_t hk, Py_ssize_t bk, Py_ssize_t shk, Py_ssize_t ssk,
                Py_ssize_t n_batch, Py_ssize_t s_begin, Py_ssize_t s_end,
@@ -473,16 +487,16 @@ def rope_apply(float[::1] xq, Py_ssize_t hq, Py_ssize_t bq, Py_ssize_t shq, Py_s
 
     Row ``(b, h, s)`` of ``xq`` starts at ``b*bq + h*shq + s*ssq`` (``xk`` likewise) and reads
     table row ``b * pos_bstride + s - s_begin``.  Work items ``[item_begin, item_end)``
-    (default all ``n_batch * ceil((s_end - s_begin) / ROPE_SEQ)``) are (batch, ROPE_SEQ
-    positions) blocks.
+    (default all :func:`rope_apply_items`) are, in memory order, runs of ``ROPE_RUN`` rows of
+    one head (q's heads, then k's) where a head's rows are adjacent (``shq >= ssq``, and k's
+    likewise), else blocks of ``ROPE_SEQ`` tokens of every head.
     """
     cdef Py_ssize_t n_freq = table.shape[2]
     if table.shape[1] != 2 or n_freq < 1:
         raise ValueError("table must have shape (rows, 2, n_freq)")
     if n_batch < 0 or not 0 <= s_begin <= s_end or pos_bstride < 0:
         raise ValueError("bad batch count, sequence range or table stride")
-    cdef Py_ssize_t n_sb = (s_end - s_begin + FASTPE_ROPE_SEQ - 1) // FASTPE_ROPE_SEQ
-    cdef Py_ssize_t n_items = n_batch * n_sb
+    cdef Py_ssize_t n_items = rope_apply_items(hq, shq, ssq, hk, shk, ssk, n_batch, s_begin, s_end)
     if item_end < 0:
         item_end = n_items
     if not 0 <= item_begin <= item_end <= n_items:

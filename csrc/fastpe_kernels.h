@@ -566,6 +566,15 @@ static FASTPE_ALWAYS_INLINE void fastpe_rotate_(float *row, const double *c, ptr
         fastpe_rotate_gptj_(row, c, c + n_freq, n_freq);
 }
 
+/* rows s in [lo, hi) of one head of x (row s at x + s * s_seq), row s by table row t0 + s */
+static FASTPE_ALWAYS_INLINE void fastpe_rotate_run_(float *x, ptrdiff_t s_seq, ptrdiff_t lo,
+                                                    ptrdiff_t hi, const double *table,
+                                                    ptrdiff_t t0, ptrdiff_t n_freq, int neox)
+{
+    for (ptrdiff_t s = lo; s < hi; s++)
+        fastpe_rotate_(x + s * s_seq, table + 2 * (t0 + s) * n_freq, n_freq, neox);
+}
+
 /* rows (h, s) of one batch of x, every head and s in [lo, hi), in memory order; row (h, s)
  * reads table row t0 + s */
 static FASTPE_ALWAYS_INLINE void fastpe_rotate_rows_(float *x, ptrdiff_t n_heads,
@@ -574,17 +583,9 @@ static FASTPE_ALWAYS_INLINE void fastpe_rotate_rows_(float *x, ptrdiff_t n_heads
                                                      const double *table, ptrdiff_t t0,
                                                      ptrdiff_t n_freq, int neox)
 {
-    if (s_head >= s_seq) { /* (batch, heads, seq, dim): one head's rows are adjacent */
+    if (s_head >= s_seq) { /* one head's rows adjacent (beside a k or q whose are not) */
         for (ptrdiff_t h = 0; h < n_heads; h++)
-            for (ptrdiff_t s = lo; s < hi; s++) {
-                /* the next head's block starts far away (seq * head_dim values): ask for its
-                 * row now, so the hardware prefetcher need not find each block anew */
-                if (h + 1 < n_heads)
-                    for (ptrdiff_t j = 0; j < 2 * n_freq; j += 16)
-                        FASTPE_PREFETCH_W(x + (h + 1) * s_head + s * s_seq + j);
-                fastpe_rotate_(x + h * s_head + s * s_seq, table + 2 * (t0 + s) * n_freq, n_freq,
-                               neox);
-            }
+            fastpe_rotate_run_(x + h * s_head, s_seq, lo, hi, table, t0, n_freq, neox);
     } else { /* (tokens, heads, dim): one token's heads are adjacent */
         for (ptrdiff_t s = lo; s < hi; s++)
             for (ptrdiff_t h = 0; h < n_heads; h++)
@@ -644,6 +645,23 @@ static FASTPE_ALWAYS_INLINE void fastpe_rotate_rows_(float *x, ptrdiff_t n_heads
         ptrdiff_t s_end, const double *table, ptrdiff_t n_freq, ptrdiff_t pos_bstride,           \
         int neox, ptrdiff_t item_begin, ptrdiff_t item_end)                                      \
     {                                                                                            \
+        if (fastpe_rope_head_major_(shq, ssq, hk, shk, ssk)) {                                   \
+            /* item (b, head, run): q's heads, then k's */                                      \
+            ptrdiff_t n_run = (s_end - s_begin + FASTPE_ROPE_RUN - 1) / FASTPE_ROPE_RUN;         \
+            for (ptrdiff_t item = item_begin; item < item_end; item++) {                         \
+                ptrdiff_t head = item / n_run % (hq + hk), b = item / n_run / (hq + hk);         \
+                ptrdiff_t lo = s_begin + (item % n_run) * FASTPE_ROPE_RUN;                       \
+                ptrdiff_t hi = lo + FASTPE_ROPE_RUN < s_end ? lo + FASTPE_ROPE_RUN : s_end;      \
+                ptrdiff_t t0 = b * pos_bstride - s_begin;                                        \
+                if (head < hq)                                                                   \
+                    fastpe_rotate_run_(xq + b * bq + head * shq, ssq, lo, hi, table, t0, n_freq, \
+                                       neox);                                                    \
+                else                                                                             \
+                    fastpe_rotate_run_(xk + b * bk + (head - hq) * shk, ssk, lo, hi, table, t0,  \
+                                       n_freq, neox);                                            \
+            }                                                                                    \
+            return;                                                                              \
+        }                                                                                        \
         ptrdiff_t n_sb = (s_end - s_begin + FASTPE_ROPE_SEQ - 1) / FASTPE_ROPE_SEQ;              \
         for (ptrdiff_t item = item_begin; item < item_end; item++) {                             \
             ptrdiff_t b = item / n_sb;                                                           \

@@ -185,18 +185,22 @@ def rope_table(positions, inv_freq, attention_factor, out) -> None:
     _table(positions, inv_freq, attention_factor, out)
 
 
+def _apply_items(args) -> int:
+    """The C kernel's work items for arguments in the order apply_chunks documents."""
+    _, hq, _, shq, ssq, _, hk, _, shk, ssk, n_batch, s0, s1 = args[:13]
+    return _ext.rope_apply_items(hq, shq, ssq, hk, shk, ssk, n_batch, s0, s1)
+
+
 def rope_apply(q, k, positions, inv_freq, attention_factor, layout) -> None:
     neox = layout == "neox"
     for pos, table, args, work in apply_chunks(q, k, positions, len(inv_freq)):
         _table(pos, inv_freq, attention_factor, table)
-        n_batch, s0, s1 = args[10:13]  # the order apply_chunks documents
-        n_items = n_batch * -(-(s1 - s0) // _ext.ROPE_SEQ)
-        _call(_ext.rope_apply, (*args, neox), n_items, work)
+        _call(_ext.rope_apply, (*args, neox), _apply_items(args), work)
 
 
 def rope_apply_table(q, k, table, stride, begin, end, layout) -> None:
-    args, n_batch, work = table_args(q, k, table, stride, begin, end)
-    _call(_ext.rope_apply, (*args, layout == "neox"), n_batch * -(-(end - begin) // _ext.ROPE_SEQ), work)
+    args, _, work = table_args(q, k, table, stride, begin, end)
+    _call(_ext.rope_apply, (*args, layout == "neox"), _apply_items(args), work)
 
 
 #: a value of the xPos scaling (anchored: two products) costs about this many table values
