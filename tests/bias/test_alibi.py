@@ -782,3 +782,20 @@ def test_numba_line_twins_agree_on_blocks():
         for h in range(0, 13, 4):
             for k in (0, 1, 4095, 4096, 8191, 8192, length - 1):
                 assert float(lines[0][h, k]) == alibi_value(13, 7.3, h, first + k, F32)
+
+
+@pytest.mark.any_backend
+@pytest.mark.skipif(not COMPILED, reason="no compiled backend")
+@pytest.mark.parametrize("max_bias", [8.0, 64.0, 3.0])
+def test_exact_slopes_below_and_across_2_24(max_bias):
+    """Heads whose slope is a power of two (all 8 at max_bias 8 or 64, half at 3) multiply
+    float32 distances in the C line while every distance is below 2**24, and take the general
+    path once one is not: the reference's values either side of 2**24 (the first distance a
+    float32 cannot hold, 2**24 + 1), the same bits on both compiled backends."""
+    words = aplan.slope_words(8, max_bias)
+    for first, length in [(0, 300), (2**24 - 299, 299), (2**24 - 150, 300), (2**24 + 1, 37)]:
+        lines = [_line(b, words, "float32", first, length) for b in COMPILED]
+        assert all(same_bits(lines[0], other) for other in lines[1:]), (first, length)
+        for h in range(8):
+            for k in range(0, length, 7):
+                assert float(lines[0][h, k]) == alibi_value(8, max_bias, h, first + k, F32), (h, first + k)

@@ -142,6 +142,7 @@ def test_plan_is_the_formula():
             assert exact.deberta_bucket_value(s, bs, mp) == v
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", FAST + ["python"])
 def test_matrix_equal_to_build_relative_position(backend):
     shapes = [(1, 1), (7, 5), (5, 7), (64, 64), (3, 300)] if backend == "python" else \
@@ -167,6 +168,7 @@ def test_defaults_and_shapes():
     assert m.shape == (4, 6) and (m == np.arange(4)[:, None] - np.arange(6)[None, :]).all()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(bucket_size=1), ValueError, "bucket_size"),
     (dict(bucket_size=2**16 + 2), ValueError, "bucket_size"),
@@ -193,6 +195,7 @@ def test_fast_configuration_needs_small_positions():
         relative.deberta_bucket([2**40], bucket_size=4096, max_position=2050)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("value, exc, match", [
     ([1.5], TypeError, "relative_position"),
     ([True], TypeError, "relative_position"),
@@ -206,6 +209,7 @@ def test_bad_relative_position(value, exc, match):
         relative.deberta_bucket(value)
 
 
+@pytest.mark.any_backend
 def test_matrix_bad_arguments():
     for kwargs, exc, match in [(dict(q_len=0), ValueError, "q_len"), (dict(q_len=4, k_len=0), ValueError, "k_len"),
                                (dict(q_len=2**21, k_len=2**21), ValueError, "2\\*\\*40"),
@@ -276,6 +280,7 @@ def test_fork_after_parallel_fill(backend):
     assert got == (m.tobytes(), s.tobytes())
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("bs, mp", [(256, 512), (17, 10), (257, 1000), (256, 2**62), (512, 512), (64, 34)])
 def test_direct_table_is_the_plan(bs, mp):
     """Where the plan has a direct table, its (t, v0, v1) of each slot give the plan's own
@@ -297,6 +302,7 @@ def test_direct_table_is_the_plan(bs, mp):
     assert (np.where(d >= slot[:, 0], slot[:, 2], slot[:, 1]) == want).all()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_random_positions_on_each_backend(fast_backend, dtype):
     """The bench's workload (random positions in (-2**18, 2**18), DeBERTa-v3's plan: its

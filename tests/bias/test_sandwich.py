@@ -30,6 +30,7 @@ def nemo_formula(n_heads, q_len, k_len, hidden, bidirectional):
     return (bias[None] - hidden / 2) / scales
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("n_heads, q_len, k_len, hidden, bidirectional",
                          [(4, 7, 7, 16, True), (3, 5, 9, 8, False), (2, 9, 4, 64, False), (8, 33, 40, 128, True),
                           (1, 1, 1, 2, True), (16, 3, 70, 1024, True)])
@@ -47,6 +48,7 @@ def _mp_value(d, h, n, hidden):
     return (s - mpmath.mpf(hidden) / 2) / (mpmath.mpf(8 * (h + 1)) / n)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_against_mpmath(backend, dtype):
     n, q, hidden = 3, 6, 16
@@ -61,6 +63,7 @@ def test_against_mpmath(backend, dtype):
                 assert abs(g - want) <= float(np.spacing(np.float32(abs(want)))), (h, d)
 
 
+@pytest.mark.any_backend
 def test_long_distances_compiled_vs_reference():
     if not FAST:
         pytest.skip("no compiled backend")
@@ -70,6 +73,7 @@ def test_long_distances_compiled_vs_reference():
         assert np.max(np.abs(got.astype(np.float64) - ref) / np.spacing(np.abs(ref))) <= 1
 
 
+@pytest.mark.any_backend
 def test_compiled_backends_same_bits():
     if len(FAST) < 2:
         pytest.skip("needs two compiled backends")
@@ -97,6 +101,7 @@ def test_validation_and_out():
     assert _dtypes.resolve("float64") == sandwich_bias(1, 2, hidden_size=2, dtype="float64").dtype
 
 
+@pytest.mark.any_backend
 def test_sixteen_threads_at_once():
     from support.threads import failures_at_once
 
@@ -115,6 +120,7 @@ def test_sixteen_threads_at_once():
     assert not failures_at_once(jobs, right)
 
 
+@pytest.mark.any_backend
 def test_c_line_copies_and_parts_agree():
     """The Sandwich line's baseline and AVX2 copies (csrc/fastpe_sandwich.h), numba's serial and
     parallel kernels, and any cut into parts: the same bits."""

@@ -32,6 +32,7 @@ def t2t(length_q, length_k, max_relative_position, cache=False) -> np.ndarray:
     return distance_mat_clipped + max_relative_position
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_equal_to_tensor2tensor(backend):
     shapes = [(1, 1), (3, 5), (5, 5), (1, 40), (17, 33)] + ([] if backend == "python" else [(300, 300), (64, 2048)])
@@ -54,6 +55,7 @@ def test_defaults_dtype_and_big_values():
     assert row.dtype == np.int32 and row[0, -1] == 2**31 - 1
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(q_len=5, k_len=3, max_relative_position=2), ValueError, "q_len"),
     (dict(q_len=0, max_relative_position=2), ValueError, "q_len"),
@@ -69,6 +71,7 @@ def test_bad_arguments(kwargs, exc, match):
         relative.shaw_positions(**kwargs)
 
 
+@pytest.mark.any_backend
 def test_max_relative_position_is_required():
     with pytest.raises(TypeError):
         relative.shaw_positions(3)

@@ -289,6 +289,7 @@ def test_info_json_is_the_info_dict():
     assert json.loads(result.stdout) == fastpe.info()
 
 
+@pytest.mark.any_backend
 def test_info_with_a_bad_env_backend_reports_it():
     """info is the diagnostic command: a bad $FASTPE_BACKEND is shown, not fatal."""
     result = run("info", env={"FASTPE_BACKEND": "bogus"})

@@ -97,6 +97,7 @@ ALIBI_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), ALIBI_ERRORS)
 def test_alibi_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     line = assert_one_line_error(run("alibi", *args))
@@ -168,6 +169,7 @@ T5_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), T5_ERRORS)
 def test_t5_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     line = assert_one_line_error(run("t5-buckets", *args))
@@ -186,6 +188,7 @@ def _never(*args, **kwargs):  # pragma: no cover - reached only if the size chec
     raise AssertionError("the library was called")
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "array"), [
     (["alibi", "--heads", 32, "--q-len", 4096, "--k-len", 8192], "32 x 4096 x 8192 float32"),
     (["alibi", "--heads", 8, "--q-len", 4096, "--dtype", "float16"], "8 x 4096 x 4096 float16"),

@@ -70,6 +70,7 @@ def test_many_timestamps_are_recorded_by_shape_and_digest(in_tmp, monkeypatch):
     assert spec["params"]["timestamps"] == {"shape": [10], "sha256": digest}
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, words", [
     (["--freq", "ms"], "not a frequency GluonTS"),
     (["--freq", "H", "--dtype", "int32"], "--index features only"),
@@ -83,6 +84,7 @@ def test_bad_input_is_one_line_exit_2(in_tmp, stamps, args, words):
     assert listing(in_tmp) == ["ts.npy"]
 
 
+@pytest.mark.any_backend
 def test_bad_timestamp_files_are_one_line_exit_2(in_tmp):
     np.save("f.npy", np.array([0.5]))
     np.save("i.npy", np.array([1, 2]))

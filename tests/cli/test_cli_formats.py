@@ -453,6 +453,7 @@ def test_table_from_a_table_spec_still_works(in_tmp, fmt):
 # --------------------------------------------------------------------------- bad paths, sizes, failures
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("name", list(CASES))
 def test_an_unknown_suffix_is_one_line_exit_2(in_tmp, name):
     case = CASES[name]
@@ -488,6 +489,7 @@ def test_the_free_space_check_is_exact(in_tmp, monkeypatch, name, fmt):
     assert run(*case.cli("float32"), "-o", f"out{fmt}").exit_code == 0  # exactly enough is enough
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("fmt", [".npz", ".safetensors"])
 @pytest.mark.parametrize("args", [
     ["grid", "--height", 256, "--width", 256, "--d-model", 8],
@@ -564,6 +566,7 @@ def test_a_timestep_table_too_large_for_memory_points_at_fastpe_table(in_tmp, mo
     assert same_bits(np.load("t.npy"), want.view(np.uint16))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args", [
     ["grid", "--height", 65536, "--width", 65537, "--d-model", 4],
     ["alibi", "--heads", 1, "--q-len", 1 << 20, "--k-len", (1 << 20) + 1, "--dtype", "float16"],
@@ -611,6 +614,7 @@ def test_a_failure_or_ctrl_c_while_writing_leaves_nothing(in_tmp, monkeypatch, n
 # --------------------------------------------------------------------------- help and the command list
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("command", sorted({case.command for case in CASES.values()}))
 def test_the_output_help_names_every_format(command):
     result = run(command, "--help")
@@ -624,6 +628,7 @@ def test_the_output_help_names_every_format(command):
         assert "(2, MAX_LEN, ROTARY_DIM), axis 0 = (cos, sin)" in help_o
 
 
+@pytest.mark.any_backend
 def test_every_command_of_the_group_is_in_commands():
     assert sorted(main.commands) == sorted(command.name for command in COMMANDS)
     assert all(main.commands[command.name] is command for command in COMMANDS)

@@ -131,6 +131,7 @@ GRID_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), GRID_ERRORS)
 def test_grid_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     line = assert_one_line_error(run("grid", *args))
@@ -258,6 +259,7 @@ TIMESTEP_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), TIMESTEP_ERRORS)
 def test_timestep_bad_input_is_one_line_exit_2_and_no_file(inputs, args, says):
     if "--d-model" not in args:
@@ -324,6 +326,7 @@ def _never(*args, **kwargs):  # pragma: no cover - reached only if the size chec
     raise AssertionError("the library was called")
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "array"), TOO_BIG)
 def test_an_array_larger_than_memory_is_refused_before_any_work(in_tmp, monkeypatch, args, array):
     from fastpe._io import save as _save

@@ -59,6 +59,7 @@ DEBERTA_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), DEBERTA_ERRORS)
 def test_deberta_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     line = assert_one_line_error(run("deberta", *args))
@@ -93,6 +94,7 @@ SHAW_ERRORS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize(("args", "says"), SHAW_ERRORS)
 def test_shaw_bad_input_is_one_line_exit_2_and_no_file(in_tmp, args, says):
     line = assert_one_line_error(run("shaw", *args))

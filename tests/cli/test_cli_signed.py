@@ -58,6 +58,7 @@ def test_table_default_run_unchanged(in_tmp):
     assert "start" not in _spec("p.npy.json")["params"]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, text", [(["--step", 0], "step"), (["--start", -(2**32)], "start"),
                                         (["--start", 2**32 - 2, "--step", 1, "--max-len", 5], "last position"),
                                         (["--start", "x"], "--start")])
@@ -90,6 +91,7 @@ def test_sandwich_default_name_and_spec(in_tmp):
     assert np.array_equal(np.load("sandwich_2x5x5.npy"), fastpe.relative.sandwich_bias(**spec["params"]))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, text", [(["--hidden-size", 7], "even"), (["--hidden-size", 0], "hidden"),
                                         (["--heads", 0, "--hidden-size", 8], "heads"),
                                         (["--hidden-size", 8, "--k-len", 0], "k-len")])

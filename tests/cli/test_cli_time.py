@@ -77,6 +77,7 @@ def test_many_timestamps_are_recorded_by_shape_and_digest(in_tmp, monkeypatch):
     assert spec["params"]["timestamps"] == {"shape": [10], "sha256": digest}
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, words", [
     (["--period", 0, "--order", 2], "--period': must be > 0"),
     (["--period", "nan", "--order", 2], "--period': must be finite"),
@@ -94,6 +95,7 @@ def test_bad_input_is_one_line_exit_2(in_tmp, stamps, args, words):
     assert listing(in_tmp) == ["ts.npy"]
 
 
+@pytest.mark.any_backend
 def test_bad_timestamp_files_are_one_line_exit_2(in_tmp):
     np.save("f.npy", np.array([0.5]))
     np.save("nat.npy", np.array(["NaT", "2020-01-01"], dtype="datetime64[s]"))

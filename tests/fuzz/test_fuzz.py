@@ -1168,6 +1168,7 @@ CONFIG_NAMES = ("config", "layer_type", "head_dim", "rotary_dim", "max_position_
                 "original_max_position_embeddings", "the config", "longrope needs", "Phi-3", "base")
 
 
+@pytest.mark.any_backend
 @fuzz(250)
 @given(case=model_config(), data=st.data())
 def test_from_config_reads_or_refuses_by_name(case, data):
@@ -1212,6 +1213,7 @@ def test_from_config_reads_or_refuses_by_name(case, data):
             assert rope.Rotary.from_config(path, layer_type=layer_type) == rotary, f"{what}: from its file"
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(case=model_config())
 def test_from_config_agrees_with_hf_where_both_read_it(case):

@@ -357,6 +357,7 @@ BAD_ARGS = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, exc, message", BAD_ARGS)
 def test_bad_arguments_fail_before_creating_anything(tmp_path, monkeypatch, kwargs, exc, message):
     monkeypatch.chdir(tmp_path)
@@ -370,6 +371,7 @@ def test_bad_arguments_fail_before_creating_anything(tmp_path, monkeypatch, kwar
     assert all(listing(tmp_path / name) == [] for name in ("adir", "dir.npy", "side.npy.json"))
 
 
+@pytest.mark.any_backend
 def test_an_unwritable_directory_fails_before_creating_anything(tmp_path, monkeypatch):
     (tmp_path / "ro").mkdir()
     monkeypatch.setattr(os, "access", lambda path, mode, **kwargs: False)  # root may write anywhere
@@ -378,6 +380,7 @@ def test_an_unwritable_directory_fails_before_creating_anything(tmp_path, monkey
     assert listing(tmp_path / "ro") == []
 
 
+@pytest.mark.any_backend
 def test_safetensors_without_its_package_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors -> ImportError
     with pytest.raises(ImportError, match="pip install safetensors"):

@@ -512,6 +512,7 @@ def test_timm_eva(case, rotate_half):
 
 # ----------------------------------------------------------------------------- grids
 
+@pytest.mark.any_backend
 def test_index_grid():
     g = ax.index_grid((2, 3), start=(5, -1))
     np.testing.assert_array_equal(g, [[5, -1], [5, 0], [5, 1], [6, -1], [6, 0], [6, 1]])
@@ -519,6 +520,7 @@ def test_index_grid():
     assert ax.index_grid((1, 4, 4)).dtype == np.float64
 
 
+@pytest.mark.any_backend
 def test_linspace_grid_exact():
     g = ax.linspace_grid((3,), 0.0, 0.3)
     assert g[1, 0] == 0.15 and g[2, 0] == 0.3
@@ -526,11 +528,13 @@ def test_linspace_grid_exact():
     np.testing.assert_array_equal(np.unique(g[:, 0]), [0, 0.25, 0.5, 0.75])
 
 
+@pytest.mark.any_backend
 def test_timm_grid_ref_shape_exact():
     g = ax.timm_grid((3,), ref_feat_shape=(7,))
     assert list(g[:, 0]) == [0.0, 7 / 3, 14 / 3]
 
 
+@pytest.mark.any_backend
 def test_merge_window_order():
     g = ax.merge_window_grid((1, 4, 4), 2)
     np.testing.assert_array_equal(g[:8], [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3], [1, 2], [1, 3]])
@@ -577,6 +581,7 @@ BAD = [
 ]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("change,exc,name", BAD, ids=[b[2] + ":" + repr(sorted(b[0].items()))[:40] for b in BAD])
 def test_bad_input(change, exc, name):
     kwargs = dict(coords=np.array([[0.5, 1.0], [2.0, 3.0], [4.0, 5.0]]), axes_dim=(4, 4))
@@ -589,6 +594,7 @@ def test_bad_input(change, exc, name):
         np.testing.assert_array_equal(coords, before)
 
 
+@pytest.mark.any_backend
 def test_out_overlap_refused_and_untouched():
     buf = np.full((3, 8), 7.0, np.float32)
     coords = np.array([[0.5, 1.0], [2.0, 3.0], [4.0, 5.0]])
@@ -602,6 +608,7 @@ def test_out_overlap_refused_and_untouched():
     assert (flat == 0).all()
 
 
+@pytest.mark.any_backend
 def test_grid_builders_refuse():
     with pytest.raises(ValueError, match="spatial_merge_size"):
         ax.merge_window_grid((1, 5, 4), 2)

@@ -27,6 +27,9 @@ from support import hf_rope
 from support.hf_rope import config_paths, per_frequency, read_fields
 from support.oracle import mp_correct, rope_value_fn, ulp_distance
 
+#: reading configs calls no backend; the value tests below name theirs (FAST_BACKEND, the fixture)
+pytestmark = pytest.mark.any_backend
+
 PER_LAYER = {"gemma3_text", "gemma4_text", "modernbert"}
 
 

@@ -39,6 +39,7 @@ def test_apply_then_inverse_returns_the_input(layout, scaling):
     assert (np.abs(y - x) <= bound).all()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_inverse_is_the_negated_angle(backend):
     rotary = Rotary(8)
@@ -88,6 +89,7 @@ def test_inverse_keeps_the_attention_factor():
     np.testing.assert_allclose(y, x * af * af, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.any_backend
 def test_inverse_refuses_a_non_bool_untouched():
     x = np.ones((2, 1, 8), np.float32)
     with pytest.raises(TypeError, match="inverse"):
@@ -100,6 +102,7 @@ def test_inverse_refuses_a_non_bool_untouched():
 # ------------------------------------------------------------------------- rerotate_
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("delta", [1, 7, -5, 2**32 - 1, -(2**32 - 1)])
 def test_rerotate_is_the_rotation_by_delta(backend, delta):

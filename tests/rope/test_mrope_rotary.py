@@ -122,6 +122,7 @@ def test_out_and_positions_1d_2d_for_grid():
     assert np.array_equal(out[0], want[0][0]) and np.array_equal(out[1], want[1][0])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backends_same_bits_and_tokens_layout(backend):
     rotary = Rotary(16, scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
@@ -182,6 +183,7 @@ def test_from_config_layouts():
     assert Rotary.from_config(q3).mrope_section == (24, 20, 20)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("bad, err, word", [
     ({"type": "mrope"}, ValueError, "mrope_section"),
     ({"type": "mrope", "mrope_section": [16, 24, 23]}, ValueError, "sum"),
@@ -198,6 +200,7 @@ def test_bad_sections_refused(bad, err, word):
         Rotary(128, scaling=bad)
 
 
+@pytest.mark.any_backend
 def test_positions_axis_refused_nothing_modified():
     rotary = Rotary(128, scaling=QWEN2)
     plain = Rotary(128)
@@ -235,6 +238,7 @@ def test_yarn_mrope_matches_hf():
     np.testing.assert_allclose(sin, s.numpy(), atol=4e-6, rtol=0)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("inverse", [False, True])
 def test_small_calls_same_bits_as_the_full_checks(backend, inverse):
@@ -256,6 +260,7 @@ def test_small_calls_same_bits_as_the_full_checks(backend, inverse):
             assert np.array_equal(x, want_q)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", ["numba", "cython"])
 def test_one_rotary_from_threads(backend):
     """One M-RoPE Rotary shared by threads (kept tables filled and cleared concurrently):
@@ -291,6 +296,7 @@ def test_one_rotary_from_threads(backend):
     assert not errors
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 12])
 def test_long_calls_in_runs_same_bits(monkeypatch, chunk):
     """Long M-RoPE, inverse and per-token re-rotations rotate a run of positions at a time

@@ -18,6 +18,9 @@ from fastpe import rope
 from fastpe.rope import RopeConfigWarning
 from support.inputs import LLAMA3
 
+#: warnings of the frequency rules (exact arithmetic) and of HF's validators: no backend is called
+pytestmark = pytest.mark.any_backend
+
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16,
             "original_max_position_embeddings": 4096}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}

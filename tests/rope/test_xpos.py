@@ -93,6 +93,7 @@ def test_rotation_within_one_ulp_of_the_exact_value(layout, center):
         assert np.array_equal(y, got)
 
 
+@pytest.mark.any_backend
 def test_python_backend_within_one_ulp_of_the_compiled_ones():
     rotary = Rotary(8, xpos_scale_base=512)
     q, k = _x((5, 2, 8), 3), _x((5, 2, 8), 4)
@@ -402,6 +403,7 @@ def test_module_functions_give_the_rotary_s_bits():
     assert np.array_equal(e, b)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-1.0, ValueError), (math.nan, ValueError),
                                         (math.inf, ValueError), (-math.inf, ValueError), (True, TypeError),
                                         ("512", TypeError), (10**400, ValueError), ([512], TypeError)])
@@ -415,6 +417,7 @@ def test_bad_scale_base_refused(bad, error):
     assert np.array_equal(x, before)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("bad, error", [("middle", ValueError), (-1, ValueError), (2**32 + 1, ValueError),
                                         (1.5, TypeError), (True, TypeError), (None, TypeError)])
 def test_bad_center_refused(bad, error):
@@ -466,6 +469,7 @@ def test_length_dependent_rules_keep_a_table_per_length():
     assert np.array_equal(fresh, long_)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("sb, center", [(64.0, 0), (3.0, 2**31), (1.25, 0)])
 def test_tables_relative_to_the_exact_doubles_at_large_powers(sb, center):
     """Powers far from 1 (up to the clamp), the anchored product (scale bases >= 2) and pow at

@@ -50,6 +50,7 @@ def _sine_columns(d: int, layout: str) -> list[int]:
     return [j for j in range(d) if (j % 2 == 0 if layout == "interleaved" else j < (d + 1) // 2)]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout, d_model", [("interleaved", 1), ("interleaved", 7), ("interleaved", 16),
                                              ("halves", 7), ("halves", 16)])  # one column: one layout
@@ -120,6 +121,7 @@ def test_signed_positions_not_modified_and_not_overlapping():
 # ----------------------------------------------------------------------------- table start/step
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("start, step, n", [(10, -1, 21), (-5, 1, 11), (0, -1, 3), (TOP, -1, 130),
                                             (-TOP, 1, 70), (3, 2, 9), (100, -7, 20)])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
@@ -140,6 +142,7 @@ def test_table_existing_calls_unchanged():
                           fastpe.forward(np.arange(5, 45), PosEncConfig(8), np.empty((40, 8), np.float32)))
 
 
+@pytest.mark.any_backend
 def test_table_start_step_validation():
     for kwargs, exc, name in ((dict(step=0), ValueError, "step"), (dict(step=1.0), TypeError, "step"),
                               (dict(start=True), TypeError, "start"), (dict(start=-(2**32)), ValueError, "start"),
@@ -163,6 +166,7 @@ def transformer_xl_formula(klen: int, d: int, clamp_len: int = -1) -> np.ndarray
     return np.concatenate([np.sin(x), np.cos(x)], axis=-1)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("klen, d, clamp", [(1, 2, None), (37, 16, None), (37, 16, 10), (37, 16, 0),
                                             (37, 16, -1), (64, 8, 100), (300, 64, 299)])
 def test_transformer_xl_formula(backend, klen, d, clamp):
@@ -172,6 +176,7 @@ def test_transformer_xl_formula(backend, klen, d, clamp):
     assert np.abs(got - want).max() < 1e-12  # the formula's own float64 rounding: a few 1e-16 per radian
 
 
+@pytest.mark.any_backend
 def test_transformer_xl_is_the_signed_table_bit_for_bit(backend):
     t = fastpe.transformer_xl_embedding(200, 32, backend=backend)
     assert np.array_equal(t, fastpe.table(32, 200, layout="halves", start=199, step=-1, backend=backend))
@@ -179,6 +184,7 @@ def test_transformer_xl_is_the_signed_table_bit_for_bit(backend):
     assert np.array_equal(c[149:], t[149:]) and np.array_equal(c[:149], np.broadcast_to(t[149], (149, 32)))
 
 
+@pytest.mark.any_backend
 def test_transformer_xl_validation():
     for args, kwargs, exc, name in (((0, 8), {}, ValueError, "klen"), ((4, 7), {}, ValueError, "d_model"),
                                     ((4, 8), dict(clamp_len=1.5), TypeError, "clamp_len"),
@@ -212,6 +218,7 @@ def espnet_formula(length: int, d: int) -> np.ndarray:
     return np.concatenate([pos[::-1], neg[1:]])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("length, d", [(1, 2), (20, 8), (129, 64)])
 def test_conformer_formulas(backend, length, d):
     nemo = fastpe.conformer_embedding(length, d, dtype="float64", backend=backend)
@@ -233,6 +240,7 @@ def test_conformer_rows_mirror_bit_for_bit(backend):
     assert np.array_equal(_bits(c[99]), _bits(fastpe.table(16, 1, dtype="float16")[0]))
 
 
+@pytest.mark.any_backend
 def test_conformer_validation():
     for args, kwargs, exc, name in (((0, 8), {}, ValueError, "length"), ((2**31 + 1, 8), {}, ValueError, "length"),
                                     ((4, 8), dict(convention="wenet"), ValueError, "convention"),

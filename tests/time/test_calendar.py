@@ -47,6 +47,7 @@ def test_every_day_from_1600_to_2400_matches_datetime():
     assert got[days == (dt.date(2020, 12, 31) - dt.date(1970, 1, 1)).days, 7] == 52
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_times_of_day_in_nanoseconds_before_and_after_1970(backend):
     r = np.random.default_rng(0)
@@ -58,6 +59,7 @@ def test_times_of_day_in_nanoseconds_before_and_after_1970(backend):
     np.testing.assert_array_equal(got, np.array(want))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_int64_extremes_of_every_unit_match_the_reference(backend):
     from fastpe.time._timestamps import TICK_SECONDS
@@ -75,6 +77,7 @@ def test_int64_extremes_of_every_unit_match_the_reference(backend):
                                      "iso_week")], (unit, t)
 
 
+@pytest.mark.any_backend
 def test_weeks_whose_days_overflow_are_refused():
     with pytest.raises(ValueError, match="weeks"):
         ft.calendar_features(np.array([(2**63 - 1) // 7 + 1]), "H", unit="W")
@@ -192,6 +195,7 @@ def test_shapes_dtypes_index_and_out():
     assert ft.calendar_features([dt.datetime(2021, 1, 1, 5)], "H", index=True)[0, 0] == 5
 
 
+@pytest.mark.any_backend
 def test_bad_input_is_refused_before_anything_is_written():
     ts = np.array(["2020-01-01"], dtype="datetime64[D]")
     out = np.full((1, 4), 7.0, np.float32)
@@ -252,6 +256,7 @@ def _wait_for(pid: int, seconds: float = 120.0) -> int:
         time.sleep(0.05)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", [b for b in AVAILABLE if b != "python"])
 def test_many_threads_and_a_forked_child_write_the_same_bits(backend):
     """Calls large enough for the parallel paths (the worker pool, numba's threads), eight at

@@ -68,6 +68,7 @@ def test_tgn_float32_on_unix_seconds_is_far_off_fastpe_is_not():
     assert ulp_distance(got, truth.astype(np.float32)).max() <= 1
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_within_one_ulp_of_mpmath(backend):
     rng = np.random.default_rng(5)
@@ -142,6 +143,7 @@ def test_shapes_out_and_narrow_dtypes():
     assert np.array_equal(b.astype(np.float64), mp_cos(times, freqs, "bfloat16"))
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("args, kwargs, exc, word", [
     ((np.arange(3), 0), {}, ValueError, "dim"),
     ((np.arange(3), 2.0), {}, TypeError, "dim"),
@@ -159,6 +161,7 @@ def test_bad_arguments_are_refused(args, kwargs, exc, word):
         ft.time_encoding(*args, **kwargs)
 
 
+@pytest.mark.any_backend
 def test_bad_out_is_refused_and_untouched():
     out = np.full((3, 4), 7.0, dtype=np.float32)
     with pytest.raises(ValueError, match="out"):

@@ -102,6 +102,7 @@ def test_float32_from_float32_unix_seconds_is_off_by_a_hundredth_radian():
     assert ulp_distance(got, truth.astype(np.float32)).max() <= 1
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", AVAILABLE)
 @pytest.mark.parametrize("period, unit, tick", [(365.25, "D", "ns"), (30.5, "D", "s"), (1 / 24, "D", "ns"),
                                                 (0.1, "h", "ms"), (7.0, "D", "us")])
@@ -175,6 +176,7 @@ def test_shapes_out_and_narrow_dtypes():
 # ----------------------------------------------------------------------------- refusals
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kwargs, exc, word", [
     (dict(period=0), ValueError, "period"), (dict(period=-7), ValueError, "period"),
     (dict(period=float("nan")), ValueError, "period"), (dict(period=True), TypeError, "period"),
@@ -190,6 +192,7 @@ def test_bad_arguments_are_refused(kwargs, exc, word):
         ft.fourier_features(**args)
 
 
+@pytest.mark.any_backend
 def test_bad_timestamps_and_out_leave_out_untouched():
     out = np.full((3, 4), 7.0)
     with pytest.raises(ValueError, match="timestamps"):
@@ -208,6 +211,7 @@ def test_bad_timestamps_and_out_leave_out_untouched():
 # ------------------------------------------------------------------------- threads and fork
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("backend", [b for b in AVAILABLE if b != "python"])
 def test_threads_at_once_and_a_forked_child_get_the_same_bits(backend):
     """Large calls (the parallel paths: the worker pool, numba's threads) from eight threads

@@ -124,6 +124,7 @@ def test_out_and_timestamp_kinds():
     np.testing.assert_array_equal(ft.temporal_marks(secs, "t", unit="s"), [[1, 1, 3, 0, 0], [1, 1, 3, 23, 3]])
 
 
+@pytest.mark.any_backend
 def test_bad_input_is_refused():
     stamps = _stamps((4,), 60)
     out = np.full((4, 8), 3.0, np.float32)

@@ -7,6 +7,9 @@ import pytest
 
 from fastpe.time._timestamps import TICK_SECONDS, UNITS, check_timestamps, ticks_to
 
+#: the timestamp reader calls no backend
+pytestmark = pytest.mark.any_backend
+
 
 @pytest.mark.parametrize("unit", [u for u in UNITS if u != "W"] + ["W"])
 def test_datetime64_of_every_unit_keeps_its_integer(unit):
