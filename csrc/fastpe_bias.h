@@ -164,6 +164,27 @@ typedef float fastpe_v4f_ __attribute__((vector_size(16)));
 #define FASTPE_ALIBI_FAST32_VECTOR_
 #endif
 
+/* a head whose words are (2**-e, 0, 0, 0) -- an exact slope -- over distances below 2**24:
+ * each distance is a float32 and its product with 2**-e (>= 2**-64, a normal float32) is
+ * exact in float32, so float(d) * float(2**-e) is the double-double path's value (hi = the
+ * exact product, lo = 0), eight values to a float32 vector without the bit test */
+#define FASTPE_ALIBI_EXACT_FROM (INT64_C(1) << 24)
+
+static inline int fastpe_alibi_power_words_(double w1, double w2, double w3, double w4)
+{
+    uint64_t bits;
+    memcpy(&bits, &w1, sizeof bits);
+    return w2 == 0.0 && w3 == 0.0 && w4 == 0.0 && (bits & ((UINT64_C(1) << 52) - 1)) == 0;
+}
+
+#define FASTPE_ALIBI_EXACT32(SUFFIX, ATTR)                                                    \
+    ATTR static void fastpe_alibi_exact32_##SUFFIX(float w, int32_t base, float *dst,          \
+                                                   int32_t len)                               \
+    {                                                                                         \
+        for (int32_t k = 0; k < len; k++)                                                     \
+            dst[k] = (float)(base + k) * w;                                                   \
+    }
+
 #define FASTPE_ALIBI_LINE(SUFFIX, ISA, ATTR, T, ROUND, FAST)                                \
     ATTR static void fastpe_alibi_line_##SUFFIX(const double *words, ptrdiff_t n_heads,       \
                                                 int64_t first, T *line, ptrdiff_t length,     \
@@ -181,6 +202,12 @@ typedef float fastpe_v4f_ __attribute__((vector_size(16)));
                 const double base = (double)(first + c0);                                    \
                 T *d0 = dst + c0;                                                             \
                 int rest = 1;                                                                 \
+                if (FAST && first + n_end <= FASTPE_ALIBI_EXACT_FROM                          \
+                    && fastpe_alibi_power_words_(w1, w2, w3, w4)) {                           \
+                    fastpe_alibi_exact32_##ISA((float)w1, (int32_t)(first + c0),              \
+                                               (float *)d0, len);                             \
+                    continue;                                                                 \
+                }                                                                             \
                 if (FAST) /* the float32 line: see fastpe_alibi_fast_note above */            \
                     rest = fastpe_alibi_fast32_##ISA(((w1 + w2) + w3) + w4, base,             \
                                                      (float *)d0, len);                       \
@@ -204,12 +231,14 @@ typedef float fastpe_v4f_ __attribute__((vector_size(16)));
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__)
 #define FASTPE_BIAS_DISPATCH 1
 FASTPE_ALIBI_FAST32(avx2, __attribute__((target("avx2"))))
+FASTPE_ALIBI_EXACT32(avx2, __attribute__((target("avx2"))))
 FASTPE_ALIBI_LINE(f32_avx2, avx2, __attribute__((target("avx2"))), float, fastpe_round_dd_f32, 1)
 FASTPE_ALIBI_LINE(f64_avx2, avx2, __attribute__((target("avx2"))), double, FASTPE_LEADING_, 0)
 #else
 #define FASTPE_BIAS_DISPATCH 0
 #endif
 FASTPE_ALIBI_FAST32(baseline, )
+FASTPE_ALIBI_EXACT32(baseline, )
 FASTPE_ALIBI_LINE(f32_baseline, baseline, , float, fastpe_round_dd_f32, 1)
 FASTPE_ALIBI_LINE(f64_baseline, baseline, , double, FASTPE_LEADING_, 0)
 

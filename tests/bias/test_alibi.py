@@ -788,7 +788,7 @@ def test_numba_line_twins_agree_on_blocks():
 @pytest.mark.skipif(not COMPILED, reason="no compiled backend")
 @pytest.mark.parametrize("max_bias", [8.0, 64.0, 3.0])
 def test_exact_slopes_below_and_across_2_24(max_bias):
-    """Heads whose slope is a power of two (all 8 at max_bias 8 or 64, half at 3) multiply
+    """Heads whose slope is a power of two (all 8 at max_bias 8 or 64, one at 3) multiply
     float32 distances in the C line while every distance is below 2**24, and take the general
     path once one is not: the reference's values either side of 2**24 (the first distance a
     float32 cannot hold, 2**24 + 1), the same bits on both compiled backends."""
