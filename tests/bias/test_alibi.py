@@ -763,25 +763,27 @@ def test_repeated_plain_calls_are_checked_as_the_first(backend):
 @pytest.mark.skipif("numba" not in COMPILED, reason="needs numba")
 def test_numba_line_twins_agree_on_blocks():
     """numba's float32 line, parallel and serial twins, over several blocks of distances
-    from 2**24 - 7 (float32 midpoints among the products) and from 0: the same bits, the
-    reference's values on a sample, and cython's bits where it is built."""
+    from 2**24 - 7 (float32 midpoints among the products; blocks below and across 2**24
+    for the exact slopes) and from 0: the same bits, the reference's values on a sample,
+    and cython's bits where it is built."""
     from fastpe._backends.numba import bias as nb
 
-    words = aplan.slope_words(13, 7.3)
     length = 3 * nb.LINE_BLOCK + 5
     blocks = -(-length // nb.LINE_BLOCK)
-    for first in (0, 2**24 - 7):
-        lines = []
-        for twin in (nb.alibi_line_parallel, nb.alibi_line_serial):
-            line = np.full((13, length), np.nan, dtype=np.float32)
-            twin(words, True, first, blocks, line)
-            lines.append(line)
-        assert same_bits(lines[0], lines[1])
-        if "cython" in COMPILED:
-            assert same_bits(lines[0], _line("cython", words, "float32", first, length))
-        for h in range(0, 13, 4):
-            for k in (0, 1, 4095, 4096, 8191, 8192, length - 1):
-                assert float(lines[0][h, k]) == alibi_value(13, 7.3, h, first + k, F32)
+    for n_heads, max_bias in [(13, 7.3), (16, 8.0)]:  # 16 heads at 8: every other slope exact
+        words = aplan.slope_words(n_heads, max_bias)
+        for first in (0, 2**24 - 7):
+            lines = []
+            for twin in (nb.alibi_line_parallel, nb.alibi_line_serial):
+                line = np.full((n_heads, length), np.nan, dtype=np.float32)
+                twin(words, True, first, blocks, line)
+                lines.append(line)
+            assert same_bits(lines[0], lines[1])
+            if "cython" in COMPILED:
+                assert same_bits(lines[0], _line("cython", words, "float32", first, length))
+            for h in range(0, n_heads, 3):
+                for k in (0, 1, 4095, 4096, 8191, 8192, length - 1):
+                    assert float(lines[0][h, k]) == alibi_value(n_heads, max_bias, h, first + k, F32)
 
 
 @pytest.mark.any_backend

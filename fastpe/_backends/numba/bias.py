@@ -75,6 +75,12 @@ def round_dd_f32(hi, lo):
 NEAR = 8
 
 
+#: distances below this are float32 numbers: a head with an exact slope (words ``2**-e, 0,
+#: 0, 0``) takes ``float32(d) * float32(2**-e)``, exact (csrc/fastpe_bias.h's
+#: FASTPE_ALIBI_EXACT_FROM)
+EXACT_FROM = 1 << 24
+
+
 @intrinsic
 def _bits(typingctx, x):
     """The bits of a float64 as an int64 (a bit cast, no conversion)."""
@@ -117,6 +123,13 @@ def _alibi_line(words, single, first, n_blocks, line):
             # unknown sign into line[h] compiled to scatters)
             seg = line[h, n0:n1]
             base = first + n0
+            if (w2 == 0.0 and w3 == 0.0 and w4 == 0.0 and (_bits(w1) & ((1 << 52) - 1)) == 0
+                    and first + n1 <= EXACT_FROM):
+                # an exact slope 2**-e: float32 distance times float32 2**-e is exact
+                w = np.float32(w1)
+                for k in range(seg.shape[0]):
+                    seg[k] = np.float32(base + k) * w
+                continue
             sd = ((w1 + w2) + w3) + w4
             unsure = 0
             for k in range(seg.shape[0]):
