@@ -34,8 +34,13 @@ kernels split the slope into three 21-bit words and a remainder (as
 :func:`fastpe._plans.words.split_turns`), form the products exactly, sum them without error into a
 double-double and round that once, resolving a float32 midpoint by the low part -- so the
 result is correctly rounded unless the exact value lies within ``2**-100`` (relative) of a
-midpoint.  For each slope the tests take the distances below ``2**32`` whose products come
-nearest a midpoint (the convergents of its continued fraction) and compare them with mpmath.
+midpoint.  For float32 they first round one double product of the distance with the words'
+sum, within about 3 units in its last place of the exact product: where no float32
+midpoint lies within 8 units of it (all but about one distance in 2**25) that rounding is
+the same value, and the rest take the double-double (see ``csrc/fastpe_bias.h``); a power of
+two slope times a distance below 2**24 is exact in float32 and multiplied there.  For each
+slope the tests take the distances below ``2**32`` whose products come nearest a midpoint
+(the convergents of its continued fraction) and compare them with mpmath.
 float64 output is the double-double's leading double: correctly rounded under the same
 proviso, checked the same way.  float16 and bfloat16: a head's line of float32 values
 narrowed (:func:`fastpe._plans.alibi.narrow_line`), where a float32 halfway between two 16-bit numbers goes
