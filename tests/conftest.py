@@ -11,7 +11,8 @@ crossed by the fixtures; then with ``FASTPE_BACKEND=cython`` and ``=python`` und
 default-only run therefore leaves out what it cannot add: every test marked ``any_backend``
 -- its outcome does not depend on ``$FASTPE_BACKEND`` (it names every backend it calls, or
 calls none, and starts no child that inherits the choice), so the first run decided it --
-is deselected (:func:`pytest_collection_modifyitems`).  Mark a test with
+is deselected (:func:`pytest_collection_modifyitems`), and a module marked as a whole is
+not collected at all (:func:`pytest_ignore_collect`).  Mark a test with
 ``@pytest.mark.any_backend``; mark a whole module (``pytestmark = pytest.mark.any_backend``)
 only where every test names its backends by nature (the reference, the contract, the plans),
 so that a new test elsewhere runs in every run until it is shown not to need it.
@@ -20,6 +21,7 @@ so that a new test elsewhere runs in every run until it is shown not to need it.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -54,6 +56,23 @@ def pytest_report_header(config):
         f"backend fixture {BACKEND_PARAMS}"
         + ("; default-only: any_backend tests deselected" if DEFAULT_ONLY else "")
     ]
+
+
+#: a module-level ``pytestmark = pytest.mark.any_backend`` (alone or first in a list)
+_MODULE_MARK = re.compile(rb"^pytestmark\s*=\s*\[?\s*pytest\.mark\.any_backend\b", re.M)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """In a default-only run, a test module marked ``any_backend`` as a whole is not even
+    imported: every test in it would be deselected, and importing it (and what it imports)
+    is most of what it would cost."""
+    if not DEFAULT_ONLY or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        head = collection_path.read_bytes()
+    except OSError:
+        return None
+    return True if _MODULE_MARK.search(head) else None
 
 
 def pytest_collection_modifyitems(config, items):
