@@ -152,6 +152,7 @@ def prompts(draw, model):
             np.array(videos, dtype=np.int64).reshape(-1, 3) if videos else None, seconds)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("model", MODELS)
 @fuzz(60)
 @given(data=st.data())
@@ -160,6 +161,7 @@ def test_equals_hf_get_rope_index(model, data):
     assert_equal_all(model, config, ids, images=images, videos=videos, seconds=seconds, mask=mask)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("model", MODELS)
 def test_two_images_in_a_long_padded_prompt(model):
     """The benchmark's shape: two (1, 36, 52) images in ~4k tokens, batch 4 left-padded."""
@@ -182,6 +184,7 @@ def test_two_images_in_a_long_padded_prompt(model):
     assert_equal_all(model, config, ids[:1, seq - len(rows[0]):], images=grids[:2])
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("masked", [False, True])
 def test_text_only(model, masked):
@@ -196,6 +199,7 @@ def test_text_only(model, masked):
     assert (delta == 0).all()
 
 
+@pytest.mark.any_backend
 def test_non_left_padding_follows_hf():
     """A mask with holes: HF drops the masked tokens before cutting runs, so an image run
     may span a hole; the masked tokens get 0."""
@@ -211,6 +215,7 @@ def test_non_left_padding_follows_hf():
 TIME_VALUES = [1 / 24, 2 / 24, 0.5, 2.0, 1 / 3, 2 / 25, 2 / 30, 0.1, 0.7]
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("tps", [2, 4, 25])
 def test_time_rule_float32_as_hf(tps):
     """``second_per_grid_ts`` as the processor returns it (a float32 tensor): HF's float32
@@ -239,6 +244,7 @@ def test_time_rule_float32_as_hf(tps):
     assert (got != np.array(double)).any()
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("dtype", ["float64", "int64"])
 @pytest.mark.parametrize("tps", [2, 25])
 def test_time_rule_other_dtypes_as_hf(dtype, tps):
@@ -346,6 +352,7 @@ def test_positions_from_cu_seqlens(lengths):
 # ----------------------------------------------------------------------------- the kernels
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("model", MODELS)
 @fuzz(30)
 @given(data=st.data())
@@ -412,6 +419,7 @@ def _call(**kw):
     return mrope_positions(base.pop("input_ids"), **base)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("kw,exc,name", [
     (dict(image_grid_thw=[[1, 2]]), ValueError, "image_grid_thw"),
     (dict(image_grid_thw=[[1, 2, 4, 1]]), ValueError, "image_grid_thw"),
@@ -451,6 +459,7 @@ def test_bad_input_refused(kw, exc, name):
         _call(**kw)
 
 
+@pytest.mark.any_backend
 @pytest.mark.parametrize("seconds,exc", [
     ([float("nan")], ValueError), ([-1.0], ValueError), ([1.0, 2.0], ValueError),
     (np.array([1.0], dtype=np.float16), TypeError), (["a"], TypeError), (np.array([[1.0]]), ValueError),
@@ -462,6 +471,7 @@ def test_bad_seconds_refused(seconds, exc):
         mrope_positions(ids, video_grid_thw=[[4, 2, 2]], second_per_grid_ts=seconds, model="qwen2_5_vl")
 
 
+@pytest.mark.any_backend
 def test_bad_next_and_mask_inputs_refused():
     with pytest.raises(ValueError, match="rope_deltas"):
         mrope_next_positions(np.zeros((2, 3), np.int64), 0, 1)
@@ -486,6 +496,7 @@ def test_bad_next_and_mask_inputs_refused():
 # ----------------------------------------------------------------------------- threads, size
 
 
+@pytest.mark.any_backend
 def test_large_input_parallel_path_equals_reference():
     """Beyond the serial size the fill runs the parallel twin: same values as the reference."""
     config = hf_config("qwen2_5_vl")
