@@ -308,6 +308,7 @@ def test_config_names_in_any_case_are_recorded_canonically():
             PosEncConfig(8, layout=bad)
 
 
+@pytest.mark.any_backend
 def test_tables_of_names_in_any_case_are_the_canonical_bits(backend):
     from support.cli import same_bits
 
@@ -327,6 +328,7 @@ def test_tables_of_names_in_any_case_are_the_canonical_bits(backend):
     assert same_bits(x, fastpe.table(6, 2, backend=backend))
 
 
+@pytest.mark.any_backend
 def test_grids_of_orders_in_any_case_are_the_canonical_bits(backend):
     from fastpe import grid
     from support.cli import same_bits
