@@ -50,6 +50,7 @@ signed = st.one_of(st.sampled_from([0, 1, -1, 63, -64, -65, TOP, -TOP, -(2**31),
                    st.integers(-TOP, TOP))
 
 
+@pytest.mark.any_backend
 @fuzz(150)
 @given(values=st.lists(signed, min_size=1, max_size=6), d=st.integers(1, 9),
        layout=st.sampled_from(["interleaved", "halves"]), dtype=st.sampled_from(DTYPES), data=st.data())
@@ -78,6 +79,7 @@ BAD_SIGNED = ([-(2**32)], [2**32], [-(2**40)], [2**64], [0.5], [-1.5], [math.nan
               np.array([1 - 1j]), [-(10**400)])
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(positions=st.sampled_from(BAD_SIGNED), d=st.integers(1, 5))
 def test_signed_positions_refused(positions, d):
@@ -86,6 +88,7 @@ def test_signed_positions_refused(positions, d):
           blame={"positions"}, expect=REJECT, inplace=("out",))
 
 
+@pytest.mark.any_backend
 @fuzz(80)
 @given(start=st.integers(-TOP, TOP), step=st.sampled_from([-3, -1, 1, 2]), n=st.integers(1, 40),
        d=st.integers(1, 8), layout=st.sampled_from(["interleaved", "halves"]), dtype=st.sampled_from(DTYPES))
@@ -112,6 +115,7 @@ def test_transformer_xl_rows(klen, half, clamp):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(which=st.sampled_from(["klen", "d_model", "clamp_len", "length", "convention"]), data=st.data())
 def test_helpers_refuse_bad_arguments(which, data):
@@ -132,6 +136,7 @@ def test_helpers_refuse_bad_arguments(which, data):
         judge(fastpe.conformer_embedding, kwargs, blame={which}, expect=REJECT)
 
 
+@pytest.mark.any_backend
 @fuzz(40)
 @given(heads=st.integers(1, 6), q=st.integers(1, 12), k=st.integers(1, 12), half=st.integers(1, 12),
        bidirectional=st.booleans(), dtype=st.sampled_from(DTYPES))
@@ -152,6 +157,7 @@ def test_sandwich_backends_and_reference(heads, q, k, half, bidirectional, dtype
     assert not np.signbit(ref[ref == 0]).any()
 
 
+@pytest.mark.any_backend
 @fuzz(80)
 @given(which=st.sampled_from(["n_heads", "q_len", "k_len", "hidden_size", "bidirectional"]), data=st.data())
 def test_sandwich_refuses_bad_arguments(which, data):

@@ -116,6 +116,7 @@ def test_temporal_embedding_is_the_modules_sum_of_table_rows(start, n, freq, d_m
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.any_backend
 @fuzz(80)
 @given(st.one_of(
     st.fixed_dictionaries({"freq": st.sampled_from(["ms", "L", "BH", "x", "", "W-JAN", "M-SUN", "3", "1.5H"])}),
@@ -135,6 +136,7 @@ def test_bad_calendar_arguments_name_themselves_and_write_nothing(kwargs):
     assert (out == 7).all()
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(st.one_of(
     st.fixed_dictionaries({"d_model": st.one_of(st.integers(-3, 0), st.sampled_from([1, 3, 511, 65537, 2.0, "8"]))}),
@@ -152,5 +154,6 @@ def test_bad_temporal_arguments_name_themselves_and_write_nothing(kwargs):
     assert (out == 3).all()
 
 
+@pytest.mark.any_backend
 def test_field_codes_are_the_references():
     assert FIELDS == ("second", "minute", "hour", "weekday", "day", "day_of_year", "month", "iso_week")

@@ -51,6 +51,7 @@ def _expected(ticks, tick_unit, unit, period, order, fmt):
     return np.array(ref.fourier_rows(ticks, v.numerator, v.denominator, order, FORMATS[fmt]), dtype=np.float64)
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(ticks_st, st.sampled_from(UNITS), st.sampled_from(["D", "h", "s"]), period_st, st.integers(1, 5),
        st.sampled_from(["float32", "float64"]))
@@ -76,6 +77,7 @@ def test_a_whole_period_later_is_the_same_bits(ticks, period_hours, shift, order
     assert np.array_equal(a.view(np.uint64), b.view(np.uint64))
 
 
+@pytest.mark.any_backend
 @fuzz(50)
 @given(st.one_of(
     st.lists(st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False), min_size=1, max_size=8),
@@ -94,6 +96,7 @@ def test_time_encoding_near_the_reference(t, dim, frequencies, dtype):
             assert np.abs(got - want).max() <= 2.0**-45, backend
 
 
+@pytest.mark.any_backend
 @fuzz(60)
 @given(st.one_of(
     st.fixed_dictionaries({"period": st.sampled_from([0, -1.0, float("inf"), float("nan"), True, "7", None])}),
@@ -112,6 +115,7 @@ def test_fourier_bad_arguments_name_themselves(bad):
         assert (out == 5.0).all()
 
 
+@pytest.mark.any_backend
 @fuzz(40)
 @given(st.one_of(
     st.fixed_dictionaries({"dim": st.sampled_from([0, -3, 1 << 20, 2.5, True, None])}),
