@@ -11,6 +11,9 @@ reference backend and, at every tie of the float32 table, against mpmath.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -21,6 +24,7 @@ from fastpe import _backends, _dtypes
 from fastpe import sinusoid as _sinusoid
 
 from fastpe._plans.layouts import column_owner
+from conftest import fastpe_env
 from support.oracle import geometric_frequency, mp_round
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -159,3 +163,54 @@ def test_every_copy_of_the_cython_narrowing_gives_the_baseline_bits(bf16):
             _ext.narrow16(bits[:n], bf16, got, ties, wide=wide, parts=3)
             np.testing.assert_array_equal(got, want[:n])
             np.testing.assert_array_equal(ties, want_ties[:n])
+
+
+def test_threads_narrowing_at_once_each_get_the_table(fast_backend):
+    """Eight threads making float16 and bfloat16 tables at once, each through its own
+    scratch (reused from call to call), all get the one-thread bits."""
+    want = {t: fastpe.table(512, 700, dtype=t, backend=fast_backend) for t in ("float16", "bfloat16")}
+    bad = []
+
+    def work(k):
+        for i in range(6):
+            t = ("float16", "bfloat16")[(k + i) % 2]
+            if not np.array_equal(_bits(fastpe.table(512, 700, dtype=t, backend=fast_backend)), _bits(want[t])):
+                bad.append((k, i, t))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert bad == []
+
+
+FORK_SCRIPT = """
+import os, sys
+import numpy as np
+import fastpe
+
+BACKEND = sys.argv[1]
+def table():
+    return fastpe.table(512, 3000, dtype="float16", backend=BACKEND).view(np.uint16)
+
+want = table()                  # the parent's scratch is now cached (and inherited)
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if np.array_equal(table(), want) and np.array_equal(table(), want) else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+assert np.array_equal(table(), want)
+print("fork-ok")
+"""
+
+
+def test_a_forked_child_narrows_with_the_inherited_scratch(fast_backend, tmp_path):
+    script = tmp_path / "fork_narrow.py"
+    script.write_text(textwrap.dedent(FORK_SCRIPT))
+    try:
+        proc = subprocess.run([sys.executable, str(script), fast_backend], capture_output=True, text=True,
+                              timeout=240, env=fastpe_env(), cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"fork case hung: {exc}")
+    assert proc.returncode == 0 and "fork-ok" in proc.stdout, proc.stdout + proc.stderr
