@@ -836,3 +836,40 @@ def test_low_precision_caches_are_correctly_rounded(backend, dt, layout):
             assert (float(cos[r, j]), float(sin[r, j])) == exact, (r, i)
     if dt == "float16" and backend != "python":
         assert naive.any(), "expected some float32 values that are float16 ties"
+
+
+def test_kept_table_buffer_reuse_nesting_and_overflow(monkeypatch):
+    """The per-thread table buffer of the compiled walk: a call after a larger or smaller one,
+    a chunk larger than the buffer (allocated apart), and a walk started while another holds
+    the buffer (its own tables) all give the bits of the reference."""
+    rng = np.random.default_rng(41)
+    inv = hf_inv_freq(32, 10000.0)
+    cases = []
+    for seq in (97, 5, 300, 1):
+        positions = rng.integers(0, POSITION_LIMIT, seq, dtype=np.uint64).astype(np.uint32)
+        cases.append((positions, _x((1, 3, seq, 32), seq)))
+
+    def reference(positions, x):
+        y = x.copy()
+        apply_from_inv_freq(y, positions, inv, 1.0, backend="python")
+        return y
+
+    wants = [reference(p, x) for p, x in cases]
+    with monkeypatch.context() as m:
+        m.setattr(_rope_plan, "SCRATCH_DOUBLES", 100 * 2 * 16)  # 100 positions fit, 300 do not
+        m.setattr(_rope_plan, "_local", threading.local())
+        for backend in FAST:
+            for (positions, x), want in zip(cases, wants):
+                y = x.copy()
+                apply_from_inv_freq(y, positions, inv, 1.0, backend=backend)
+                assert same_bits(y, want), (backend, positions.size)
+            # a walk in progress holds the buffer: a second one gets fresh tables
+            positions, x = cases[0]
+            outer = _rope_plan.apply_chunks(x.copy(), None, positions, inv.size)
+            _, held, _, _ = next(outer)
+            held[...] = 7.0
+            y = x.copy()
+            apply_from_inv_freq(y, positions, inv, 1.0, backend=backend)
+            assert same_bits(y, wants[0]) and np.all(held == 7.0), backend
+            outer.close()
+            assert not _rope_plan._local.busy
