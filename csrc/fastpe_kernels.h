@@ -398,7 +398,8 @@ static FASTPE_ALWAYS_INLINE void fastpe_fix_tiny_(double p, const double *FASTPE
  * RoPE: the twin of the "RoPE" section of fastpe/_backends/numba/kernels.py.  For position p and
  * frequency f_i (the exact value of a double inv_freq, words from frequency_turns):
  *     c, s = the anchored product above, unless |c| or |s| < 2**-14, then the exact path at p;
- *     C = af * c, S = af * s (an exact zero written +0.0, as the exact value 0 is).
+ *     C = af * c, S = af * s (an exact zero written +0.0, as the exact value 0 is; a product
+ *     of two non-zero numbers that underflows keeps its sign: fastpe_scaled_).
  * The tiny test is on the unscaled product (its error, < 2**-46 absolute, stays below 2**-32
  * relative for any attention factor af).  cos_sin writes (float)C, (float)S; apply writes
  * (float)(x1*C - x2*S), (float)(x2*C + x1*S) from the float32 inputs widened to double.
@@ -437,6 +438,15 @@ static ptrdiff_t fastpe_rope_apply_items(ptrdiff_t hq, ptrdiff_t shq, ptrdiff_t 
 }
 
 /* c_out[i], s_out[i] = C, S of position p from anchor (sa, ca) and step (cm, sm) */
+/* af * v rounded once; +0.0 where af or v is zero (the exact value 0: + 0.0 turns -0.0 into
+ * +0.0), while a product of two non-zero numbers keeps its sign even when it underflows (the
+ * correct rounding of a non-zero value); the numba twin is _scaled */
+static FASTPE_ALWAYS_INLINE double fastpe_scaled_(double af, double v)
+{
+    double r = af * v;
+    return (af == 0.0 || v == 0.0) ? r + 0.0 : r;
+}
+
 static FASTPE_ALWAYS_INLINE void fastpe_rope_row_(double p, const double *FASTPE_RESTRICT turns,
                                                   ptrdiff_t n_freq,
                                                   const double *FASTPE_RESTRICT sa,
@@ -465,16 +475,16 @@ static FASTPE_ALWAYS_INLINE void fastpe_rope_row_(double p, const double *FASTPE
             }
         }
     }
-    for (ptrdiff_t i = 0; i < n_freq; i++) { /* + 0.0: an exact zero is +0.0, as in numba */
-        c_out[i] = af * c_out[i] + 0.0;
-        s_out[i] = af * s_out[i] + 0.0;
+    for (ptrdiff_t i = 0; i < n_freq; i++) {
+        c_out[i] = fastpe_scaled_(af, c_out[i]);
+        s_out[i] = fastpe_scaled_(af, s_out[i]);
     }
 }
 
 /* float32 C and S of one product, written to the two columns of its frequency */
 #define FASTPE_ROPE_PUT_(C0, C1, S0, S1, c, s)                                                   \
     do {                                                                                         \
-        float cf_ = (float)(af * (c) + 0.0), sf_ = (float)(af * (s) + 0.0);                      \
+        float cf_ = (float)fastpe_scaled_(af, (c)), sf_ = (float)fastpe_scaled_(af, (s));        \
         C0 = cf_;                                                                                \
         C1 = cf_;                                                                                \
         S0 = sf_;                                                                                \

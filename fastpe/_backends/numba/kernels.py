@@ -208,7 +208,9 @@ sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
 #     unless |c| or |s| is below TINY64: then (c, s) come from the exact path at p;
 #     C = af * c,  S = af * s   (af the attention factor, one rounding each),
 #     an exact zero written +0.0 (`+ 0.0`), as the exact value 0 is: sin 0 times a negative
-#     af, or af = 0, would otherwise leave -0.0, a bit the reference does not give.
+#     af, or af = 0, would otherwise leave -0.0, a bit the reference does not give.  A product
+#     of two non-zero numbers that underflows to zero keeps its sign (:func:`_scaled`): the
+#     exact value is not 0 there, and its correct rounding is the signed zero.
 # The tiny test is on the *unscaled* product: its absolute error (< 2**-46) is then below
 # 2**-32 of |c| and |s| whatever af is, and scaling multiplies value and error alike.  (A test
 # on af * c would let a large af pass values whose relative error is far above 2**-24.)
@@ -222,6 +224,16 @@ ROPE_ROWS = 64
 #: sequence positions per work item of the apply kernel: the item's table rows (ROPE_SEQ x
 #: 2 x n_freq doubles, 16 KiB at n_freq = 64) stay in L1 while every head streams past them
 ROPE_SEQ = 16
+
+
+@inline
+def _scaled(af, v):
+    """``af * v`` rounded once; ``+0.0`` where ``af`` or ``v`` is zero (the exact value 0),
+    while a product of two non-zero numbers keeps its sign even when it underflows."""
+    r = af * v
+    if af == 0.0 or v == 0.0:
+        r = r + 0.0
+    return r
 
 
 @inline
@@ -245,8 +257,8 @@ def _rope_row(p, turns, sa, ca, cm, sm, af, c_out, s_out):
                 c_out[i] = c
                 s_out[i] = s
     for i in range(n_freq):
-        c_out[i] = af * c_out[i] + 0.0
-        s_out[i] = af * s_out[i] + 0.0
+        c_out[i] = _scaled(af, c_out[i])
+        s_out[i] = _scaled(af, s_out[i])
 
 
 def _rope_table(positions, turns, steps, af, table):
@@ -282,8 +294,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
                 n_tiny += 1
             if abs(s) < TINY64:
                 n_tiny += 1
-            cf = np.float32(af * c + 0.0)
-            sf = np.float32(af * s + 0.0)
+            cf = np.float32(_scaled(af, c))
+            sf = np.float32(_scaled(af, s))
             oc[i] = cf
             oc[n + i] = cf
             os_[i] = sf
@@ -296,8 +308,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
                 n_tiny += 1
             if abs(s) < TINY64:
                 n_tiny += 1
-            cf = np.float32(af * c + 0.0)
-            sf = np.float32(af * s + 0.0)
+            cf = np.float32(_scaled(af, c))
+            sf = np.float32(_scaled(af, s))
             oc[2 * i] = cf
             oc[2 * i + 1] = cf
             os_[2 * i] = sf
@@ -308,8 +320,8 @@ def _rope_cs_row(p, turns, sa, ca, cm, sm, af, neox, oc, os_):
             s = sa[i] * cm[i] + ca[i] * sm[i]
             if abs(c) < TINY64 or abs(s) < TINY64:
                 s, c = sincos_turns(p, turns[0, i], turns[1, i], turns[2, i], turns[3, i])
-                cf = np.float32(af * c + 0.0)
-                sf = np.float32(af * s + 0.0)
+                cf = np.float32(_scaled(af, c))
+                sf = np.float32(_scaled(af, s))
                 j, k = (i, n + i) if neox else (2 * i, 2 * i + 1)
                 oc[j] = cf
                 oc[k] = cf
