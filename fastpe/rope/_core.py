@@ -146,6 +146,7 @@ def fill_caches(module, pos: np.ndarray, freqs: tuple[float, ...], af: float, la
     :func:`cos_sin_from_inv_freq` and :class:`fastpe.rope.Rotary` run once their checks pass."""
     if pos.shape[0] == 0:
         return
+    module = exact_where_subnormal(module, freqs)
     dtype = out_cos.dtype
     if dtype == np.float32:
         module.rope_cos_sin(positions=pos, inv_freq=freqs, attention_factor=af, layout=layout,
@@ -352,4 +353,20 @@ def rotate(module, q, k, pos, freqs, af, layout) -> None:
     """Rotate validated arrays in place (what the apply functions and
     :class:`fastpe.rope.Rotary` run once their checks pass)."""
     if q.size or (k is not None and k.size):
+        module = exact_where_subnormal(module, freqs)
         module.rope_apply(q=q, k=k, positions=pos, inv_freq=freqs, attention_factor=af, layout=layout)
+
+
+#: below this (a subnormal double) a frequency's words (fastpe._plans.words) underflow: the
+#: compiled kernels' sine of a position could come out 0 where the exact value is not, and a
+#: negative attention factor's sign would then be lost from the zero it rounds to
+_SUBNORMAL = 2.0**-1022
+
+
+def exact_where_subnormal(module, freqs: tuple[float, ...]):
+    """``module``, or the exact reference backend when a frequency is subnormal (``0 < f <
+    2**-1022``; only extreme scaling factors make one, e.g. a linear factor of 1e307): those
+    calls are computed exactly rather than from underflowed words."""
+    if min(freqs) < _SUBNORMAL and any(0.0 < f < _SUBNORMAL for f in freqs):
+        return _backends.resolve("python")[1]
+    return module

@@ -873,3 +873,25 @@ def test_kept_table_buffer_reuse_nesting_and_overflow(monkeypatch):
             assert same_bits(y, wants[0]) and np.all(held == 7.0), backend
             outer.close()
             assert not _rope_plan._local.busy
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_subnormal_frequencies_keep_the_signs_of_their_zeros(backend):
+    """A subnormal inverse frequency (an extreme scaling factor's) underflows the kernels'
+    words; such calls are computed exactly, so a negative attention factor's -0.0 sines and
+    the rotations built on them are the reference's bits."""
+    inv = [5e-324, 2.0**-1030, 0.0, 0.5]
+    positions = [0, 1, 3, 4096]
+    for dtype in (np.float32, np.float16, np.float64):
+        got = [np.empty((4, 8), dtype) for _ in range(2)]
+        want = [np.empty((4, 8), dtype) for _ in range(2)]
+        cos_sin_from_inv_freq(positions, inv, -0.5, out_cos=got[0], out_sin=got[1], backend=backend)
+        cos_sin_from_inv_freq(positions, inv, -0.5, out_cos=want[0], out_sin=want[1], backend="python")
+        assert all(same_bits(g, w) for g, w in zip(got, want)), dtype
+        assert np.signbit(got[1][1:, 0]).all() and not np.signbit(got[1][0, 0])
+    x = _x((1, 2, 4, 8), 3)
+    x[..., 0] = 0.0  # x1 = 0: the rotated value is -x2 * S, whose zero carries S's sign
+    a, b = x.copy(), x.copy()
+    apply_from_inv_freq(a, np.array(positions), inv, -0.5, backend=backend)
+    apply_from_inv_freq(b, np.array(positions), inv, -0.5, backend="python")
+    assert same_bits(a, b)
