@@ -51,15 +51,21 @@ run: install
 # The whole suite once with numba as the default, every backend crossed by the tests'
 # backend fixture; then once with each other backend as the default, the fixture taking just
 # that one (FASTPE_TEST_BACKENDS=default).  The install tests (marked slow) build throwaway
-# environments and need running only once.
+# environments and need running only once.  Each run spreads its test files over
+# TEST_WORKERS processes (pytest-xdist; 0 or 1: one process), each file whole in one process
+# and in its order (--dist loadfile: a document's blocks build on each other).  Two by
+# default: much of a test's time is one Python thread (hypothesis, child processes), and
+# each process imports torch and transformers, so more would mostly cost memory.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: peers
-	FASTPE_BACKEND=numba $(PY) -m pytest -q
+	FASTPE_BACKEND=numba $(PY) -m pytest -q $(XDIST)
 	for b in cython python; do \
-	  FASTPE_BACKEND=$$b FASTPE_TEST_BACKENDS=default $(PY) -m pytest -q -m "not slow" || exit 1; \
+	  FASTPE_BACKEND=$$b FASTPE_TEST_BACKENDS=default $(PY) -m pytest -q -m "not slow" $(XDIST) || exit 1; \
 	done
 
 test-fast: peers
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 check: install
 	$(VENV)/bin/fastpe check
