@@ -216,6 +216,11 @@ def _plans(dims, base, linear_factor, ntk_factor, offset):
                              f"{ntks[a]!r} (base {bases[a]!r})")
         if linears[a] <= 0 or 1.0 / linears[a] > MAX_FREQUENCY:
             raise ValueError(f"linear_factor must be >= 1/{MAX_FREQUENCY:g}, got {linears[a]!r}")
+        if not math.isfinite(bases[a] * ntks[a] * linears[a]):
+            # the frequency set's ratio: it must be a double (1e307 with base 1e4 is not)
+            name = "linear_factor" if n_axes == 1 or len(set(linears)) == 1 else f"linear_factor[{a}]"
+            raise ValueError(f"{name} must keep base * ntk_factor * linear_factor finite, got "
+                             f"{linears[a]!r} (base {bases[a]!r}, ntk_factor {ntks[a]!r})")
         if offsets[a] not in _OFFSETS:
             raise ValueError(f"offset must be 0 or 0.5 (per axis), got {offsets[a]!r}")
     return [_axis_plan(d, bases[a], ntks[a], linears[a], offsets[a]) for a, d in enumerate(dims)]
@@ -287,7 +292,8 @@ def axial_cos_sin(
         ``"gptj"``, ``"neox"`` or ``"neox_head"`` (see :data:`AXIAL_LAYOUTS`).
     linear_factor, ntk_factor:
         diffusers' ``get_1d_rotary_pos_embed`` factors, scalars or per axis: the frequencies
-        are ``(1 / linear_factor) * (base * ntk_factor) ** (-2k / dim)``.
+        are ``(1 / linear_factor) * (base * ntk_factor) ** (-2k / dim)``; ``linear_factor``
+        at least ``1/1024``, and ``base * ntk_factor * linear_factor`` a finite double.
     offset:
         0, or 1/2 per axis: ``(-2 (k + 1/2) / dim)`` exponents (Pixtral's width axis).
     dtype:

@@ -176,6 +176,40 @@ def test_backends_agree(dtype):
             assert_near(results[b][i], results["python"][i], f"{b} vs python")
 
 
+@pytest.mark.any_backend
+@pytest.mark.parametrize("linear", [1e300, 1.79e304, 2.0**1000], ids=["1e300", "1.79e304", "2**1000"])
+def test_huge_linear_factors_underflow_with_the_coordinates_sign(linear):
+    """A linear factor that leaves ``base * linear_factor`` a double makes frequencies of
+    1e-300 and below (subnormal ones among them): every sine then rounds to a zero, of the
+    coordinate's sign, and every cosine to 1, in every dtype and on every backend."""
+    coords = np.array([[-3.0, 2.5], [-0.5, 0.0], [1.0, -7.0], [4.0e9, -4.0e9]])
+    for dtype in ("float32", "float64", "float16"):
+        results = {b: ax.axial_cos_sin(coords, (4, 6), linear_factor=linear, dtype=dtype, backend=b)
+                   for b in AVAILABLE}
+        per_column = coords[:, [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]]
+        negative = np.signbit(per_column) & (per_column != 0)
+        for b, (cos, sin) in results.items():
+            if dtype == "float64":  # products near 1e-300 * 4e9: tiny, not yet zero
+                assert (np.abs(sin) < 1e-280).all() and (cos == 1).all(), b
+            else:
+                assert (sin == 0).all() and (cos == 1).all(), b
+            assert (np.signbit(sin) == negative).all(), (b, dtype)
+        if len(FAST) > 1:
+            assert_same_bits({b: np.concatenate(results[b], 1) for b in FAST}, "cos|sin")
+
+
+def test_linear_factor_overflowing_the_ratio_is_refused():
+    """``base * ntk_factor * linear_factor`` past the largest double would make the
+    frequency set's ratio infinite: refused, naming the argument (and the axis)."""
+    coords = np.array([[0.5, 1.0]])
+    with pytest.raises(ValueError, match=r"^linear_factor must keep base \* ntk_factor \* linear_factor finite"):
+        ax.axial_cos_sin(coords, (4, 4), linear_factor=1e307)
+    with pytest.raises(ValueError, match=r"^linear_factor\[1\] must keep"):
+        ax.axial_cos_sin(coords, (4, 4), linear_factor=[1.0, 1e307])
+    with pytest.raises(ValueError, match=r"^linear_factor must keep .* \(base 1e\+300"):
+        ax.axial_frequencies((4, 4), base=1e300, linear_factor=1e10)
+
+
 @pytest.mark.parametrize("layout", ax.AXIAL_LAYOUTS)
 def test_grid_and_gather_paths_same_bits(layout):
     """A meshgrid and the same tokens shuffled (or their axes in another order) give the
@@ -571,6 +605,7 @@ BAD = [
     (dict(ntk_factor=0.0), ValueError, "ntk_factor"),
     (dict(linear_factor=1e-4), ValueError, "linear_factor"),
     (dict(linear_factor=-1.0), ValueError, "linear_factor"),
+    (dict(linear_factor=1e307), ValueError, "linear_factor"),
     (dict(offset=0.25), ValueError, "offset"),
     (dict(backend="torch"), ValueError, "backend"),
     (dict(out=np.empty((3, 8), np.float32)), TypeError, "out"),
