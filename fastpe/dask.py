@@ -10,7 +10,8 @@
 
 Each block of the array is one small task: the configuration, the block's row and column
 ranges and a reference to :func:`_block`.  A task computes the rows of its own block (the
-positions ``start .. stop-1`` of the table) with fastpe's kernels and keeps its columns, so
+positions of its rows in the table's run, ``start + step * row``) with fastpe's kernels and
+keeps its columns, so
 no task ever holds the whole table and building the array computes nothing.  The tasks
 pickle, so the threaded, process and distributed schedulers all work; worker processes only
 need fastpe (and dask) importable.
@@ -75,13 +76,15 @@ def _clip(text: str, limit: int = 300) -> str:
 # --------------------------------------------------------------------------- worker side
 
 
-def _block(slices: tuple[slice, slice], config: PosEncConfig, dtype: np.dtype, backend: str | None) -> np.ndarray:
+def _block(slices: tuple[slice, slice], config: PosEncConfig, dtype: np.dtype, backend: str | None,
+           start: int = 0, step: int = 1) -> np.ndarray:
     """One block of the table: rows ``slices[0]``, columns ``slices[1]`` (the rows from
-    :func:`fastpe.sinusoid.table_rows`: the same kernel call as :func:`fastpe.table`)."""
+    :func:`fastpe.sinusoid.fill_run`: the same kernel calls as :func:`fastpe.table`)."""
     rows, cols = slices
     out = np.empty((rows.stop - rows.start, config.d_model), dtype=dtype)
     if out.shape[0]:
-        _api.table_rows(config, rows.start, out, backend=backend)
+        _, module = _backends.resolve(backend)
+        _api.fill_run(module, config, start, step, rows.start, out)
     if cols.start == 0 and cols.stop == config.d_model:
         return out
     # a copy, so the block does not keep the full-width rows alive
@@ -226,6 +229,8 @@ def table(
     *,
     chunks="auto",
     base: float = DEFAULT_BASE,
+    start: int = 0,
+    step: int = 1,
     dtype="float32",
     backend: str | None = None,
     **config,
@@ -233,13 +238,19 @@ def table(
     """The ``(max_len, d_model)`` table as a lazy :class:`dask.array.Array`.
 
     Computing any part of it gives the same bits as that part of
-    ``fastpe.table(d_model, max_len, base=base, dtype=dtype, backend=backend, **config)``;
+    ``fastpe.table(d_model, max_len, base=base, start=start, step=step, dtype=dtype,
+    backend=backend, **config)``;
     nothing is computed until then, and each block is computed by its own small task.
 
     Parameters
     ----------
     d_model, max_len, base:
         As in :func:`fastpe.table` (``max_len`` up to ``2**32``).
+    start, step:
+        The positions ``start, start + step, ..., start + (max_len - 1) * step``, as in
+        :func:`fastpe.table` (integers, ``step != 0``, every position in ``(-2**32, 2**32)``):
+        Transformer-XL's ``klen - 1 .. 0`` is ``table(d, klen, layout="halves",
+        start=klen - 1, step=-1)``.
     chunks:
         ``"auto"`` (default): whole rows, the row count a multiple of 64 chosen from dask's
         ``array.chunk-size`` setting.  Otherwise anything :func:`dask.array.core.normalize_chunks`
@@ -264,6 +275,7 @@ def table(
         task exists.
     """
     cfg = PosEncConfig(d_model, max_len, base, **config)
+    start, step = _api.check_run(start, step, cfg.max_len)
     dt = _resolve_dtype(dtype)
     name_backend = _check_backend(backend)
     shape = (cfg.max_len, cfg.d_model)
@@ -271,13 +283,13 @@ def table(
 
     # the block sizes as arrays: dask hashes their bytes, where a tuple costs a Python call a block
     sizes = [np.asarray(b, dtype=np.int64) for b in blocks]
-    name = "fastpe-table-" + tokenize(cfg, dt.str, dt.name, *sizes, name_backend)
+    name = "fastpe-table-" + tokenize(cfg, start, step, dt.str, dt.name, *sizes, name_backend)
     # one blockwise layer whose only input is each block's (rows, columns) slices: the graph
     # stays symbolic (a handful of objects, whatever the number of blocks) until a scheduler
     # asks for the blocks it needs
     layer = _blockwise_layer(
         _block, name, "ij", ArraySliceDep(blocks), "ij", numblocks={},
-        config=cfg, dtype=dt, backend=name_backend,
+        config=cfg, dtype=dt, backend=name_backend, start=start, step=step,
     )
     return Array(layer, name, blocks, dtype=dt, meta=np.empty((0, 0), dtype=dt))
 

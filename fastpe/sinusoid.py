@@ -416,27 +416,46 @@ def table(
     :func:`forward` gives its position, bit for bit.
     """
     config = _table_config(d_model, max_len, base, layout, denominator, min_timescale, max_timescale)
+    start, step = check_run(start, step, config.max_len)
+    _, module = _backends.resolve(backend)
+    out = output_array(out, (config.max_len, config.d_model), dtype)
+    fill_run(module, config, start, step, 0, out)
+    return out
+
+
+def check_run(start, step, max_len: int) -> tuple[int, int]:
+    """:func:`table`'s ``start`` and ``step`` checked (the messages every caller gives):
+    integers, ``step != 0``, the first and the last position in ``(-2**32, 2**32)``."""
     start = check_int("start", start)
     step = check_int("step", step)
     if step == 0:
         raise ValueError("step must be a non-zero integer, got 0")
-    last = start + (config.max_len - 1) * step
+    last = start + (max_len - 1) * step
     for name, value in (("start", start), ("the last position, start + (max_len - 1) * step", last)):
         if not -POSITION_LIMIT < value < POSITION_LIMIT:
             raise ValueError(f"{name} must be in (-2**32, 2**32), got {value}")
-    _, module = _backends.resolve(backend)
-    out = output_array(out, (config.max_len, config.d_model), dtype)
+    return start, step
+
+
+def fill_run(module, config: PosEncConfig, start: int, step: int, row: int, out: np.ndarray) -> None:
+    """Rows ``row .. row + len(out) - 1`` of the run ``start, start + step, ...`` of
+    ``config``'s table into ``out``, as :func:`table` computes them (unchecked: see
+    :func:`check_run`), so any cut of a table into blocks keeps its bits.  A forward run from
+    ``start >= 0`` goes to the table kernels from its first position; any other run goes by
+    the int64 positions of each block of ``_TABLE_BLOCK`` rows, to the signed kernels
+    whatever their signs (the same bits as the unsigned ones at a non-negative position)."""
     if config.max_len == 1:  # one row: the step never applies (and may be any size)
         step = 1
     if step == 1 and start >= 0:  # the table kernels: no positions array
-        fill_config(module, config, None, start, out)
-        return out
-    # int64 positions whatever their signs: the signed kernels (same bits as the unsigned ones
-    # at a non-negative position), whose compiled family path allocates its scratch per block
-    for r0 in range(0, config.max_len, _TABLE_BLOCK):
-        r1 = min(config.max_len, r0 + _TABLE_BLOCK)
-        fill_config(module, config, start + step * np.arange(r0, r1, dtype=np.int64), 0, out[r0:r1])
-    return out
+        fill_config(module, config, None, start + row, out)
+        return
+    n = out.shape[0]
+    for r0 in range(0, n, _TABLE_BLOCK):
+        r1 = min(n, r0 + _TABLE_BLOCK)
+        positions = np.arange(row + r0, row + r1, dtype=np.int64)  # in place: one array per block
+        positions *= step
+        positions += start
+        fill_config(module, config, positions, 0, out[r0:r1])
 
 
 @functools.lru_cache(maxsize=256, typed=True)

@@ -79,7 +79,7 @@ from .. import sinusoid as _api, _backends, _dtypes
 from .atomic import end_cleanly_on_signals
 from .writers import FORMATS, SIDECAR_SUFFIX, SPEC_COMMANDS, WRITERS, Entry, format_of, make_spec
 from ..sinusoid import DEFAULT_BASE, DEFAULT_MAX_LEN, PosEncConfig
-from .._validate import POSITION_LIMIT, check_int
+from .._validate import check_int
 
 __all__ = [
     "save_table",
@@ -135,18 +135,8 @@ def _is_run(start: int, step: int) -> bool:
     return step != 1 or start < 0
 
 
-def _check_run(start, step, max_len: int) -> tuple[int, int]:
-    """``start`` and ``step`` checked as :func:`fastpe.table` checks them (the same
-    messages): integers, ``step != 0``, the first and the last position in ``(-2**32, 2**32)``."""
-    start = check_int("start", start)
-    step = check_int("step", step)
-    if step == 0:
-        raise ValueError("step must be a non-zero integer, got 0")
-    last = start + (max_len - 1) * step
-    for name, value in (("start", start), ("the last position, start + (max_len - 1) * step", last)):
-        if not -POSITION_LIMIT < value < POSITION_LIMIT:
-            raise ValueError(f"{name} must be in (-2**32, 2**32), got {value}")
-    return start, step
+#: ``start`` and ``step`` checked as :func:`fastpe.table` checks them (the same messages)
+_check_run = _api.check_run
 
 
 @dataclass(frozen=True)
@@ -475,23 +465,8 @@ class _Stream:
 
     def _fill(self, row: int, chunk: np.ndarray) -> None:
         """Rows ``row .. row + len(chunk) - 1`` of the table, as :func:`fastpe.table` computes
-        them (checked once, in save_table): a forward run from ``start >= 0`` by the table
-        kernels from its first position, any other run by the positions of each block of
-        rows (int64, so the signed kernels, whatever their signs)."""
-        start, step = self.start, self.step
-        if not _is_run(start, step):
-            _api.fill_config(self.module, self.config, None, start + row, chunk)
-            return
-        if self.config.max_len == 1:  # one position, start: any step gives it (and may not fit in int64)
-            step = 1
-        block = _position_block()
-        n = chunk.shape[0]
-        for r0 in range(0, n, block):
-            r1 = min(n, r0 + block)
-            positions = np.arange(row + r0, row + r1, dtype=np.int64)  # in place: one array per block
-            positions *= step
-            positions += start
-            _api.fill_config(self.module, self.config, positions, 0, chunk[r0:r1])
+        them (checked once, in save_table)."""
+        _api.fill_run(self.module, self.config, self.start, self.step, row, chunk)
 
 
 def save_table(

@@ -149,13 +149,13 @@ def test_to_zarr_round_trip(tmp_path):
 @pytest.mark.any_backend
 def test_building_a_huge_table_is_lazy(monkeypatch):
     calls = []
-    real = fastpe.sinusoid.table_rows
+    real = fastpe.sinusoid.fill_run
 
-    def counting(config, start, out, *, backend):
-        calls.append((start, out.shape))
-        real(config, start, out, backend=backend)
+    def counting(module, config, start, step, row, out):
+        calls.append((row, out.shape))
+        real(module, config, start, step, row, out)
 
-    monkeypatch.setattr(fastpe.sinusoid, "table_rows", counting)
+    monkeypatch.setattr(fastpe.sinusoid, "fill_run", counting)
     tracemalloc.start()
     try:
         x = fd.table(1024, 2**31)  # 8 TiB of float32
@@ -176,10 +176,43 @@ def test_building_a_huge_table_is_lazy(monkeypatch):
 
 
 @pytest.mark.any_backend
+@pytest.mark.parametrize("start, step", [(162, -1), (81, -1), (-5, 3), (7, 1), (-80, 1), (2**32 - 163 * 7, 7)],
+                         ids=["backward-to-0", "through-0", "signed-step-3", "forward-from-7", "negative-start",
+                              "stride-to-the-top"])
+def test_runs_of_positions_match_table(backend, start, step):
+    """``start``/``step`` runs (Transformer-XL's and Conformer's backwards ones included):
+    every block, cut anywhere (blocks inside the signed path's 2**16-row position blocks
+    too), is that slice of ``fastpe.table`` with the same run, bit for bit."""
+    x = fd.table(50, 163, chunks=IRREGULAR, layout="halves", start=start, step=step, backend=backend)
+    expected = fastpe.table(50, 163, layout="halves", start=start, step=step, backend=backend)
+    _blocks_equal(x, expected)
+    assert x.compute(scheduler="sync").tobytes() == expected.tobytes()
+    # and each row is the row forward gives its position
+    rows = x[[0, 64, 162]].compute(scheduler="sync")
+    positions = np.array([start, start + 64 * step, start + 162 * step], dtype=np.int64)
+    if positions.min() >= 0:
+        want = fastpe.forward(positions.astype(np.uint32), fastpe.PosEncConfig(50, 163, layout="halves"),
+                              np.empty((3, 50), np.float32), backend=backend)
+        assert rows.tobytes() == want.tobytes()
+
+
+@pytest.mark.any_backend
+def test_a_run_cut_across_position_blocks_keeps_its_bits(fast_backend, monkeypatch):
+    """With 16-row position blocks, dask blocks of 37 rows start mid-block: the same bits."""
+    monkeypatch.setattr(_api, "_TABLE_BLOCK", 16)
+    x = fd.table(24, 200, chunks=(37, -1), start=99, step=-1, backend=fast_backend)
+    monkeypatch.setattr(_api, "_TABLE_BLOCK", 1 << 16)
+    expected = fastpe.table(24, 200, start=99, step=-1, backend=fast_backend)
+    _blocks_equal(x, expected)
+
+
+@pytest.mark.any_backend
 def test_same_arguments_same_name_different_arguments_different_name():
     assert fd.table(8, 100).name == fd.table(8, 100).name
     assert fd.table(8, 100).name != fd.table(8, 100, base=2.0).name
     assert fd.table(8, 100).name != fd.table(8, 100, chunks=(10, -1)).name
+    assert fd.table(8, 100).name != fd.table(8, 100, start=1).name
+    assert fd.table(8, 100, start=99, step=-1).name != fd.table(8, 100, start=99, step=-2).name
 
 
 def _table_takes_dtype() -> bool:
@@ -247,6 +280,12 @@ def test_config_fields_pass_through():
         ({"chunks": (float("nan"), (8,))}, ValueError, "chunks must be positive"),
         ({"dtype": "int8"}, TypeError, "dtype"),
         ({"backend": "fortran"}, ValueError, "backend"),
+        ({"step": 0}, ValueError, "step must be a non-zero integer, got 0"),
+        ({"step": 1.0}, TypeError, "step"),
+        ({"start": "3"}, TypeError, "start"),
+        ({"start": -2**32}, ValueError, r"start must be in \(-2\*\*32, 2\*\*32\)"),
+        ({"start": 2**32 - 50}, ValueError, r"the last position, start \+ \(max_len - 1\) \* step"),
+        ({"start": -2**32 + 50, "step": -1}, ValueError, "the last position"),
     ],
 )
 def test_bad_arguments(kwargs, error, match):
