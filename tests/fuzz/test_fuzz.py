@@ -1823,10 +1823,11 @@ def test_spec_parsing_refuses_malformed_specs(kw, data):
 def test_dask_table_and_forward(kw, max_len, dtype, data):
     fdask = pytest.importorskip("fastpe.dask")
     chunks = data.draw(st.sampled_from(("auto", 7, (5, -1), ((max_len,), (kw["d_model"],)), {0: 3})))
-    lazy = fdask.table(max_len=max_len, chunks=chunks, dtype=dtype, **kw)
+    run = data.draw(table_run(max_len))
+    lazy = fdask.table(max_len=max_len, chunks=chunks, dtype=dtype, **kw, **run)
     got = lazy.compute(scheduler="synchronous")
-    assert_same_bits({"dask": got, "table": fastpe.table(max_len=max_len, dtype=dtype, **kw)},
-                     f"fastpe.dask.table({kw}, {max_len}, chunks={chunks!r}, {dtype})")
+    assert_same_bits({"dask": got, "table": fastpe.table(max_len=max_len, dtype=dtype, **kw, **run)},
+                     f"fastpe.dask.table({kw}, {max_len}, chunks={chunks!r}, {dtype}, {run})")
     config = fastpe.PosEncConfig(**kw)
     values = data.draw(st.lists(st_position(), min_size=1, max_size=10))
     lazy_f = fdask.forward(np.array(values, dtype=np.int64), config, dtype=dtype)
@@ -1836,7 +1837,10 @@ def test_dask_table_and_forward(kw, max_len, dtype, data):
     # bad arguments are refused at once, by name
     pools = {"d_model": BAD_INTS + (0,), "max_len": BAD_INTS + (0,), "chunks": (0, -2, True, None, "x", (1, 2, 3)),
              "dtype": BAD_DTYPES + tuple(d for d, _ in SWAPPED_DTYPES), "backend": BAD_BACKENDS,
-             "base": BAD_REALS + (1.0,)}
+             "base": BAD_REALS + (1.0,),
+             "start": BAD_INTS + (-POSITION_LIMIT, POSITION_LIMIT), "step": BAD_INTS + (0,)}
+    if max_len > 1:  # one row: any step is that row (only start is a position)
+        pools["step"] += (POSITION_LIMIT, -POSITION_LIMIT)
     name = data.draw(st.sampled_from(sorted(pools)))
     judge(fdask.table, {**kw, "max_len": max_len, name: data.draw(st.sampled_from(pools[name]))},
           blame={name}, expect=REJECT)
