@@ -407,12 +407,25 @@ class RotaryEmbedding(nn.Module):
     max_position_embeddings:
         The model config's field, needed by ``dynamic`` and the default original length of
         ``yarn``, ``llama3`` and ``longrope``.
+    xpos_scale_base, xpos_center:
+        Keyword only.  xPos, as :class:`fastpe.rope.Rotary` takes it: ``xpos_scale_base``
+        ``None`` (the default: plain RoPE) or a finite real ``> 0`` (512 in the published
+        models) scales queries by ``zeta ** (n' / xpos_scale_base)`` and keys by its inverse,
+        ``n'`` the position centred as ``xpos_center`` says (``"torchscale"``, the default,
+        ``"flash_attn"`` or an integer in ``[0, 2**32]``); the centre moves with the total
+        length (``seq_len``, else the largest position plus one).  See
+        :mod:`fastpe.rope._xpos` for every value.  Both paths then scale ``q`` up and ``k``
+        down: in place, bit-identical to :meth:`fastpe.rope.Rotary.apply_qk_`; on the torch
+        path ``q`` takes the queries' caches and ``k`` the keys', and float64 rounded to
+        float32 again equals the in-place bits.  :meth:`cos_sin` returns the four caches.
 
     The module holds no parameters or buffers (its ``state_dict`` is empty).
     """
 
     def __init__(self, head_dim: int, base=None, scaling=None, layout: str = "neox", rotary_dim=None,
-                 *, max_position_embeddings=None):
+                 *, max_position_embeddings=None, xpos_scale_base=None, xpos_center="torchscale"):
+        from .rope._rotary import _xpos_key
+
         super().__init__()
         self.layout = rope_layout(layout)
         self.spec = rope.resolve(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
@@ -420,17 +433,27 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = self.spec.head_dim
         self.rotary_dim = self.spec.rotary_dim
         self.base = self.spec.base
+        # xPos: Rotary's own checks and messages, (scale base, centre) or None
+        xpos = _xpos_key(self.spec, xpos_scale_base, xpos_center)
         # what every call passes to fastpe.rope, already validated
         self._kwargs = dict(base=base, rotary_dim=rotary_dim, scaling=copy.deepcopy(scaling),
                             max_position_embeddings=max_position_embeddings, layout=self.layout)
+        if xpos is not None:
+            self._kwargs.update(xpos_scale_base=xpos[0], xpos_center=xpos[1])
         # the Rotary of the caches and the in-place path, built once from the resolved spec:
         # fastpe.rope's module functions would resolve the same arguments again on every call
         # (the same bits either way)
-        self._rotary = rope.Rotary._from_spec(self.spec, self.layout)
+        self._rotary = rope.Rotary._from_spec(self.spec, self.layout, xpos)
+        #: xPos's scale base (a float) and centre (``"torchscale"``, ``"flash_attn"`` or an
+        #: int), both ``None`` without xPos
+        self.xpos_scale_base = self._rotary.xpos_scale_base
+        self.xpos_center = self._rotary.xpos_center
 
     def extra_repr(self) -> str:
+        xpos = "" if self.xpos_scale_base is None else \
+            f", xpos_scale_base={self.xpos_scale_base!r}, xpos_center={self.xpos_center!r}"
         return (f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base!r}, "
-                f"rope_type={self.spec.rope_type!r}, layout={self.layout!r}")
+                f"rope_type={self.spec.rope_type!r}, layout={self.layout!r}{xpos}")
 
     def cos_sin(self, positions, *, seq_len=None, dtype=torch.float32, device=None):
         """The cos and sin caches of ``positions`` as torch tensors: ``(seq, rotary_dim)``
@@ -443,11 +466,21 @@ class RotaryEmbedding(nn.Module):
         from, float16 and bfloat16 correctly rounded.  On the CPU the tensors share the
         arrays fastpe filled (no copy).  A drop-in for the ``(cos, sin)`` of HF's rotary
         modules; ``seq_len`` as in :meth:`forward` (default: the largest position plus one).
+
+        xPos (``xpos_scale_base`` given): a :class:`fastpe.rope.XposCosSin` -- the NamedTuple
+        :meth:`fastpe.rope.Rotary.cos_sin` returns -- of four tensors ``(cos_q, sin_q, cos_k,
+        sin_k)``, the queries' caches (times ``zeta ** (n' / sb)``) and the keys' (times its
+        inverse), each of the shape above and, on the CPU, over the arrays fastpe filled;
+        ``dtype`` torch.float32 or torch.float64 (the dtypes of xPos caches).  Unpack it as
+        ``cos_q, sin_q, cos_k, sin_k`` or read its fields.
         """
         dtype = torch.float32 if dtype is None else dtype
         if dtype not in EXACT_DTYPES:
             raise TypeError(f"dtype must be torch.float32, torch.float64, torch.float16 or torch.bfloat16, "
                             f"got {dtype!r}")
+        if self.xpos_scale_base is not None and dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64 for xPos (its caches are float32 or "
+                             f"float64), got {dtype!r}")
         pos = _positions_numpy(positions)
         if pos.ndim not in (1, 2):
             raise ValueError(f"positions must have shape (seq,) or (batch, seq), got {pos.shape}")
@@ -457,12 +490,13 @@ class RotaryEmbedding(nn.Module):
 
     def _cos_sin(self, pos: np.ndarray, seq_len, dtype, device):
         """Caches for ``pos`` (``(seq,)`` or ``(batch, seq)``), computed by fastpe in
-        ``dtype`` itself; on the CPU tensors over the arrays it filled."""
-        cos, sin = self._rotary.cos_sin(pos, dtype=EXACT_DTYPES[dtype], seq_len=seq_len)
-        cos, sin = _from_numpy(cos), _from_numpy(sin)
-        if device is None:
-            return cos, sin
-        return cos.to(device), sin.to(device)
+        ``dtype`` itself; on the CPU tensors over the arrays it filled.  ``(cos, sin)``, or
+        xPos's four caches as an :class:`~fastpe.rope.XposCosSin` of tensors."""
+        caches = self._rotary.cos_sin(pos, dtype=EXACT_DTYPES[dtype], seq_len=seq_len)
+        tensors = [_from_numpy(c) for c in caches]
+        if device is not None:
+            tensors = [t.to(device) for t in tensors]
+        return tuple(tensors) if self.xpos_scale_base is None else rope.XposCosSin(*tensors)
 
     def path(self, q: torch.Tensor, k: torch.Tensor) -> str:
         """Which path :meth:`forward` takes for ``q`` and ``k``: ``"in place"``, or
@@ -507,7 +541,8 @@ class RotaryEmbedding(nn.Module):
         forms, _ = _plan(q, k)
         if forms is None:
             caches: dict = {}  # one cos/sin computation per working dtype, shared by q and k
-            return self._rotate_torch(q, pos, seq_len, caches), self._rotate_torch(k, pos, seq_len, caches)
+            return (self._rotate_torch(q, pos, seq_len, caches),
+                    self._rotate_torch(k, pos, seq_len, caches, key=True))
         self._rotate_in_place(q, k, forms, pos, seq_len)
         return q, k
 
@@ -519,6 +554,10 @@ class RotaryEmbedding(nn.Module):
         check_inplace(kn, "k")
         if np.may_share_memory(qn, kn):
             raise ValueError("k must not share memory with q (both are rotated in place)")
+        if self.xpos_scale_base is not None:
+            self._xpos_in_place(q, k, qn, kn, forms, pos, seq_len)
+            torch.autograd.graph.increment_version((q, k))
+            return
         # what fastpe.rope.apply_qk_ / apply_ run once they have built their Rotary: this
         # module's, built once
         rotate = self._rotary._rotate
@@ -529,14 +568,27 @@ class RotaryEmbedding(nn.Module):
             rotate(kn, None, _kernel_positions(pos, forms[1], k), 0, seq_len, None)
         torch.autograd.graph.increment_version((q, k))
 
-    def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict) -> torch.Tensor:
-        """HF's ``x * cos + rotate(x) * sin`` over the first ``rotary_dim`` values, out of place."""
+    def _xpos_in_place(self, q, k, qn, kn, forms, pos, seq_len) -> None:
+        """xPos on the kernel's arrays, as :meth:`fastpe.rope.Rotary.apply_qk_` rotates them:
+        queries scaled up, keys down (``downscale``); every array's positions have the same
+        largest value, so each call takes the same total length and centre."""
+        rotary = self._rotary
+        if forms[0] == forms[1]:
+            rotary.apply_qk_(qn, kn, _kernel_positions(pos, forms[0], q), seq_len=seq_len)
+        else:
+            rotary.apply_(qn, _kernel_positions(pos, forms[0], q), seq_len=seq_len)
+            rotary.apply_(kn, _kernel_positions(pos, forms[1], k), seq_len=seq_len, downscale=True)
+
+    def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict, *, key: bool = False
+                      ) -> torch.Tensor:
+        """HF's ``x * cos + rotate(x) * sin`` over the first ``rotary_dim`` values, out of place;
+        xPos: the queries' caches, or the keys' (``key=True``)."""
         if x.numel() == 0:
             return x.clone()
         work = torch.float64 if x.dtype == torch.float64 else torch.float32
         if work not in caches:
             caches[work] = self._cos_sin(pos.reshape(-1), seq_len, work, x.device)
-        cos, sin = caches[work]
+        cos, sin = caches[work][2:] if key and self.xpos_scale_base is not None else caches[work][:2]
         rd = self.rotary_dim
         if x.ndim == 3:  # (tokens, heads, d): one row per token, shared by the heads
             cos, sin = cos[:, None], sin[:, None]
