@@ -106,6 +106,52 @@ def test_goals_are_the_table_and_read_the_right_rows():
     assert sum(v is None for v in met.values()) == 8  # 131072 table x2, apply x2, BLOOM, float16, M-RoPE, axial
 
 
+def _pair(workload, other, ours_median, other_median, ratio, *, other_label=None):
+    return {
+        "group": f"paired rounds: {workload}",
+        "name": f"test_goal_pair[{workload}-{other}]",
+        "fullname": f"bench/test_bench.py::test_goal_pair[{workload}-{other}]",
+        "stats": {"median": ours_median + other_median, "min": ours_median, "rounds": 40, "iterations": 1},
+        "extra_info": {"goal_pair": {
+            "workload": workload, "ours": "cython", "ours_label": "fastpe cython", "other": other,
+            "other_label": other_label or other, "rounds": 40, "ours_median": ours_median,
+            "other_median": other_median, "ratio_median": ratio,
+        }},
+    }
+
+
+def test_paired_rounds_judge_the_goals_they_pair():
+    """A goal whose two calls were timed again in the same rounds takes the median per-round
+    ratio, not the rows' medians timed apart: here the rows say 20x torch and 1.25x the
+    write (both met), the paired rounds 8x and 2.5x (both missed); of two yardsticks paired,
+    the one faster in its rounds stands; goals without a pair keep the rows' medians."""
+    run = fake_run()
+    run["benchmarks"] += [
+        _pair("table-2048x512", "torch-tutorial", 200e-6, 1.6e-3, 1 / 8),
+        _pair("table-2048x512", "yardstick-fill", 200e-6, 120e-6, 1.6, other_label="np fill"),
+        _pair("table-2048x512", "yardstick-numba", 210e-6, 84e-6, 2.5, other_label="numba fill"),
+        _pair("alibi-bloom-32x2048", "hf-bloom", 10e-6, 30e-6, 1 / 3),  # no rows: nothing to judge
+    ]
+    # a pair row without a workload of rows must not reach the tables
+    workloads, memory = report.collect(run)
+    assert workloads["table-2048x512"]["pairs"]["torch-tutorial"]["ratio_median"] == 1 / 8
+    assert not workloads["alibi-bloom-32x2048"]["rows"]
+    goals = report.goals(workloads, memory)
+    table = [g for g in goals if g.work == "table 2048x512 float32"]
+    assert [g.met for g in table] == [False, False]
+    assert table[0].ratio == "8.0× faster" and table[0].other == "torch tutorial module, 1.6 ms"
+    assert table[0].ours == "200 µs" and "40 paired rounds" in table[0].figure
+    assert "rows timed apart: 100 µs vs 2 ms" in table[0].figure
+    assert table[1].ratio == "2.50× its time" and "numba fill 84 µs" in table[1].figure
+    bloom = next(g for g in goals if g.work.startswith("BLOOM"))
+    assert bloom.met is None  # a pair alone, without fastpe's row, is not a measurement
+    decode = [g for g in goals if g.work.startswith("RoPE decode")]
+    assert decode[1].ratio == "4.0× faster"  # unpaired: the rows' medians
+    markdown, _ = report.render(run)
+    assert "median per-round ratio of 40 paired rounds" in markdown
+    assert "title of alibi" not in markdown and "### alibi" not in markdown
+
+
 def test_batched_rows_say_so():
     text, _ = report.render(fake_run())
     assert "| 50 × 100 calls |" in text
