@@ -258,3 +258,52 @@ def test_positions_inside_x_are_refused():
     x = np.zeros((4, 1, 8), np.float32)
     with pytest.raises(ValueError, match="must not share memory with positions"):
         Rotary(8).apply_(x, x.view(np.uint32)[:, 0, 0])
+
+
+#: YaRN with an extreme factor makes subnormal inverse frequencies (about 1.3e-311 and
+#: below) and, with a negative attention_factor (HF warns and multiplies by it), sines that
+#: round to -0.0: the compiled kernels' words underflow there, and the prepared paths must
+#: still give the reference's bits, signs of zeros included
+SUBNORMAL_YARN = {"rope_type": "yarn", "factor": 1e307, "original_max_position_embeddings": 4096,
+                  "attention_factor": -1.0}
+
+
+@pytest.mark.filterwarnings("ignore::fastpe.rope.RopeConfigWarning")
+@pytest.mark.parametrize("kind", ["plain-neox", "plain-gptj", "xpos", "mrope"])
+def test_subnormal_frequencies_on_the_prepared_paths(kind):
+    from conftest import FAST
+
+    if kind == "mrope":
+        r = Rotary(64, scaling={**SUBNORMAL_YARN, "mrope_section": [8, 12, 12]})
+    elif kind == "xpos":
+        r = Rotary(64, scaling=SUBNORMAL_YARN, xpos_scale_base=512)
+    else:
+        r = Rotary(64, scaling=SUBNORMAL_YARN, layout=kind.split("-")[1])
+    inv = r.inv_freq
+    assert ((inv > 0) & (inv < 2.0**-1022)).sum() >= 8 and r.attention_factor == -1.0
+    pos = np.array([0, 1, 2, 3, 100, 2999])
+    positions = np.stack([pos, pos // 2, pos // 3]) if kind == "mrope" else pos
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, len(pos), 64)).astype(np.float32)
+    x[..., 0] = 0.0  # a zero x1: the rotated value is -x2 * af * sin, a tiny number or a zero
+
+    def run(backend):
+        dtypes = (np.float32,) if kind == "xpos" else (np.float32, np.float16)  # xPos caches: no float16
+        caches = [np.asarray(c) for dt in dtypes for c in r.cos_sin(positions, dtype=dt, backend=backend)]
+        q, k = x.copy(), x[:, :2].copy()
+        r.apply_qk_(q, k, positions, backend=backend)
+        return caches, [q, k]
+
+    want_caches, want_qk = run("python")
+    sin = want_caches[1][(np.atleast_2d(positions) > 0).all(0)]  # float32 sines (the queries' under xPos)
+    assert np.signbit(sin[sin == 0]).all() and (sin == 0).any()  # where every position is > 0
+    got = {backend: run(backend) for backend in FAST}
+    for backend, (caches, qk) in got.items():
+        assert all(same_bits(g, w) for g, w in zip(caches, want_caches)), backend
+        # the rotation's values are the reference's; the sign of an exactly zero result is
+        # IEEE's (x1 * C - x2 * S at position 0, where the exact value 0 has none)
+        assert all(np.array_equal(g, w) for g, w in zip(qk, want_qk)), backend
+        assert all(np.array_equal(np.signbit(g), np.signbit(w)) for g, w in zip(qk, want_qk) for g, w in
+                   [(g[..., 1:, :], w[..., 1:, :])]), backend  # off position 0, the signs too
+    for g, w in zip(got[FAST[0]][1], got[FAST[-1]][1]):
+        assert same_bits(g, w)
