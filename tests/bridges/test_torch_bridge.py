@@ -6,7 +6,9 @@
   layouts, dropout, the ``pe`` buffer, checkpoints, dtypes.
 * RotaryEmbedding: the in-place path bit for bit against ``fastpe.rope.apply_qk_``; HF
   transformers' ``apply_rotary_pos_emb`` within float32 error; the torch path (float64,
-  other strides, autograd, 16-bit) against the in-place path.
+  other strides, autograd, 16-bit) against the in-place path.  xPos: the in-place path bit
+  for bit against ``Rotary.apply_qk_``, the torch path and its gradients against torchscale's
+  ``XPOS`` formula (written out below), the four caches, the centre, the errors.
   ``test_torch_models.py`` holds what real models add: HF's own rotary module, the
   attention layers' transposed q/k views, ``(batch, seq)`` positions.
 
@@ -988,3 +990,270 @@ def test_cos_sin_warns_at_construction_only():
 def test_cos_sin_bad_input(positions, kwargs, exc, message):
     with pytest.raises(exc, match=message):
         RotaryEmbedding(8).cos_sin(positions, **kwargs)
+
+
+# ================================================================================== xPos
+
+
+def _xpos_pair(form: str, hq: int = 4, hk: int = 2, b: int = 2, s: int = 9, d: int = 32, seed: int = 60):
+    """q and k in one of the forms the in-place path takes: ``contiguous`` (batch, heads,
+    seq, d), ``transposed`` (the attention layer's view of (batch, seq, heads, d) memory),
+    ``mixed`` (q contiguous, k transposed: one kernel pass each) or ``tokens`` (tokens,
+    heads, d)."""
+    if form == "tokens":
+        return randn(s, hq, d, seed=seed), randn(s, hk, d, seed=seed + 1)
+    q = randn(b, hq, s, d, seed=seed)
+    k = randn(b, hk, s, d, seed=seed + 1)
+    if form in ("transposed", "mixed"):
+        k = randn(b, s, hk, d, seed=seed + 1).transpose(1, 2)
+    if form == "transposed":
+        q = randn(b, s, hq, d, seed=seed).transpose(1, 2)
+    return q, k
+
+
+#: (form of q and k, how the positions are given); (tokens, heads, head_dim) takes (tokens,) only
+_XPOS_CALLS = [pytest.param(form, call, id=f"{form}-{call}")
+               for form in ("contiguous", "transposed", "mixed", "tokens")
+               for call in ("positions", "batch-positions", "offset", "seq-len")
+               if not (form == "tokens" and call == "batch-positions")]
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [None, 16], ids=["full", "partial"])
+@pytest.mark.parametrize("center", ["torchscale", "flash_attn", 5])
+@pytest.mark.parametrize("form, call", _XPOS_CALLS)
+def test_xpos_in_place_is_rotary_apply_qk_bit_for_bit(layout, rotary_dim, center, form, call):
+    """The in-place path gives Rotary.apply_qk_'s bits (q scaled up, k down) on contiguous
+    numpy copies, for every form the kernel takes, positions or an offset."""
+    sb = 32.0  # positions up to ~60: powers zeta ** (+-1) and more, far from 1
+    rotary = rope.Rotary(32, rotary_dim=rotary_dim, layout=layout, xpos_scale_base=sb, xpos_center=center)
+    module = RotaryEmbedding(32, layout=layout, rotary_dim=rotary_dim, xpos_scale_base=sb, xpos_center=center)
+    q, k = _xpos_pair(form)
+    qn, kn = q.contiguous().numpy().copy(), k.contiguous().numpy().copy()
+    if call == "offset":
+        args, kwargs, ref = (), {"offset": 40}, {"offset": 40}
+    else:
+        positions = np.array([np.arange(9) * 3, np.arange(50, 59)]) if call == "batch-positions" else np.arange(3, 12)
+        args, kwargs = (torch.as_tensor(positions),), {}
+        ref = {"positions": positions}
+        if call == "seq-len":
+            kwargs, ref = {"seq_len": 70}, {"positions": positions, "seq_len": 70}
+    rotary.apply_qk_(qn, kn, **ref)
+    plain_q, _ = RotaryEmbedding(32, layout=layout, rotary_dim=rotary_dim)(q.contiguous().clone(),
+                                                                          k.contiguous().clone(), *args, **kwargs)
+    assert module.path(q, k) == "in place"
+    out_q, out_k = module(q, k, *args, **kwargs)
+    assert out_q is q and out_k is k
+    assert same_bits(q.contiguous(), torch.from_numpy(qn)) and same_bits(k.contiguous(), torch.from_numpy(kn))
+    assert not torch.equal(plain_q, q.contiguous())  # xPos, not RoPE: the plain rotation differs
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """torchscale's rotate_every_two: each adjacent pair ``(x1, x2) -> (-x2, x1)``."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def torchscale_xpos(x: torch.Tensor, scale_base, offset: int = 0, downscale: bool = False):
+    """torchscale's ``XPOS.forward(x, offset, downscale)``
+    (torchscale/component/xpos_relative_position.py), written out in float64 on ``x``
+    ``(batch * heads, length, head_dim)``: ``scale = (arange(0, d, 2) + 0.4 d) / (1.4 d)``
+    raised to ``power = arange(min_pos, max_pos) / scale_base``, ``min_pos = -(length +
+    offset) // 2``; its ``fixed_pos_embedding``'s angles ``p * 10000 ** (-j / (d / 2))`` at
+    ``0 .. length + offset - 1``, the last ``length`` rows kept; ``x * cos + rotate_every_two(x)
+    * sin`` with cos and sin times the scale (its inverse when ``downscale``), each value
+    duplicated for its GPT-J pair.  Returns the result and that duplicated scale."""
+    length, d = x.shape[1], x.shape[2]
+    f64 = torch.float64
+    scale = (torch.arange(0, d, 2, dtype=f64) + 0.4 * d) / (1.4 * d)
+    min_pos = -(length + offset) // 2
+    max_pos = length + offset + min_pos
+    scale = scale ** (torch.arange(min_pos, max_pos, 1, dtype=f64) / scale_base)[:, None]
+    half = scale.shape[1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, half, dtype=f64) / half))
+    angle = torch.arange(0, scale.shape[0], dtype=f64)[:, None] * inv_freq[None, :]
+    sin, cos = torch.sin(angle), torch.cos(angle)
+    scale, sin, cos = scale[-length:], sin[-length:], cos[-length:]
+    if downscale:
+        scale = 1 / scale
+
+    def duplicate_interleave(m):
+        return m.reshape(-1, 1).repeat(1, 2).reshape(m.shape[0], -1)
+
+    sin, cos = (duplicate_interleave(t * scale) for t in (sin, cos))
+    return x * cos + rotate_every_two(x) * sin, duplicate_interleave(scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("scale_base", [512, 32])
+@pytest.mark.parametrize("length, offset", [(9, 0), (8, 0), (1, 12), (4, 60), (16, 2000)])
+def test_xpos_torch_path_is_torchscale_with_its_gradients(dtype, scale_base, length, offset):
+    """The torch path (inputs that require grad) against torchscale's formula, q by
+    ``downscale=False`` and k by ``downscale=True``, values and gradients: within
+    ``2**-36`` (float64) / ``2**-20`` (float32) of ``s (|x1| + |x2|)`` per value -- the
+    formula's own float64 angles and powers are good to ~2**-41; a centre off by one moves
+    the values by ~2**-9 at ``scale_base=512``."""
+    d, tol = 16, (2.0**-36 if dtype == torch.float64 else 2.0**-20)
+    module = RotaryEmbedding(d, layout="gptj", xpos_scale_base=scale_base)
+    q = randn(2, 3, length, d, seed=61, dtype=dtype).requires_grad_()
+    k = randn(2, 1, length, d, seed=62, dtype=dtype).requires_grad_()
+    assert module.path(q, k).startswith("torch: q ")
+    out_q, out_k = module(q, k, torch.arange(offset, offset + length))
+    assert out_q.dtype == dtype and out_q.requires_grad and out_k.requires_grad
+    q64 = q.detach().double().reshape(-1, length, d).requires_grad_()
+    k64 = k.detach().double().reshape(-1, length, d).requires_grad_()
+    want_q, scale_q = torchscale_xpos(q64, scale_base, offset)
+    want_k, scale_k = torchscale_xpos(k64, scale_base, offset, downscale=True)
+    assert (scale_q - 1).abs().max() > 2**-9  # the scales are visibly not 1
+    for got, want, x, scale in ((out_q, want_q, q64, scale_q), (out_k, want_k, k64, scale_k)):
+        bound = tol * scale * (x.abs() + rotate_every_two(x).abs()).detach()
+        assert ((got.detach().double().reshape(want.shape) - want.detach()).abs() <= bound).all()
+    # gradients of a weighted sum, through the module and through the formula
+    gq, gk = randn(*out_q.shape, seed=63, dtype=torch.float64), randn(*out_k.shape, seed=64, dtype=torch.float64)
+    ((out_q * gq.to(dtype)).sum() + (out_k * gk.to(dtype)).sum()).backward()
+    ((want_q * gq.reshape(want_q.shape)).sum() + (want_k * gk.reshape(want_k.shape)).sum()).backward()
+    for x, x64, g, scale in ((q, q64, gq, scale_q), (k, k64, gk, scale_k)):
+        assert x.grad is not None and x.grad.dtype == dtype and torch.isfinite(x.grad).all()
+        g = g.reshape(x64.shape)
+        bound = tol * scale * (g.abs() + rotate_every_two(g).abs())
+        assert ((x.grad.double().reshape(x64.shape) - x64.grad).abs() <= bound).all()
+
+
+def test_xpos_gradcheck_float64():
+    module = RotaryEmbedding(8, layout="gptj", xpos_scale_base=4.0, rotary_dim=6)
+    q = randn(1, 2, 3, 8, seed=65, dtype=torch.float64).requires_grad_()
+    k = randn(1, 1, 3, 8, seed=66, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: module(a, b, torch.arange(5, 8)), (q, k))
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("center", ["torchscale", "flash_attn", 3])
+@pytest.mark.parametrize("q_shape, k_shape, positions", SHAPES)
+def test_xpos_float64_torch_path_rounds_to_the_in_place_bits(layout, center, q_shape, k_shape, positions):
+    """float64 uses the doubles the kernel scales and rotates with: rounded to float32 it
+    is the in-place result; float32 on the torch path is within a few ULPs of s |x|."""
+    module = RotaryEmbedding(32, layout=layout, rotary_dim=24, xpos_scale_base=64, xpos_center=center)
+    q, k = randn(*q_shape, seed=67), randn(*k_shape, seed=68)
+    q64, k64 = q.double(), k.double()
+    out_q, out_k = module(q64, k64, positions)
+    assert same_bits(q64, q.double()) and same_bits(k64, k.double())  # inputs untouched
+    slow_q, slow_k = module(q.clone().requires_grad_(), k.clone().requires_grad_(), positions)
+    fast_q, fast_k = module(q.clone(), k.clone(), positions)
+    assert same_bits(out_q.float(), fast_q) and same_bits(out_k.float(), fast_k)
+    # float32: within 8 ULPs of s (|x1| + |x2|), s the largest power of the position's row
+    caches = module.cos_sin(np.asarray(positions).reshape(-1), dtype=torch.float64)
+    shape = (-1, 1, 1) if q.ndim == 3 else (1, 1, -1, 1) if np.ndim(positions) == 1 else \
+        (q.shape[0], 1, -1, 1)
+    for slow, out, x, (cos, sin) in ((slow_q, out_q, q, caches[:2]), (slow_k, out_k, k, caches[2:])):
+        s_max = (cos.square() + sin.square()).sqrt().amax(dim=-1).reshape(shape)
+        bound = 8 * 2.0**-24 * s_max * 2 * x.abs().amax(dim=-1, keepdim=True).double()
+        assert ((slow.detach().double() - out).abs() <= bound).all()
+
+
+def test_xpos_cos_sin_is_rotary_cos_sin_bit_for_bit():
+    """An XposCosSin of four tensors: Rotary.cos_sin's arrays, in its field order, for
+    (seq,) and (batch, seq) positions, float32 and float64, any seq_len."""
+    module = RotaryEmbedding(12, rotary_dim=8, layout="gptj", xpos_scale_base=16, xpos_center="flash_attn")
+    rotary = rope.Rotary(12, rotary_dim=8, layout="gptj", xpos_scale_base=16, xpos_center="flash_attn")
+    for positions in (torch.arange(3, 12), torch.arange(6).reshape(2, 3) * 5, np.array([7])):
+        for seq_len in (None, 40):
+            for dtype, name in ((torch.float32, "float32"), (torch.float64, "float64")):
+                got = module.cos_sin(positions, seq_len=seq_len, dtype=dtype)
+                want = rotary.cos_sin(np.asarray(positions), seq_len=seq_len, dtype=name)
+                assert isinstance(got, rope.XposCosSin) and got._fields == ("cos_q", "sin_q", "cos_k", "sin_k")
+                for g, w in zip(got, want):
+                    assert isinstance(g, torch.Tensor) and g.dtype == dtype
+                    assert same_bits(g, torch.from_numpy(w))
+    cos_q, sin_q, cos_k, sin_k = module.cos_sin(torch.arange(40), device="cpu")  # both sides of the centre
+    assert (cos_q.abs() > cos_k.abs()).any() and (cos_q.abs() < cos_k.abs()).any()  # scaled up and down
+    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.float64 for xPos"):
+        module.cos_sin(torch.arange(3), dtype=torch.float16)
+    with pytest.raises(TypeError, match="dtype must be"):
+        module.cos_sin(torch.arange(3), dtype=torch.int32)
+
+
+def test_xpos_caches_are_what_the_torch_path_multiplies():
+    """The torch path's float64 result is ``x * cos + rotate(x) * sin`` with cos_sin's own
+    caches: q with (cos_q, sin_q), k with (cos_k, sin_k)."""
+    module = RotaryEmbedding(8, layout="neox", xpos_scale_base=8)
+    q, k = randn(1, 2, 5, 8, seed=69, dtype=torch.float64), randn(1, 1, 5, 8, seed=70, dtype=torch.float64)
+    positions = torch.arange(10, 15)
+    out_q, out_k = module(q, k, positions)
+    c = module.cos_sin(positions, dtype=torch.float64)
+
+    def half(x):
+        return torch.cat((-x[..., 4:], x[..., :4]), dim=-1)
+
+    assert torch.equal(out_q, q * c.cos_q + half(q) * c.sin_q)
+    assert torch.equal(out_k, k * c.cos_k + half(k) * c.sin_k)
+
+
+def test_xpos_centre_moves_with_the_total_length():
+    """seq_len (else the largest position plus one) sets the centre, as Rotary's: a decoding
+    step at T - 1 gets the prefill's last row on both paths, and another seq_len another
+    result, equal to Rotary's at that seq_len."""
+    T, d = 21, 16
+    module = RotaryEmbedding(d, xpos_scale_base=8)
+    rotary = rope.Rotary(d, xpos_scale_base=8)
+    q, k = randn(1, 2, T, d, seed=71), randn(1, 1, T, d, seed=72)
+    full_q, full_k = module(q.clone(), k.clone(), torch.arange(T))
+    for step in (dict(positions=torch.tensor([T - 1])), dict(offset=T - 1)):
+        for x_dtype in (torch.float32, torch.float64):
+            sq, sk = module(q[:, :, -1:].to(x_dtype, copy=True), k[:, :, -1:].to(x_dtype, copy=True), **step)
+            assert same_bits(sq.float(), full_q[:, :, -1:].contiguous())
+            assert same_bits(sk.float(), full_k[:, :, -1:].contiguous())
+    longer_q, longer_k = module(q.clone(), k.clone(), torch.arange(T), seq_len=T + 10)
+    qn, kn = q.numpy().copy(), k.numpy().copy()
+    rotary.apply_qk_(qn, kn, np.arange(T), seq_len=T + 10)
+    assert same_bits(longer_q, torch.from_numpy(qn)) and same_bits(longer_k, torch.from_numpy(kn))
+    assert not torch.equal(longer_q, full_q)
+    t_q, t_k = module(q.double(), k.double(), torch.arange(T), seq_len=T + 10)
+    assert same_bits(t_q.float(), longer_q) and same_bits(t_k.float(), longer_k)
+
+
+def test_xpos_path_is_unchanged_and_repr():
+    plain, xpos = RotaryEmbedding(8), RotaryEmbedding(8, xpos_scale_base=512)
+    pairs = [(torch.zeros(1, 2, 3, 8), torch.zeros(1, 1, 3, 8)),
+             (torch.zeros(1, 2, 3, 8, requires_grad=True), torch.zeros(1, 1, 3, 8)),
+             (torch.zeros(1, 2, 3, 8, dtype=torch.float64), torch.zeros(1, 1, 3, 8)),
+             (torch.zeros(1, 3, 2, 8).transpose(1, 2), torch.zeros(1, 1, 3, 8)),
+             (torch.zeros(2, 3, 3, 2, 8)[:, :, 0].transpose(1, 2), torch.zeros(2, 1, 3, 8))]
+    for q, k in pairs:
+        assert xpos.path(q, k) == plain.path(q, k)
+    assert "xpos" not in repr(plain) and plain.xpos_scale_base is None and plain.xpos_center is None
+    assert repr(xpos) == ("RotaryEmbedding(head_dim=8, rotary_dim=8, base=10000.0, rope_type='default', "
+                          "layout='neox', xpos_scale_base=512.0, xpos_center='torchscale')")
+    assert xpos.xpos_scale_base == 512.0 and xpos.xpos_center == "torchscale"
+    assert RotaryEmbedding(8, xpos_scale_base=2, xpos_center="Flash-Attn").xpos_center == "flash_attn"
+    assert dict(xpos.state_dict()) == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"xpos_scale_base": 0}, id="sb-zero"),
+        pytest.param({"xpos_scale_base": -512.0}, id="sb-negative"),
+        pytest.param({"xpos_scale_base": float("nan")}, id="sb-nan"),
+        pytest.param({"xpos_scale_base": float("inf")}, id="sb-inf"),
+        pytest.param({"xpos_scale_base": 10**400}, id="sb-overflow"),
+        pytest.param({"xpos_scale_base": "512"}, id="sb-str"),
+        pytest.param({"xpos_scale_base": True}, id="sb-bool"),
+        pytest.param({"xpos_scale_base": 512, "xpos_center": "middle"}, id="center-name"),
+        pytest.param({"xpos_scale_base": 512, "xpos_center": 1.5}, id="center-float"),
+        pytest.param({"xpos_scale_base": 512, "xpos_center": -1}, id="center-negative"),
+        pytest.param({"xpos_scale_base": 512, "xpos_center": 2**32 + 1}, id="center-too-big"),
+        pytest.param({"xpos_scale_base": 512, "xpos_center": None}, id="center-none"),
+        pytest.param({"xpos_center": "flash_attn"}, id="center-without-sb"),
+        pytest.param({"xpos_scale_base": 512, "scaling": {"rope_type": "default", "mrope_section": [1, 1, 2]}},
+                     id="mrope"),
+    ],
+)
+def test_xpos_bad_construction_is_rotarys_error(kwargs):
+    """The error Rotary raises, of its type and with its message, naming the argument."""
+    with pytest.raises((TypeError, ValueError)) as want:
+        rope.Rotary(8, **kwargs)
+    with pytest.raises(want.type) as got:
+        RotaryEmbedding(8, **kwargs)
+    assert str(got.value) == str(want.value)
+    if "scaling" not in kwargs:
+        assert ("xpos_center" if "xpos_center" in kwargs else "xpos_scale_base") in str(got.value)
