@@ -1883,6 +1883,22 @@ def test_torch_modules(data):
     assert torch.equal(q64, q0.double()) and torch.equal(k64, k0.double()), "the torch path modified its inputs"
     assert np.array_equal(rq64.float().numpy(), qn) and np.array_equal(rk64.float().numpy(), kn), (
         f"RotaryEmbedding in float64, rounded to float32, differs from apply_qk_ ({cfg})")
+    # xPos: the same two checks (q scaled up, k down), and its bad arguments as Rotary's
+    xkw = {"xpos_scale_base": data.draw(st.sampled_from((512, 64.0, 2.5, 0.75))),
+           "xpos_center": data.draw(st.sampled_from(("torchscale", "flash_attn", 0, 7, POSITION_LIMIT)))}
+    xrotary = fastpe_torch.RotaryEmbedding(cfg["head_dim"], **({"base": None} | kw | xkw))
+    xpos_len = data.draw(st.sampled_from((None, 4_000_000_001, POSITION_LIMIT)))
+    qn, kn = q0.numpy().copy(), k0.numpy().copy()
+    rope.apply_qk_(qn, kn, pos, seq_len=xpos_len, **cfg, **xkw)
+    rq, rk = xrotary(q0.clone(), k0.clone(), torch.tensor(pos), seq_len=xpos_len)
+    rq64, rk64 = xrotary(q0.double(), k0.double(), torch.tensor(pos), seq_len=xpos_len)
+    for got in ((rq, rk), (rq64.float(), rk64.float())):
+        assert np.array_equal(got[0].numpy(), qn) and np.array_equal(got[1].numpy(), kn), (
+            f"xPos RotaryEmbedding ({got[0].dtype} path) differs from apply_qk_ ({cfg}, {xkw}, seq_len={xpos_len})")
+    bad = data.draw(st.sampled_from((("xpos_scale_base", BAD_REALS + (0, -1.0)),
+                                     ("xpos_center", BAD_INTS + ("middle", -1, POSITION_LIMIT + 1)))))
+    judge(fastpe_torch.RotaryEmbedding, {"head_dim": cfg["head_dim"], "base": None, **kw, **xkw,
+                                         bad[0]: data.draw(st.sampled_from(bad[1]))}, blame={bad[0]}, expect=REJECT)
     # bad arguments name themselves
     which = data.draw(st.sampled_from(("d_model", "max_len", "dropout", "batch_first", "x", "offset")))
     values = {"d_model": BAD_INTS + (0, 65537), "max_len": BAD_INTS + (0,), "dropout": BAD_REALS + (-0.1, 1.5),
