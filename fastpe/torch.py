@@ -542,7 +542,7 @@ class RotaryEmbedding(nn.Module):
         if forms is None:
             caches: dict = {}  # one cos/sin computation per working dtype, shared by q and k
             return (self._rotate_torch(q, pos, seq_len, caches),
-                    self._rotate_torch(k, pos, seq_len, caches, key=True))
+                    self._rotate_torch(k, pos, seq_len, caches, True))
         self._rotate_in_place(q, k, forms, pos, seq_len)
         return q, k
 
@@ -579,7 +579,7 @@ class RotaryEmbedding(nn.Module):
             rotary.apply_(qn, _kernel_positions(pos, forms[0], q), seq_len=seq_len)
             rotary.apply_(kn, _kernel_positions(pos, forms[1], k), seq_len=seq_len, downscale=True)
 
-    def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict, *, key: bool = False
+    def _rotate_torch(self, x: torch.Tensor, pos: np.ndarray, seq_len, caches: dict, key: bool = False
                       ) -> torch.Tensor:
         """HF's ``x * cos + rotate(x) * sin`` over the first ``rotary_dim`` values, out of place;
         xPos: the queries' caches, or the keys' (``key=True``)."""
