@@ -580,55 +580,61 @@ add_rows_parallel, add_rows_serial = kernel(_add_rows)
 # the bit patterns, as NumPy's and ml_dtypes' casts do, and a flag on every float32 that is
 # exactly halfway between two numbers of the target (the caller decides those from the
 # exact value).  Numba has no float16 type, so the bits are computed directly.
+#
+# No data-dependent branch: every case's candidate is computed and the answer picked with
+# selects, so the loops vectorise (csrc/fastpe_narrow16x.h is the C twin of the idea).  For
+# float16, a float32 |x| of biased exponent e <= 113 narrows to the integer nearest x / 2**-24
+# (float16 subnormals; at e = 113, x = 2**-14, that integer is already the normal encoding),
+# and above to the rebiased bits (|x|'s bits - (112 << 23)) rounded by 13 bits: both are "x
+# shifted right by s, rounded half to even", with s = 126 - e clamped to [13, 25].  A float32
+# below 2**-25 (e <= 101, zeros and float32 subnormals included, whose implicit bit is wrong
+# but below the half) shifted by 25 rounds to 0 and is no tie.  A tie is dropped bits reading
+# 100...0.  65520 (0x477FF000, halfway to 2**16) and up round to inf, the one tie there being
+# 65520 itself; a NaN becomes the quiet NaN 0x7E00 with its sign.
+#
+# The arithmetic is spelled with NumPy's ufuncs: on two uint32 they give a uint32, where
+# numba's operators widen integers to 64 bits, which halves the lanes of every vector step.
+# No value here needs more than 31 bits, and every shift count is below 32.
+
+_AND, _OR, _ADD, _SUB = np.bitwise_and, np.bitwise_or, np.add, np.subtract
+_SHR, _SHL, _MIN, _MAX = np.right_shift, np.left_shift, np.minimum, np.maximum
+_U = np.uint32
 
 
 @inline
 def _to_f16(u):
     """``(bits, tie)`` of the float16 nearest (ties to even) to the float32 with bits ``u``."""
-    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
-    a = u & np.uint32(0x7FFFFFFF)
-    tie = False
-    if a > np.uint32(0x7F800000):  # NaN: quiet, sign kept
-        h = np.uint32(0x7E00)
-    elif a >= np.uint32(0x477FF000):  # 65520 and up (the midpoint to 2**16) round to inf
-        h = np.uint32(0x7C00)
-        tie = a == np.uint32(0x477FF000)
-    elif a >= np.uint32(0x38800000):  # float16 normals: rebias, round off 13 bits
-        m = a - np.uint32(0x38000000)
-        h = (m + np.uint32(0x0FFF) + ((m >> np.uint32(13)) & np.uint32(1))) >> np.uint32(13)
-        tie = (a & np.uint32(0x1FFF)) == np.uint32(0x1000)
-    elif a >= np.uint32(0x33000000):  # float16 subnormals: units of 2**-24
-        shift = np.uint32(126) - (a >> np.uint32(23))
-        mant = (a & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
-        h = mant >> shift
-        rem = mant & ((np.uint32(1) << shift) - np.uint32(1))
-        half = np.uint32(1) << (shift - np.uint32(1))
-        if rem > half or (rem == half and (h & np.uint32(1)) == np.uint32(1)):
-            h += np.uint32(1)
-        tie = rem == half
-    else:  # below 2**-25: rounds to zero
-        h = np.uint32(0)
-    return np.uint16(sign | h), tie
+    sign = _AND(_SHR(u, _U(16)), _U(0x8000))
+    a = _AND(u, _U(0x7FFFFFFF))
+    e = _SHR(a, _U(23))
+    normal = e >= _U(113)
+    x = _SUB(a, _U(0x38000000)) if normal else _OR(_AND(a, _U(0x7FFFFF)), _U(0x800000))
+    s = _U(13) if normal else _SUB(_U(126), _MAX(e, _U(101)))
+    half = _SHL(_U(1), _SUB(s, _U(1)))
+    h = _SHR(_ADD(_ADD(x, _SUB(half, _U(1))), _AND(_SHR(x, s), _U(1))), s)
+    h = _U(0x7E00) if a > _U(0x7F800000) else _MIN(h, _U(0x7C00))
+    tie = (_AND(x, _SUB(_ADD(half, half), _U(1))) == half) & (a <= _U(0x477FF000))
+    return np.uint16(_OR(sign, h)), tie
 
 
 @inline
 def _to_bf16(u):
     """``(bits, tie)`` of the bfloat16 nearest (ties to even) to the float32 with bits ``u``."""
-    a = u & np.uint32(0x7FFFFFFF)
-    if a > np.uint32(0x7F800000):  # NaN: quiet
-        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40)), False
-    h = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    return np.uint16(h), (u & np.uint32(0xFFFF)) == np.uint32(0x8000) and a < np.uint32(0x7F800000)
+    a = _AND(u, _U(0x7FFFFFFF))
+    hi = _SHR(u, _U(16))
+    h = _SHR(_ADD(_ADD(u, _U(0x7FFF)), _AND(hi, _U(1))), _U(16))
+    h = _OR(hi, _U(0x40)) if a > _U(0x7F800000) else h  # NaN: quiet
+    return np.uint16(h), (_AND(u, _U(0xFFFF)) == _U(0x8000)) & (a < _U(0x7F800000))
 
 
 def _narrow16(bits32, bf16, out, ties):
-    for i in prange(bits32.shape[0]):
-        if bf16:
-            h, t = _to_bf16(bits32[i])
-        else:
-            h, t = _to_f16(bits32[i])
-        out[i] = h
-        ties[i] = t
+    # the test on bf16 hoisted out of the loops: each loop body is one straight line
+    if bf16:
+        for i in prange(bits32.shape[0]):
+            out[i], ties[i] = _to_bf16(bits32[i])
+    else:
+        for i in prange(bits32.shape[0]):
+            out[i], ties[i] = _to_f16(bits32[i])
 
 
 narrow16_parallel, narrow16_serial = kernel(_narrow16)
