@@ -1257,3 +1257,27 @@ def test_xpos_bad_construction_is_rotarys_error(kwargs):
     assert str(got.value) == str(want.value)
     if "scaling" not in kwargs:
         assert ("xpos_center" if "xpos_center" in kwargs else "xpos_scale_base") in str(got.value)
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_xpos_torch_path_other_strides_and_16_bit(layout):
+    """Slices of one fused projection (strides the kernel cannot take) in float64 round to
+    the in-place bits of contiguous copies, their inputs untouched; float16 and bfloat16
+    compute in float32 and round once: within one ULP of their dtype of the float32 result."""
+    module = RotaryEmbedding(32, layout=layout, xpos_scale_base=16, xpos_center="flash_attn")
+    qkv = randn(2, 9, 3, 4, 32, seed=73, dtype=torch.float64)
+    q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)
+    assert module.path(q, k).startswith("torch: q is float64")
+    out_q, out_k = module(q, k, torch.arange(20, 29))
+    assert same_bits(qkv, randn(2, 9, 3, 4, 32, seed=73, dtype=torch.float64))  # untouched
+    fast_q, fast_k = module(q.float().contiguous(), k.float().contiguous(), torch.arange(20, 29))
+    assert same_bits(out_q.float(), fast_q) and same_bits(out_k.float(), fast_k)
+    q32 = qkv.float()[:, :, 0].transpose(1, 2)
+    assert module.path(q32, k.float()).startswith("torch: q's strides")
+    for dtype in (torch.float16, torch.bfloat16):
+        q16, k16 = q.to(dtype), k.to(dtype)
+        out16 = module(q16, k16, torch.arange(20, 29))
+        want = module(q16.float().contiguous(), k16.float().contiguous(), torch.arange(20, 29))
+        eps, tiny = torch.finfo(dtype).eps, torch.finfo(dtype).tiny
+        for o, w in zip(out16, want):
+            assert o.dtype == dtype and ((o.float() - w).abs() <= eps * w.abs() + 2 * tiny).all()
