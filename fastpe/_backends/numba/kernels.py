@@ -221,9 +221,19 @@ sinusoid_range_parallel, sinusoid_range_serial = kernel(_sinusoid_range)
 TINY64 = float(_words.TINY)
 #: positions per parallel block of the table and cos_sin kernels (one anchor per STEPS)
 ROPE_ROWS = 64
-#: sequence positions per work item of the apply kernel: the item's table rows (ROPE_SEQ x
-#: 2 x n_freq doubles, 16 KiB at n_freq = 64) stay in L1 while every head streams past them
+#: sequence positions per work item of the apply kernel where one token's heads are adjacent
+#: ((tokens, heads, dim)): the item's table rows (ROPE_SEQ x 2 x n_freq doubles, 16 KiB at
+#: n_freq = 64) stay in L1 while every head streams past them
 ROPE_SEQ = 16
+#: where one head's rows are adjacent ((batch, heads, seq, dim)) an item is ROPE_RUN rows of
+#: ROPE_HEADS heads (q's heads, then k's), in memory order, each table row read once for the
+#: item's heads: a thread's items are ROPE_HEADS streams through memory.  Items of every head
+#: at ROPE_SEQ positions (the table rows read once for all heads) made 64 short streams 2 MiB
+#: apart at 1x32x4096x128, which the prefetchers and the caches' sets serve poorly: one thread
+#: took twice the time of an in-place pass over the bytes.  csrc/fastpe_kernels.h has the same
+#: items (FASTPE_ROPE_RUN, FASTPE_ROPE_HEADS).
+ROPE_RUN = 256
+ROPE_HEADS = 4
 
 
 @inline
@@ -387,20 +397,47 @@ def _rotate_rows(x, n_heads, base, s_head, s_seq, lo, hi, t0, table, neox):
                 _rotate(x, base + h * s_head + s * s_seq, table[t0 + s, 0], table[t0 + s, 1], neox)
 
 
+@inline
+def _rotate_heads(x, h0, h1, base, s_head, s_seq, s, c, sn, neox):
+    """Row ``s`` of heads ``[h0, h1)``, all by the table row ``c, sn``."""
+    for h in range(h0, h1):
+        _rotate(x, base + h * s_head + s * s_seq, c, sn, neox)
+
+
 def _rope_apply(xq, hq, bq, shq, ssq, xk, hk, bk, shk, ssk, n_batch, s_begin, s_end,
                 table, pos_bstride, neox):
     """Rotate ``q`` and ``k`` (flat buffers; ``hk = 0`` for none) for sequence indices
     ``[s_begin, s_end)`` of every batch; row ``(b, s)`` reads table row
-    ``b * pos_bstride + s - s_begin``.  Work items are (batch, ROPE_SEQ positions): each
-    rotates q's and k's rows of those positions, for every head."""
-    n_sb = (s_end - s_begin + ROPE_SEQ - 1) // ROPE_SEQ
-    for item in prange(n_batch * n_sb):
-        b = item // n_sb
-        lo = s_begin + (item % n_sb) * ROPE_SEQ
-        hi = min(s_end, lo + ROPE_SEQ)
-        t0 = b * pos_bstride - s_begin
-        _rotate_rows(xq, hq, b * bq, shq, ssq, lo, hi, t0, table, neox)
-        _rotate_rows(xk, hk, b * bk, shk, ssk, lo, hi, t0, table, neox)
+    ``b * pos_bstride + s - s_begin``.  Where both have a head's rows adjacent, work items
+    are (batch, ROPE_HEADS heads of q's then k's, ROPE_RUN positions), in memory order;
+    otherwise (batch, ROPE_SEQ positions), each rotating q's and k's rows of those
+    positions for every head."""
+    if shq >= ssq and (hk == 0 or shk >= ssk):
+        n_run = (s_end - s_begin + ROPE_RUN - 1) // ROPE_RUN
+        n_group = (hq + hk + ROPE_HEADS - 1) // ROPE_HEADS
+        for item in prange(n_batch * n_group * n_run):
+            b = item // (n_group * n_run)
+            h0 = (item // n_run) % n_group * ROPE_HEADS
+            h1 = min(hq + hk, h0 + ROPE_HEADS)
+            lo = s_begin + (item % n_run) * ROPE_RUN
+            hi = min(s_end, lo + ROPE_RUN)
+            t0 = b * pos_bstride - s_begin
+            q0, q1 = min(h0, hq), min(h1, hq)  # the item's heads of q, then of k
+            k0, k1 = max(h0, hq) - hq, max(h1, hq) - hq
+            for s in range(lo, hi):
+                c = table[t0 + s, 0]
+                sn = table[t0 + s, 1]
+                _rotate_heads(xq, q0, q1, b * bq, shq, ssq, s, c, sn, neox)
+                _rotate_heads(xk, k0, k1, b * bk, shk, ssk, s, c, sn, neox)
+    else:
+        n_sb = (s_end - s_begin + ROPE_SEQ - 1) // ROPE_SEQ
+        for item in prange(n_batch * n_sb):
+            b = item // n_sb
+            lo = s_begin + (item % n_sb) * ROPE_SEQ
+            hi = min(s_end, lo + ROPE_SEQ)
+            t0 = b * pos_bstride - s_begin
+            _rotate_rows(xq, hq, b * bq, shq, ssq, lo, hi, t0, table, neox)
+            _rotate_rows(xk, hk, b * bk, shk, ssk, lo, hi, t0, table, neox)
 
 
 rope_table_parallel, rope_table_serial = kernel(_rope_table)
