@@ -35,6 +35,7 @@ from fastpe.torch import PositionalEncoding, RotaryEmbedding, SinusoidalPosition
 from conftest import fastpe_env  # noqa: E402
 from support.cli import same_bits  # noqa: E402
 from support.oracle import check_against_mpmath, mp_correct, table_value_fn  # noqa: E402
+from support.torchscale import rotate_every_two, torchscale_xpos  # noqa: E402
 
 
 def table(d_model: int, max_len: int, dtype=None) -> torch.Tensor:
@@ -1046,42 +1047,6 @@ def test_xpos_in_place_is_rotary_apply_qk_bit_for_bit(layout, rotary_dim, center
     assert out_q is q and out_k is k
     assert same_bits(q.contiguous(), torch.from_numpy(qn)) and same_bits(k.contiguous(), torch.from_numpy(kn))
     assert not torch.equal(plain_q, q.contiguous())  # xPos, not RoPE: the plain rotation differs
-
-
-def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
-    """torchscale's rotate_every_two: each adjacent pair ``(x1, x2) -> (-x2, x1)``."""
-    x1, x2 = x[..., ::2], x[..., 1::2]
-    return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-
-def torchscale_xpos(x: torch.Tensor, scale_base, offset: int = 0, downscale: bool = False):
-    """torchscale's ``XPOS.forward(x, offset, downscale)``
-    (torchscale/component/xpos_relative_position.py), written out in float64 on ``x``
-    ``(batch * heads, length, head_dim)``: ``scale = (arange(0, d, 2) + 0.4 d) / (1.4 d)``
-    raised to ``power = arange(min_pos, max_pos) / scale_base``, ``min_pos = -(length +
-    offset) // 2``; its ``fixed_pos_embedding``'s angles ``p * 10000 ** (-j / (d / 2))`` at
-    ``0 .. length + offset - 1``, the last ``length`` rows kept; ``x * cos + rotate_every_two(x)
-    * sin`` with cos and sin times the scale (its inverse when ``downscale``), each value
-    duplicated for its GPT-J pair.  Returns the result and that duplicated scale."""
-    length, d = x.shape[1], x.shape[2]
-    f64 = torch.float64
-    scale = (torch.arange(0, d, 2, dtype=f64) + 0.4 * d) / (1.4 * d)
-    min_pos = -(length + offset) // 2
-    max_pos = length + offset + min_pos
-    scale = scale ** (torch.arange(min_pos, max_pos, 1, dtype=f64) / scale_base)[:, None]
-    half = scale.shape[1]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, half, dtype=f64) / half))
-    angle = torch.arange(0, scale.shape[0], dtype=f64)[:, None] * inv_freq[None, :]
-    sin, cos = torch.sin(angle), torch.cos(angle)
-    scale, sin, cos = scale[-length:], sin[-length:], cos[-length:]
-    if downscale:
-        scale = 1 / scale
-
-    def duplicate_interleave(m):
-        return m.reshape(-1, 1).repeat(1, 2).reshape(m.shape[0], -1)
-
-    sin, cos = (duplicate_interleave(t * scale) for t in (sin, cos))
-    return x * cos + rotate_every_two(x) * sin, duplicate_interleave(scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -26,6 +26,8 @@ from support.oracle import ulp_distance
 
 torch = pytest.importorskip("torch")
 
+from support.torchscale import torchscale_xpos  # noqa: E402
+
 BACKENDS = [b for b in AVAILABLE if b != "python"] or ["python"]
 
 
@@ -109,30 +111,6 @@ def test_python_backend_within_one_ulp_of_the_compiled_ones():
 # ------------------------------------------------------------- the published formulas
 
 
-def torchscale_xpos(x, inv_freq, scale_base, offset=0, downscale=False):
-    """torchscale's XPOS.forward in float64: ``x`` (batch, length, head_dim), interleaved pairs,
-    the rotation at ``0 .. length + offset - 1`` (the last ``length`` rows), the power at the
-    positions from ``min_pos = -(length + offset) // 2``."""
-    length, head_dim = x.shape[1], x.shape[2]
-    scale = (torch.arange(0, head_dim, 2, dtype=torch.float64) + 0.4 * head_dim) / (1.4 * head_dim)
-    min_pos = -(length + offset) // 2
-    max_pos = length + offset + min_pos
-    scale = scale ** torch.arange(min_pos, max_pos, 1, dtype=torch.float64).div(scale_base)[:, None]
-    seq_len = scale.shape[0]
-    angle = torch.arange(0, seq_len, dtype=torch.float64)[:, None] * torch.tensor(np.array(inv_freq))[None, :]
-    sin, cos = torch.sin(angle), torch.cos(angle)
-    if scale.shape[0] > length:
-        scale, sin, cos = scale[-length:], sin[-length:], cos[-length:]
-    if downscale:
-        scale = 1 / scale
-
-    def duplicate_interleave(m):
-        return m.view(-1, 1).repeat(1, 2).view(m.shape[0], -1)
-
-    sin, cos = (duplicate_interleave(t * scale) for t in (sin, cos))
-    x1, x2 = x[:, :, ::2], x[:, :, 1::2]
-    rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
-    return x * cos + rotated * sin
 
 
 def flash_xpos(q, k, inv_freq, scale_base, seqlen):
@@ -174,8 +152,8 @@ def test_torchscale_prefill_and_decoding_steps(length, offset):
     for down in (False, True):
         got = x.copy()
         rotary.apply_(got, positions, downscale=down)
-        want = torchscale_xpos(torch.from_numpy(x.astype(np.float64)).transpose(0, 1), rotary.inv_freq, 512,
-                               offset=offset, downscale=down).transpose(0, 1).numpy()
+        want = torchscale_xpos(torch.from_numpy(x.astype(np.float64)).transpose(0, 1), 512, offset=offset,
+                               downscale=down, inv_freq=rotary.inv_freq)[0].transpose(0, 1).numpy()
         _near(got, want, x)
 
 
