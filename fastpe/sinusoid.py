@@ -437,6 +437,12 @@ def check_run(start, step, max_len: int) -> tuple[int, int]:
     return start, step
 
 
+def needs_positions(start: int, step: int) -> bool:
+    """Whether the run ``start, start + step, ...`` needs a positions array: anything but a
+    forward run from ``start >= 0`` (which the table kernels compute from ``start``)."""
+    return step != 1 or start < 0
+
+
 def fill_run(module, config: PosEncConfig, start: int, step: int, row: int, out: np.ndarray) -> None:
     """Rows ``row .. row + len(out) - 1`` of the run ``start, start + step, ...`` of
     ``config``'s table into ``out``, as :func:`table` computes them (unchecked: see
@@ -446,7 +452,7 @@ def fill_run(module, config: PosEncConfig, start: int, step: int, row: int, out:
     whatever their signs (the same bits as the unsigned ones at a non-negative position)."""
     if config.max_len == 1:  # one row: the step never applies (and may be any size)
         step = 1
-    if step == 1 and start >= 0:  # the table kernels: no positions array
+    if not needs_positions(start, step):  # the table kernels
         fill_config(module, config, None, start + row, out)
         return
     n = out.shape[0]
@@ -474,8 +480,8 @@ def _table_config(*fields) -> PosEncConfig:
 
 def table_rows(config: PosEncConfig, start: int, out: np.ndarray, *, backend: str | None = None) -> np.ndarray:
     """Fill ``out`` (``(n, d_model)``, any table dtype) with the rows of positions
-    ``start .. start + n - 1``; bit-identical to those rows of :func:`table`.  The building
-    block of streamed and chunked tables (:func:`fastpe.save_table`, :mod:`fastpe.dask`)."""
+    ``start .. start + n - 1``; bit-identical to those rows of :func:`table` (what the torch
+    modules' tables are built from; streamed and chunked tables go through :func:`fill_run`)."""
     if not isinstance(config, PosEncConfig):
         raise TypeError(f"config must be a fastpe.PosEncConfig, got {type(config).__name__}")
     start = check_int("start", start, low=0)

@@ -129,16 +129,6 @@ def _position_block() -> int:
     return int(getattr(_api, "_TABLE_BLOCK", 1 << 16))
 
 
-def _is_run(start: int, step: int) -> bool:
-    """Whether the positions ``start, start + step, ...`` need a positions array: anything
-    but a forward run from ``start >= 0`` (which the table kernels compute from ``start``)."""
-    return step != 1 or start < 0
-
-
-#: ``start`` and ``step`` checked as :func:`fastpe.table` checks them (the same messages)
-_check_run = _api.check_run
-
-
 @dataclass(frozen=True)
 class SavedTable:
     """What :func:`save_table` wrote.
@@ -353,7 +343,7 @@ def parse_spec(spec, source: str = "spec") -> dict:
     try:
         config = PosEncConfig(**{name: params[name] for name in _config_fields()})
         dtype = _dtypes.resolve(params["dtype"])
-        start, step = _check_run(params.get("start", 0), params.get("step", 1), config.max_len)
+        start, step = _api.check_run(params.get("start", 0), params.get("step", 1), config.max_len)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{source}: params: {exc}") from None
     normal = _make_spec(config, dtype, start, step)
@@ -422,7 +412,7 @@ def output_size(path, d_model: int, max_len: int = DEFAULT_MAX_LEN, *, dtype="fl
     fmt = format_of(_check_path(path))
     config = PosEncConfig(d_model, max_len, **params)
     dt = _dtypes.resolve(dtype)
-    start, step = _check_run(start, step, config.max_len)
+    start, step = _api.check_run(start, step, config.max_len)
     return _table_layout(fmt, config, dt, _make_spec(config, dt, start, step)).total
 
 
@@ -537,8 +527,8 @@ def save_table(
         d_model, max_len, base=base, layout=layout, denominator=denominator,
         min_timescale=min_timescale, max_timescale=max_timescale,
     )
-    start, step = _check_run(start, step, config.max_len)
-    run = _is_run(start, step)
+    start, step = _api.check_run(start, step, config.max_len)
+    run = _api.needs_positions(start, step)
     dt = _dtypes.resolve(dtype)
     chunk_bytes = check_int("chunk_bytes", chunk_bytes, low=1)
     rows = _rows_per_chunk(config.d_model, dt, chunk_bytes, run)
