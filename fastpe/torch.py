@@ -435,7 +435,8 @@ class RotaryEmbedding(nn.Module):
         self.base = self.spec.base
         # xPos: Rotary's own checks and messages, (scale base, centre) or None
         xpos = _xpos_key(self.spec, xpos_scale_base, xpos_center)
-        # what every call passes to fastpe.rope, already validated
+        # the module's arguments as fastpe.rope's functions and Rotary take them, validated (for
+        # reading back: the calls themselves go through self._rotary)
         self._kwargs = dict(base=base, rotary_dim=rotary_dim, scaling=copy.deepcopy(scaling),
                             max_position_embeddings=max_position_embeddings, layout=self.layout)
         if xpos is not None:
